@@ -1,0 +1,1 @@
+//! fgpu-core: placeholder

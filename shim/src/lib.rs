@@ -1,0 +1,1 @@
+//! libfgpu.so: placeholder

@@ -1,0 +1,1 @@
+//! simulated libnvidia-ml: placeholder

@@ -1,0 +1,1 @@
+//! simulated driver state: placeholder
