@@ -1,1 +1,14 @@
-//! fgpu-core: placeholder
+//! fgpu-core: the policy and the ledger of fgpu, with no driver in sight.
+//!
+//! * [`limit`]: what `FGPU_LIMIT` and the config file's `limit` mean.
+//! * [`config`]: where a process's cap, ledger and log level come from.
+//! * [`ledger`]: the shared-memory record of who holds what, per GPU.
+//! * [`pidns`]: PID namespaces and host PIDs.
+//! * [`log`]: one-line diagnostics.
+
+pub mod config;
+pub mod ledger;
+pub mod limit;
+pub mod log;
+pub mod pidns;
+pub mod uuid;

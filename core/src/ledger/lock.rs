@@ -1,0 +1,78 @@
+//! Byte-range locks on the ledger file: the only cross-process locks fgpu uses, chosen
+//! because the kernel releases them when their holder dies, however it dies.
+//!
+//! * Open-file-description locks (`F_OFD_*`, Linux 3.15+) belong to one `open()`, so two
+//!   ledgers opened in one process behave like two processes, and closing some other
+//!   descriptor of the file does not drop them.
+//! * Classic POSIX locks (`F_SETLK`/`F_GETLK`) are used only for their one extra property:
+//!   `F_GETLK` reports the holder's PID translated into the asker's PID namespace
+//!   (0 when the holder is not visible there).
+
+use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd};
+
+fn flock_for(kind: i32, offset: i64) -> libc::flock {
+    // SAFETY: `flock` is a plain C struct for which all-zero bytes are a valid value.
+    let mut lock: libc::flock = unsafe { std::mem::zeroed() };
+    lock.l_type = kind as libc::c_short;
+    lock.l_whence = libc::SEEK_SET as libc::c_short;
+    lock.l_start = offset;
+    lock.l_len = 1;
+    lock
+}
+
+fn fcntl_lock(fd: BorrowedFd<'_>, cmd: i32, lock: &mut libc::flock) -> io::Result<()> {
+    loop {
+        // SAFETY: models fcntl(2) with a lock command; `lock` is a valid, exclusively
+        // borrowed flock and `fd` is open for the duration of the borrow.
+        let rc = unsafe { libc::fcntl(fd.as_raw_fd(), cmd, lock as *mut libc::flock) };
+        if rc == 0 {
+            return Ok(());
+        }
+        let err = io::Error::last_os_error();
+        if err.raw_os_error() != Some(libc::EINTR) {
+            return Err(err);
+        }
+    }
+}
+
+/// Takes a write OFD lock on one byte. `Ok(false)` if someone else holds it and `wait` is false.
+pub fn ofd_lock(fd: BorrowedFd<'_>, offset: i64, wait: bool) -> io::Result<bool> {
+    let mut lock = flock_for(libc::F_WRLCK, offset);
+    let cmd = if wait { libc::F_OFD_SETLKW } else { libc::F_OFD_SETLK };
+    match fcntl_lock(fd, cmd, &mut lock) {
+        Ok(()) => Ok(true),
+        Err(e) if matches!(e.raw_os_error(), Some(libc::EAGAIN) | Some(libc::EACCES)) => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+pub fn ofd_unlock(fd: BorrowedFd<'_>, offset: i64) {
+    let mut lock = flock_for(libc::F_UNLCK, offset);
+    let _ = fcntl_lock(fd, libc::F_OFD_SETLK, &mut lock);
+}
+
+/// Whether another open file description holds a lock on the byte.
+pub fn ofd_held_by_other(fd: BorrowedFd<'_>, offset: i64) -> io::Result<bool> {
+    let mut lock = flock_for(libc::F_WRLCK, offset);
+    fcntl_lock(fd, libc::F_OFD_GETLK, &mut lock)?;
+    Ok(lock.l_type != libc::F_UNLCK as libc::c_short)
+}
+
+/// Takes a classic POSIX write lock on one byte, not waiting.
+pub fn posix_lock(fd: BorrowedFd<'_>, offset: i64) -> io::Result<bool> {
+    let mut lock = flock_for(libc::F_WRLCK, offset);
+    match fcntl_lock(fd, libc::F_SETLK, &mut lock) {
+        Ok(()) => Ok(true),
+        Err(e) if matches!(e.raw_os_error(), Some(libc::EAGAIN) | Some(libc::EACCES)) => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// PID, in the caller's PID namespace, of the process holding a classic lock on the byte;
+/// `None` if nobody holds it or the holder is not visible from here.
+pub fn posix_holder(fd: BorrowedFd<'_>, offset: i64) -> Option<u32> {
+    let mut lock = flock_for(libc::F_WRLCK, offset);
+    fcntl_lock(fd, libc::F_GETLK, &mut lock).ok()?;
+    (lock.l_type != libc::F_UNLCK as libc::c_short && lock.l_pid > 0).then_some(lock.l_pid as u32)
+}

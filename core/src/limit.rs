@@ -1,0 +1,283 @@
+//! Parsing of memory sizes and caps (`FGPU_LIMIT`, the `limit` line of the config file).
+//!
+//! Grammar, whitespace around tokens ignored, units case-insensitive:
+//!
+//! ```text
+//! limit   := amount | entry ("," entry)*
+//! entry   := key "=" amount
+//! key     := "*" | "GPU-" hex-and-dashes      (a UUID or a prefix of one)
+//! amount  := size | number "%"
+//! size    := number [unit]
+//! unit    := ("K" | "M" | "G" | "T") ["i"] ["B"]  |  "B"
+//! ```
+//!
+//! Every unit is a binary multiple, as in Docker's `--memory`: `8G` = `8GiB` = `8GB` =
+//! 8589934592 bytes. A number may have a fractional part (`1.5G`); the result is rounded
+//! down to a whole byte.
+
+use thiserror::Error;
+
+/// Why a size or limit string was rejected. The message names the problem; the caller adds
+/// which variable or file line it came from.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum LimitError {
+    #[error("it is empty")]
+    Empty,
+    #[error("{0:?} is not a number followed by an optional unit (K, M, G, T with optional i/iB/B) or %")]
+    Malformed(String),
+    #[error("{0:?} is negative")]
+    Negative(String),
+    #[error("{0:?} is zero; a cap must be at least one byte")]
+    Zero(String),
+    #[error("{0:?} is too large (more than 2^64 bytes)")]
+    Overflow(String),
+    #[error("{0:?} is not a percentage between 0 and 100")]
+    BadPercent(String),
+    #[error("{0:?} is not a device key: use '*' or a GPU UUID such as GPU-1a2b3c4d (a prefix is enough)")]
+    BadKey(String),
+    #[error("device {0:?} is given twice")]
+    DuplicateKey(String),
+}
+
+/// An amount of device memory, absolute or relative to the device's physical memory.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Amount {
+    Bytes(u64),
+    /// Percentage in (0, 100].
+    Percent(f64),
+}
+
+impl Amount {
+    /// The amount in bytes on a device with `total` bytes of memory.
+    pub fn resolve(self, total: u64) -> u64 {
+        match self {
+            Amount::Bytes(b) => b,
+            Amount::Percent(p) => ((total as f64) * p / 100.0).floor() as u64,
+        }
+    }
+}
+
+/// A parsed cap: one amount for every device, or amounts per device UUID.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LimitSpec {
+    /// Applies to devices that no entry names.
+    pub default: Option<Amount>,
+    /// `(lower-case UUID prefix including "gpu-", amount)`.
+    pub per_device: Vec<(String, Amount)>,
+}
+
+impl LimitSpec {
+    /// The cap in bytes for the device with this UUID string (`GPU-...`) and physical memory,
+    /// or `None` when this spec does not cap that device. The longest matching prefix wins.
+    pub fn cap_for(&self, uuid: &str, total: u64) -> Option<u64> {
+        let uuid = uuid.to_ascii_lowercase();
+        self.per_device
+            .iter()
+            .filter(|(key, _)| uuid.starts_with(key.as_str()))
+            .max_by_key(|(key, _)| key.len())
+            .map(|(_, amount)| *amount)
+            .or(self.default)
+            .map(|amount| amount.resolve(total))
+    }
+}
+
+impl std::str::FromStr for LimitSpec {
+    type Err = LimitError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        parse_limit(s)
+    }
+}
+
+/// Parses a whole limit: a single amount, or a comma-separated list of `key=amount`.
+pub fn parse_limit(text: &str) -> Result<LimitSpec, LimitError> {
+    let text = text.trim();
+    if text.is_empty() {
+        return Err(LimitError::Empty);
+    }
+    if !text.contains('=') {
+        return Ok(LimitSpec { default: Some(parse_amount(text)?), per_device: Vec::new() });
+    }
+    let mut spec = LimitSpec { default: None, per_device: Vec::new() };
+    for entry in text.split(',') {
+        let entry = entry.trim();
+        let (key, value) = entry
+            .split_once('=')
+            .ok_or_else(|| LimitError::Malformed(entry.to_string()))?;
+        let (key, amount) = (key.trim(), parse_amount(value)?);
+        if key == "*" {
+            if spec.default.is_some() {
+                return Err(LimitError::DuplicateKey(key.to_string()));
+            }
+            spec.default = Some(amount);
+            continue;
+        }
+        let lower = key.to_ascii_lowercase();
+        let body = lower.strip_prefix("gpu-").ok_or_else(|| LimitError::BadKey(key.to_string()))?;
+        if body.is_empty() || !body.chars().all(|c| c.is_ascii_hexdigit() || c == '-') {
+            return Err(LimitError::BadKey(key.to_string()));
+        }
+        if spec.per_device.iter().any(|(k, _)| *k == lower) {
+            return Err(LimitError::DuplicateKey(key.to_string()));
+        }
+        spec.per_device.push((lower, amount));
+    }
+    Ok(spec)
+}
+
+/// Parses one amount: a size or a percentage.
+pub fn parse_amount(text: &str) -> Result<Amount, LimitError> {
+    let text = text.trim();
+    if let Some(number) = text.strip_suffix('%') {
+        let value: f64 = number
+            .trim()
+            .parse()
+            .map_err(|_| LimitError::BadPercent(text.to_string()))?;
+        if !(value > 0.0 && value <= 100.0) || !value.is_finite() {
+            return Err(LimitError::BadPercent(text.to_string()));
+        }
+        return Ok(Amount::Percent(value));
+    }
+    let bytes = parse_size(text)?;
+    if bytes == 0 {
+        return Err(LimitError::Zero(text.to_string()));
+    }
+    Ok(Amount::Bytes(bytes))
+}
+
+/// Parses a size in bytes (`8G`, `8GiB`, `512m`, `1.5T`, `4096`). Zero is allowed here;
+/// callers that need a positive size check for it.
+pub fn parse_size(text: &str) -> Result<u64, LimitError> {
+    let text = text.trim();
+    if text.is_empty() {
+        return Err(LimitError::Empty);
+    }
+    if text.starts_with('-') {
+        return Err(LimitError::Negative(text.to_string()));
+    }
+    let split = text
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let multiplier = unit_multiplier(unit.trim()).ok_or_else(|| LimitError::Malformed(text.to_string()))?;
+    if number.is_empty() || number.starts_with('.') || number.ends_with('.') || number.matches('.').count() > 1 {
+        return Err(LimitError::Malformed(text.to_string()));
+    }
+    let (whole, fraction) = number.split_once('.').unwrap_or((number, ""));
+    let whole: u64 = whole.parse().map_err(|_| LimitError::Overflow(text.to_string()))?;
+    let mut bytes = whole
+        .checked_mul(multiplier)
+        .ok_or_else(|| LimitError::Overflow(text.to_string()))?;
+    if !fraction.is_empty() {
+        // Exact decimal fraction of the multiplier, computed in u128 to avoid rounding error.
+        let digits = fraction.len().min(18) as u32;
+        let numerator: u128 = fraction[..digits as usize].parse().map_err(|_| LimitError::Malformed(text.to_string()))?;
+        let part = numerator * multiplier as u128 / 10u128.pow(digits);
+        bytes = bytes
+            .checked_add(part as u64)
+            .ok_or_else(|| LimitError::Overflow(text.to_string()))?;
+    }
+    Ok(bytes)
+}
+
+fn unit_multiplier(unit: &str) -> Option<u64> {
+    let lower = unit.to_ascii_lowercase();
+    if lower.is_empty() || lower == "b" {
+        return Some(1);
+    }
+    let mut chars = lower.chars();
+    let shift = match chars.next()? {
+        'k' => 10,
+        'm' => 20,
+        'g' => 30,
+        't' => 40,
+        _ => return None,
+    };
+    match chars.as_str() {
+        "" | "i" | "ib" | "b" => Some(1u64 << shift),
+        _ => None,
+    }
+}
+
+/// Formats bytes for people: `8.00 GiB`, `300 MiB`, `512 B`.
+pub fn format_bytes(bytes: u64) -> String {
+    const UNITS: [(&str, u64); 4] = [("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)];
+    for (name, size) in UNITS {
+        if bytes >= size {
+            if bytes % size == 0 {
+                return format!("{} {name}", bytes / size);
+            }
+            return format!("{:.2} {name}", bytes as f64 / size as f64);
+        }
+    }
+    format!("{bytes} B")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GIB: u64 = 1 << 30;
+
+    #[test]
+    fn binary_units_in_every_spelling() {
+        for text in ["8G", "8g", "8GiB", "8gib", "8GB", "8gb", "8Gi", "8 G", " 8G "] {
+            assert_eq!(parse_size(text), Ok(8 * GIB), "{text}");
+        }
+        assert_eq!(parse_size("8589934592"), Ok(8 * GIB));
+        assert_eq!(parse_size("512M"), Ok(512 << 20));
+        assert_eq!(parse_size("4k"), Ok(4096));
+        assert_eq!(parse_size("2T"), Ok(2 << 40));
+        assert_eq!(parse_size("1.5G"), Ok(GIB + GIB / 2));
+        assert_eq!(parse_size("100B"), Ok(100));
+    }
+
+    #[test]
+    fn bad_sizes_are_named() {
+        assert_eq!(parse_size(""), Err(LimitError::Empty));
+        assert!(matches!(parse_size("banana"), Err(LimitError::Malformed(_))));
+        assert!(matches!(parse_size("-1"), Err(LimitError::Negative(_))));
+        assert!(matches!(parse_size("8XB"), Err(LimitError::Malformed(_))));
+        assert!(matches!(parse_size("8GG"), Err(LimitError::Malformed(_))));
+        assert!(matches!(parse_size("1.2.3G"), Err(LimitError::Malformed(_))));
+        assert!(matches!(parse_size("99999999999999999999"), Err(LimitError::Overflow(_))));
+        assert!(matches!(parse_size("20000000000T"), Err(LimitError::Overflow(_))));
+        assert!(matches!(parse_amount("0"), Err(LimitError::Zero(_))));
+    }
+
+    #[test]
+    fn percentages() {
+        assert_eq!(parse_amount("25%"), Ok(Amount::Percent(25.0)));
+        assert_eq!(Amount::Percent(25.0).resolve(80 * GIB), 20 * GIB);
+        for bad in ["0%", "101%", "-5%", "x%", "%"] {
+            assert!(matches!(parse_amount(bad), Err(LimitError::BadPercent(_))), "{bad}");
+        }
+    }
+
+    #[test]
+    fn per_device_limits_pick_the_longest_prefix() {
+        let spec = parse_limit("GPU-1a2b=8G, gpu-1a2b3c=4G, *=2G").unwrap();
+        assert_eq!(spec.cap_for("GPU-1a2b3c4d-0000", 80 * GIB), Some(4 * GIB));
+        assert_eq!(spec.cap_for("GPU-1a2bffff-0000", 80 * GIB), Some(8 * GIB));
+        assert_eq!(spec.cap_for("GPU-99999999-0000", 80 * GIB), Some(2 * GIB));
+        let only = parse_limit("GPU-1a2b=50%").unwrap();
+        assert_eq!(only.cap_for("GPU-1a2b", 80 * GIB), Some(40 * GIB));
+        assert_eq!(only.cap_for("GPU-ffff", 80 * GIB), None);
+    }
+
+    #[test]
+    fn bad_per_device_limits() {
+        assert!(matches!(parse_limit("GPU-xyz=8G"), Err(LimitError::BadKey(_))));
+        assert!(matches!(parse_limit("0=8G"), Err(LimitError::BadKey(_))));
+        assert!(matches!(parse_limit("*=8G,*=4G"), Err(LimitError::DuplicateKey(_))));
+        assert!(matches!(parse_limit("GPU-1=8G,gpu-1=4G"), Err(LimitError::DuplicateKey(_))));
+        assert!(matches!(parse_limit("GPU-1=8G,,"), Err(LimitError::Malformed(_))));
+    }
+
+    #[test]
+    fn formatting() {
+        assert_eq!(format_bytes(8 * GIB), "8 GiB");
+        assert_eq!(format_bytes(300 << 20), "300 MiB");
+        assert_eq!(format_bytes(GIB + GIB / 2), "1.50 GiB");
+        assert_eq!(format_bytes(12), "12 B");
+    }
+}
