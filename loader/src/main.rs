@@ -1,1 +1,40 @@
-fn main() {}
+//! `fgpu`: a thin binary over the modules of this crate. Each command's logic lives in its
+//! module; this file only parses arguments and turns results into exit codes.
+
+mod cli;
+mod doctor;
+mod elf;
+mod exporter;
+mod ledgers;
+mod report;
+mod run;
+mod shimpath;
+mod signals;
+mod status;
+mod top;
+
+use clap::{CommandFactory, Parser};
+use cli::{Cli, Command};
+
+fn main() {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            // --help and --version print to stdout and exit 0; usage errors exit 2.
+            e.exit();
+        }
+    };
+    let code = match cli.command {
+        Command::Run(args) => run::run(args),
+        Command::Status(args) => status::status(&args),
+        Command::Top(args) => top::top(&args),
+        Command::Doctor(args) => doctor::doctor(&args),
+        Command::Exporter(args) => exporter::exporter(&args),
+        Command::Completions(args) => {
+            clap_complete::generate(args.shell, &mut Cli::command(), "fgpu", &mut std::io::stdout());
+            0
+        }
+        Command::DriverProbe => doctor::driver_probe_main(),
+    };
+    std::process::exit(code);
+}

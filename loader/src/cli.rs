@@ -1,0 +1,286 @@
+//! The command-line grammar (clap derive). Kept apart from the logic so completions and
+//! unit tests can build the command without running anything.
+
+use clap::{Args, Parser, Subcommand};
+use fgpu_core::limit::parse_limit;
+use std::ffi::OsString;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+const ROOT_HELP: &str = "\
+Examples:
+  fgpu run --limit 8G -- python train.py      run a job capped at 8 GiB per GPU
+  fgpu status                                 who holds what under the cap in effect here
+  sudo fgpu status --all                      every capped process on the machine
+  fgpu doctor                                 why a cap does or does not apply here
+
+Exit status: 0 success, 1 failure (see the command's help), 2 usage error.
+`fgpu run` passes the command's own exit status through.";
+
+/// Caps the GPU memory of programs and shows who holds what.
+#[derive(Debug, Parser)]
+#[command(name = "fgpu", version, about, after_help = ROOT_HELP, propagate_version = true)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    Run(RunArgs),
+    Status(StatusArgs),
+    Top(TopArgs),
+    Doctor(DoctorArgs),
+    Exporter(ExporterArgs),
+    Completions(CompletionsArgs),
+    /// Internal: loads the driver libraries and prints what they say as JSON (used by
+    /// `fgpu doctor` in a child process without the shim preloaded).
+    #[command(name = "__driver-probe", hide = true)]
+    DriverProbe,
+}
+
+const RUN_HELP: &str = "\
+Examples:
+  fgpu run --limit 8G -- python train.py
+  fgpu run --limit 50% -- ./simulate --steps 1000
+  fgpu run --limit 4G --device GPU-1a2b3c4d=16G -- torchrun --nproc-per-node 2 train.py
+  fgpu run --limit 8G --ledger /shared/team-a.ledger -- ./job    (share one cap across runs)
+
+The command and every process it starts share one cap: each `fgpu run` gets a fresh
+ledger of its own, removed when the command ends, unless --ledger names one.
+libfgpu.so is looked for next to fgpu, in ../lib/fgpu and ../lib relative to it, in
+/usr/local/lib/fgpu and /usr/lib/fgpu; FGPU_SHIM=PATH overrides the search.
+
+Exit status: the command's. If it is killed by a signal, fgpu kills itself with the same
+signal (a shell then reports 128+N). 125: fgpu itself failed; 126: the command cannot be
+executed; 127: the command was not found; 2: usage error.";
+
+/// Run a command with its GPU memory capped.
+#[derive(Debug, Args)]
+#[command(after_help = RUN_HELP)]
+pub struct RunArgs {
+    /// The cap for every GPU: a size (8G, 512M, 8GiB, 8589934592), a percentage of each
+    /// GPU's memory (50%), or per device (GPU-1a2b=8G,*=4G). Sizes are binary: 8G = 8 GiB.
+    #[arg(long, short = 'l', value_name = "LIMIT", value_parser = parse_limit_arg,
+          required_unless_present = "device")]
+    pub limit: Option<LimitArg>,
+
+    /// A cap for one GPU, by UUID or UUID prefix (as nvidia-smi -L prints it); repeatable.
+    /// Overrides --limit for that GPU.
+    #[arg(long, short = 'd', value_name = "UUID=SIZE", value_parser = parse_device_arg)]
+    pub device: Vec<DeviceArg>,
+
+    /// Share this ledger file instead of a fresh private one: every run naming the same
+    /// file shares one cap. The file is kept when the command ends.
+    #[arg(long, value_name = "FILE")]
+    pub ledger: Option<PathBuf>,
+
+    /// The command to run, and its arguments.
+    #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true, value_name = "COMMAND")]
+    pub command: Vec<OsString>,
+}
+
+/// A validated `--limit` value, kept as typed so the shim parses the same text.
+#[derive(Debug, Clone)]
+pub struct LimitArg {
+    pub text: String,
+}
+
+/// A validated `--device UUID=SIZE` value.
+#[derive(Debug, Clone)]
+pub struct DeviceArg {
+    pub key: String,
+    pub amount: String,
+}
+
+fn parse_limit_arg(text: &str) -> Result<LimitArg, String> {
+    parse_limit(text).map_err(|e| e.to_string())?;
+    Ok(LimitArg { text: text.trim().to_string() })
+}
+
+fn parse_device_arg(text: &str) -> Result<DeviceArg, String> {
+    let (key, amount) = text
+        .split_once('=')
+        .ok_or_else(|| format!("{text:?} is not UUID=SIZE (for example GPU-1a2b3c4d=8G)"))?;
+    let (key, amount) = (key.trim(), amount.trim());
+    if key == "*" {
+        return Err("'*' is not a device; use --limit for every device".into());
+    }
+    parse_limit(&format!("{key}={amount}")).map_err(|e| e.to_string())?;
+    Ok(DeviceArg { key: key.to_string(), amount: amount.to_string() })
+}
+
+#[derive(Debug, Args, Clone, Default)]
+pub struct LedgerSelection {
+    /// Show this ledger file instead of the one in effect here.
+    #[arg(long, value_name = "FILE", conflicts_with = "all")]
+    pub ledger: Option<PathBuf>,
+
+    /// Find the ledgers of every capped process on this machine, containers included, by
+    /// looking at what each process has mapped (needs root to see other users' processes).
+    #[arg(long)]
+    pub all: bool,
+}
+
+const STATUS_HELP: &str = "\
+Examples:
+  fgpu status                         the ledger a capped program started here would use
+  fgpu status --ledger /tmp/.fgpu-ledger
+  sudo fgpu status --all              every ledger on the machine, containers included
+  fgpu status --json | jq '.ledgers[].devices[].used_bytes'
+
+The ledger in effect is FGPU_LEDGER, else `ledger` in /etc/fgpu/fgpu.conf, else
+/tmp/.fgpu-ledger. Processes that died are reclaimed (their memory returned to the cap)
+and listed as reclaimed. The JSON schema is described in docs/cli.md.
+
+Exit status: 0 shown (a ledger not created yet counts), 1 a ledger could not be read, 2 usage error.";
+
+/// Show each GPU's cap, what is held, and by which process.
+#[derive(Debug, Args)]
+#[command(after_help = STATUS_HELP)]
+pub struct StatusArgs {
+    #[command(flatten)]
+    pub select: LedgerSelection,
+
+    /// Print JSON (only JSON) on standard output.
+    #[arg(long)]
+    pub json: bool,
+}
+
+const TOP_HELP: &str = "\
+Examples:
+  fgpu top
+  sudo fgpu top --all
+  fgpu top --interval 0.5
+
+Keys: q, Esc or Ctrl-C quit.";
+
+/// Like `fgpu status`, refreshed live in the terminal.
+#[derive(Debug, Args)]
+#[command(after_help = TOP_HELP)]
+pub struct TopArgs {
+    #[command(flatten)]
+    pub select: LedgerSelection,
+
+    /// Seconds between refreshes.
+    #[arg(long, short = 'n', default_value = "1", value_name = "SECONDS", value_parser = parse_interval)]
+    pub interval: f64,
+}
+
+fn parse_interval(text: &str) -> Result<f64, String> {
+    let value: f64 = text.trim().parse().map_err(|_| format!("{text:?} is not a number of seconds"))?;
+    if !(0.1..=3600.0).contains(&value) {
+        return Err(format!("{text:?} is not between 0.1 and 3600 seconds"));
+    }
+    Ok(value)
+}
+
+const DOCTOR_HELP: &str = "\
+Examples:
+  fgpu doctor
+  fgpu run --limit 8G -- fgpu doctor      check what a job started by fgpu run gets
+  fgpu doctor --json
+
+Checks: the shim is found and loads here; it is preloaded (LD_PRELOAD or
+/etc/ld.so.preload); which cap applies and where it comes from; libcuda.so.1 and
+libnvidia-ml.so.1 load, and their versions; the ledger is reachable and healthy; the PID
+namespace; no other CUDA interposer (such as HAMi-core's libvgpu.so) is loaded.
+
+Exit status: 0 a cap applies here, 1 it would not (each reason is printed), 2 usage error.";
+
+/// Check whether a cap applies here, and say what to do if not.
+#[derive(Debug, Args)]
+#[command(after_help = DOCTOR_HELP)]
+pub struct DoctorArgs {
+    /// Print JSON (only JSON) on standard output.
+    #[arg(long)]
+    pub json: bool,
+}
+
+const EXPORTER_HELP: &str = "\
+Examples:
+  fgpu exporter                                  metrics of the ledger in effect here
+  sudo fgpu exporter --all --listen 0.0.0.0:9400   every ledger on the machine
+  curl -s localhost:9400/metrics
+
+Serves Prometheus metrics at /metrics: fgpu_memory_cap_bytes, fgpu_memory_used_bytes,
+fgpu_process_memory_used_bytes, fgpu_allocation_refusals_total and more, labelled with
+gpu (the ledger's device index), UUID (as DCGM's exporter labels it) and ledger.
+See docs/cli.md. Listens on loopback unless told otherwise.
+
+Exit status: runs until stopped; 1 the address cannot be bound, 2 usage error.";
+
+/// Serve Prometheus metrics of the ledgers `fgpu status` would show.
+#[derive(Debug, Args)]
+#[command(after_help = EXPORTER_HELP)]
+pub struct ExporterArgs {
+    #[command(flatten)]
+    pub select: LedgerSelection,
+
+    /// Address and port to listen on.
+    #[arg(long, default_value = "127.0.0.1:9400", value_name = "ADDR:PORT")]
+    pub listen: SocketAddr,
+}
+
+/// Print a shell completion script.
+#[derive(Debug, Args)]
+#[command(after_help = "\
+Examples:
+  fgpu completions bash > /etc/bash_completion.d/fgpu
+  fgpu completions zsh > \"${fpath[1]}/_fgpu\"
+  fgpu completions fish > ~/.config/fish/completions/fgpu.fish")]
+pub struct CompletionsArgs {
+    #[arg(value_enum)]
+    pub shell: clap_complete::Shell,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn grammar_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
+        Cli::try_parse_from(std::iter::once("fgpu").chain(args.iter().copied()))
+    }
+
+    #[test]
+    fn run_takes_the_command_verbatim() {
+        let cli = parse(&["run", "--limit", "8G", "--", "python", "-c", "print(1)", "--limit", "x"]).unwrap();
+        let Command::Run(run) = cli.command else { panic!() };
+        assert_eq!(run.limit.unwrap().text, "8G");
+        let words: Vec<_> = run.command.iter().map(|s| s.to_str().unwrap()).collect();
+        assert_eq!(words, ["python", "-c", "print(1)", "--limit", "x"]);
+    }
+
+    #[test]
+    fn bad_limit_names_the_argument_and_the_reason() {
+        let err = parse(&["run", "--limit", "8XB", "--", "true"]).unwrap_err().to_string();
+        assert!(err.contains("--limit"), "{err}");
+        assert!(err.contains("8XB"), "{err}");
+        assert!(err.contains("not a number followed by"), "{err}");
+        let err = parse(&["run", "--device", "GPU-zz=8G", "--", "true"]).unwrap_err().to_string();
+        assert!(err.contains("--device"), "{err}");
+        assert!(err.contains("GPU-zz"), "{err}");
+        let err = parse(&["run", "--device", "8G", "--", "true"]).unwrap_err().to_string();
+        assert!(err.contains("UUID=SIZE"), "{err}");
+    }
+
+    #[test]
+    fn run_needs_a_limit_and_a_command() {
+        assert!(parse(&["run", "--", "true"]).is_err());
+        assert!(parse(&["run", "--limit", "8G"]).is_err());
+        assert!(parse(&["run", "--device", "GPU-1a=1G", "--", "true"]).is_ok());
+    }
+
+    #[test]
+    fn all_and_ledger_conflict() {
+        assert!(parse(&["status", "--all", "--ledger", "/x"]).is_err());
+        assert!(parse(&["exporter", "--listen", "nonsense"]).is_err());
+        assert!(parse(&["top", "--interval", "0"]).is_err());
+    }
+}

@@ -1,0 +1,382 @@
+//! What `status`, `top` and `exporter` show: a report per ledger, built from two snapshots
+//! (before and after reclaiming dead processes), as JSON and as text.
+//!
+//! The JSON shape is a stable interface (documented in docs/cli.md): fields are only ever
+//! added; `schema` changes if one is removed or changes meaning.
+
+use crate::ledgers::Target;
+use fgpu_core::ledger::{Ledger, LedgerError, ProcessView, Snapshot};
+use fgpu_core::limit::format_bytes;
+use serde::Serialize;
+use std::fmt::Write as _;
+
+pub const SCHEMA: u32 = 1;
+
+#[derive(Debug, Clone, Serialize)]
+pub struct StatusReport {
+    pub schema: u32,
+    pub ledgers: Vec<LedgerReport>,
+    /// Warnings about how the ledgers were found (also printed on stderr in text mode).
+    pub notes: Vec<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LedgerState {
+    /// Read.
+    Ok,
+    /// No file yet: no capped process has used this ledger.
+    Missing,
+    /// The file exists but could not be read as a ledger.
+    Error,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct LedgerReport {
+    pub path: String,
+    /// argument, environment, config-file, default or scan.
+    pub source: &'static str,
+    /// The path fgpu opened (through /proc/PID/root for other mount namespaces).
+    pub open_path: String,
+    /// For scanned ledgers: PIDs (as seen here) that map it.
+    pub mapped_by: Vec<u32>,
+    /// For scanned ledgers: `major:minor:inode` of the file.
+    pub id: Option<String>,
+    pub state: LedgerState,
+    pub error: Option<String>,
+    pub devices: Vec<DeviceReport>,
+    pub processes: Vec<ProcessReport>,
+    /// Processes found dead and reclaimed by this look at the ledger.
+    pub reclaimed: Vec<ProcessReport>,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct DeviceReport {
+    /// Index of the device in this ledger (not a CUDA or NVML index).
+    pub index: usize,
+    pub uuid: String,
+    pub cap_bytes: u64,
+    pub used_bytes: u64,
+    pub peak_bytes: u64,
+    /// Physical memory of the device.
+    pub total_bytes: u64,
+    /// Allocations refused because of the cap, since the ledger was created.
+    pub refusals: u64,
+    /// Live processes holding memory on this device.
+    pub processes: usize,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct ProcessReport {
+    /// PID as seen from where fgpu runs; null if the process is not visible here.
+    pub pid: Option<u32>,
+    /// PID in the process's own PID namespace.
+    pub pid_in_namespace: u32,
+    /// PID in the host PID namespace, null while unknown.
+    pub host_pid: Option<u32>,
+    pub name: String,
+    pub started_unix_ms: u64,
+    /// Bytes held on all devices, contexts included.
+    pub used_bytes: u64,
+    /// The part of used_bytes that is CUDA context memory.
+    pub context_bytes: u64,
+    pub devices: Vec<ProcessDevice>,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct ProcessDevice {
+    pub index: usize,
+    pub used_bytes: u64,
+    pub context_bytes: u64,
+}
+
+fn process_report(p: &ProcessView) -> ProcessReport {
+    let devices: Vec<ProcessDevice> = p
+        .used
+        .iter()
+        .zip(p.context.iter())
+        .enumerate()
+        .filter(|(_, (u, c))| **u > 0 || **c > 0)
+        .map(|(index, (u, c))| ProcessDevice { index, used_bytes: *u, context_bytes: *c })
+        .collect();
+    ProcessReport {
+        pid: p.pid_here,
+        pid_in_namespace: p.pid,
+        host_pid: p.host_pid,
+        name: p.name.clone(),
+        started_unix_ms: p.started_unix_ms,
+        used_bytes: devices.iter().map(|d| d.used_bytes).sum(),
+        context_bytes: devices.iter().map(|d| d.context_bytes).sum(),
+        devices,
+    }
+}
+
+impl LedgerReport {
+    fn empty(target: &Target, state: LedgerState, error: Option<String>) -> LedgerReport {
+        LedgerReport {
+            path: target.path.display().to_string(),
+            source: target.origin.as_str(),
+            open_path: target.open_path.display().to_string(),
+            mapped_by: target.mapped_by.clone(),
+            id: target.identity.clone(),
+            state,
+            error,
+            devices: Vec::new(),
+            processes: Vec::new(),
+            reclaimed: Vec::new(),
+        }
+    }
+
+    /// Builds the report from a snapshot taken before reclaiming and one taken after.
+    pub fn from_snapshots(target: &Target, before: &Snapshot, after: &Snapshot) -> LedgerReport {
+        let mut report = LedgerReport::empty(target, LedgerState::Ok, None);
+        let live: Vec<&ProcessView> = after.processes.iter().filter(|p| p.alive).collect();
+        report.reclaimed = before
+            .processes
+            .iter()
+            .filter(|p| !p.alive)
+            .filter(|p| !live.iter().any(|l| l.slot == p.slot && l.pid == p.pid && l.started_unix_ms == p.started_unix_ms))
+            .map(process_report)
+            .collect();
+        report.processes = live.iter().map(|p| process_report(p)).collect();
+        report.processes.sort_by_key(|p| (p.devices.first().map(|d| d.index), std::cmp::Reverse(p.used_bytes), p.pid_in_namespace));
+        report.devices = after
+            .devices
+            .iter()
+            .map(|d| DeviceReport {
+                index: d.id.0,
+                uuid: d.uuid_string(),
+                cap_bytes: d.cap,
+                used_bytes: d.used,
+                peak_bytes: d.peak,
+                total_bytes: d.total_memory,
+                refusals: d.refusals,
+                processes: live.iter().filter(|p| p.used.get(d.id.0).copied().unwrap_or(0) > 0).count(),
+            })
+            .collect();
+        report
+    }
+}
+
+/// Opens a ledger, reclaims dead processes, and reports. Never creates the file.
+pub fn read(target: &Target) -> LedgerReport {
+    if let Some(problem) = &target.problem {
+        return LedgerReport::empty(target, LedgerState::Error, Some(problem.clone()));
+    }
+    match Ledger::open_existing(&target.open_path) {
+        Ok(ledger) => {
+            let before = ledger.snapshot(None);
+            if before.processes.iter().any(|p| !p.alive) {
+                ledger.reclaim_dead(None);
+            }
+            let after = ledger.snapshot(None);
+            LedgerReport::from_snapshots(target, &before, &after)
+        }
+        Err(LedgerError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
+            LedgerReport::empty(target, LedgerState::Missing, None)
+        }
+        Err(e) => LedgerReport::empty(target, LedgerState::Error, Some(e.to_string())),
+    }
+}
+
+pub fn collect(resolved: crate::ledgers::Resolved) -> StatusReport {
+    StatusReport { schema: SCHEMA, ledgers: resolved.targets.iter().map(read).collect(), notes: resolved.notes }
+}
+
+/// A bar like `[||||||||      ]` of `width` cells inside the brackets.
+pub fn bar(used: u64, cap: u64, width: usize) -> String {
+    let filled = if cap == 0 { 0 } else { ((used as u128 * width as u128 + cap as u128 / 2) / cap as u128).min(width as u128) as usize };
+    format!("[{}{}]", "|".repeat(filled), " ".repeat(width - filled))
+}
+
+fn percent(used: u64, cap: u64) -> String {
+    if cap == 0 {
+        return "-".into();
+    }
+    format!("{:.0}%", used as f64 * 100.0 / cap as f64)
+}
+
+fn opt(v: Option<u32>) -> String {
+    v.map(|v| v.to_string()).unwrap_or_else(|| "-".into())
+}
+
+/// Renders the report as text for people; `width` is the line width to aim for.
+pub fn render_text(report: &StatusReport, width: usize) -> String {
+    let mut out = String::new();
+    if report.ledgers.is_empty() {
+        out.push_str("No ledger found: no capped process is running on this machine (or none visible to this user).\n");
+    }
+    for (i, ledger) in report.ledgers.iter().enumerate() {
+        if i > 0 {
+            out.push('\n');
+        }
+        render_ledger(&mut out, ledger, width);
+    }
+    out
+}
+
+fn render_ledger(out: &mut String, l: &LedgerReport, width: usize) {
+    let source = match l.source {
+        "argument" => "given with --ledger",
+        "environment" => "from FGPU_LEDGER",
+        "config-file" => "from /etc/fgpu/fgpu.conf",
+        "default" => "the default",
+        _ => "in use",
+    };
+    let _ = write!(out, "Ledger {} ({source})", l.path);
+    if !l.mapped_by.is_empty() {
+        let pids: Vec<String> = l.mapped_by.iter().map(|p| p.to_string()).collect();
+        let _ = write!(out, ", mapped by PID {}", pids.join(", "));
+    }
+    out.push('\n');
+    match l.state {
+        LedgerState::Missing => {
+            out.push_str("  Not created yet: no capped process has used this ledger.\n");
+            return;
+        }
+        LedgerState::Error => {
+            let _ = writeln!(out, "  Cannot be read: {}", l.error.as_deref().unwrap_or("unknown error"));
+            return;
+        }
+        LedgerState::Ok => {}
+    }
+    if l.devices.is_empty() {
+        out.push_str("  No GPU registered yet: no process has used CUDA under this ledger.\n");
+    }
+    let bar_width = width.saturating_sub(60).clamp(10, 50);
+    for d in &l.devices {
+        let _ = writeln!(out, "  GPU {}  {}  ({} physical)", d.index, d.uuid, format_bytes(d.total_bytes));
+        let _ = writeln!(
+            out,
+            "    {} {} of {} cap ({}), peak {}, {} refused",
+            bar(d.used_bytes, d.cap_bytes, bar_width),
+            format_bytes(d.used_bytes),
+            format_bytes(d.cap_bytes),
+            percent(d.used_bytes, d.cap_bytes),
+            format_bytes(d.peak_bytes),
+            d.refusals
+        );
+    }
+    if l.processes.is_empty() {
+        out.push_str("  No process is using the ledger.\n");
+    } else {
+        let _ = writeln!(out, "  {:>8} {:>9} {:>4} {:>11} {:>11}  NAME", "PID", "HOST PID", "GPU", "MEMORY", "CONTEXT");
+        for p in &l.processes {
+            let pid = match p.pid {
+                Some(pid) => pid.to_string(),
+                None => format!("({})", p.pid_in_namespace),
+            };
+            if p.devices.is_empty() {
+                let _ = writeln!(out, "  {:>8} {:>9} {:>4} {:>11} {:>11}  {}", pid, opt(p.host_pid), "-", "0 B", "-", p.name);
+            }
+            for d in &p.devices {
+                let _ = writeln!(
+                    out,
+                    "  {:>8} {:>9} {:>4} {:>11} {:>11}  {}",
+                    pid,
+                    opt(p.host_pid),
+                    d.index,
+                    format_bytes(d.used_bytes),
+                    format_bytes(d.context_bytes),
+                    p.name
+                );
+            }
+        }
+        if l.processes.iter().any(|p| p.pid.is_none()) {
+            out.push_str("  (N): PID in the process's own namespace; it is not visible from here.\n");
+        }
+    }
+    for p in &l.reclaimed {
+        let _ = writeln!(
+            out,
+            "  Reclaimed: PID {} ({}) had exited; the {} it still held went back to the cap.",
+            p.pid.unwrap_or(p.pid_in_namespace),
+            p.name,
+            format_bytes(p.used_bytes)
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ledgers::Origin;
+    use fgpu_core::ledger::{DeviceId, DeviceView, SlotId};
+    use std::path::PathBuf;
+
+    const GIB: u64 = 1 << 30;
+
+    fn process(slot: usize, pid: u32, alive: bool, used0: u64, ctx0: u64) -> ProcessView {
+        let mut used = vec![0; 16];
+        let mut context = vec![0; 16];
+        used[0] = used0;
+        context[0] = ctx0;
+        ProcessView { slot: SlotId(slot), pid, pid_here: Some(pid), host_pid: Some(pid + 1000), name: format!("p{pid}"), alive, started_unix_ms: 1, used, context }
+    }
+
+    fn snapshot(processes: Vec<ProcessView>, used: u64) -> Snapshot {
+        Snapshot {
+            path: PathBuf::from("/l"),
+            devices: vec![DeviceView { id: DeviceId(0), uuid: [0xab; 16], cap: 8 * GIB, used, peak: 6 * GIB, refusals: 2, total_memory: 80 * GIB }],
+            processes,
+        }
+    }
+
+    #[test]
+    fn dead_processes_are_reported_as_reclaimed_not_as_holding() {
+        let target = Target::plain("/l".into(), Origin::Env);
+        let before = snapshot(vec![process(0, 10, true, 3 * GIB, GIB / 4), process(1, 11, false, 2 * GIB, 0)], 5 * GIB);
+        let after = snapshot(vec![process(0, 10, true, 3 * GIB, GIB / 4)], 3 * GIB);
+        let r = LedgerReport::from_snapshots(&target, &before, &after);
+        assert_eq!(r.processes.len(), 1);
+        assert_eq!(r.processes[0].pid, Some(10));
+        assert_eq!(r.processes[0].used_bytes, 3 * GIB);
+        assert_eq!(r.processes[0].context_bytes, GIB / 4);
+        assert_eq!(r.reclaimed.len(), 1);
+        assert_eq!((r.reclaimed[0].pid, r.reclaimed[0].used_bytes), (Some(11), 2 * GIB));
+        assert_eq!(r.devices[0].used_bytes, 3 * GIB);
+        assert_eq!(r.devices[0].processes, 1);
+        assert_eq!(r.devices[0].uuid, "GPU-abababab-abab-abab-abab-abababababab");
+        let text = render_text(&StatusReport { schema: 1, ledgers: vec![r.clone()], notes: vec![] }, 100);
+        assert!(text.contains("Reclaimed: PID 11 (p11)"), "{text}");
+        assert!(text.contains("3 GiB of 8 GiB cap (38%)"), "{text}");
+        let json = serde_json::to_value(&r).unwrap();
+        assert_eq!(json["source"], "environment");
+        assert_eq!(json["state"], "ok");
+        assert_eq!(json["devices"][0]["cap_bytes"], 8 * GIB);
+        assert_eq!(json["processes"][0]["host_pid"], 1010);
+    }
+
+    #[test]
+    fn a_slot_reused_by_a_new_process_is_not_reclaimed_twice() {
+        let target = Target::plain("/l".into(), Origin::Env);
+        let before = snapshot(vec![process(0, 10, false, GIB, 0)], GIB);
+        let after = snapshot(vec![process(0, 10, true, GIB, 0)], GIB);
+        let r = LedgerReport::from_snapshots(&target, &before, &after);
+        assert!(r.reclaimed.is_empty());
+        assert_eq!(r.processes.len(), 1);
+    }
+
+    #[test]
+    fn bars() {
+        assert_eq!(bar(0, 8, 4), "[    ]");
+        assert_eq!(bar(4, 8, 4), "[||  ]");
+        assert_eq!(bar(9, 8, 4), "[||||]");
+        assert_eq!(bar(1, 0, 4), "[    ]");
+    }
+
+    #[test]
+    fn missing_and_broken_ledgers() {
+        let dir = std::env::temp_dir().join(format!("fgpu-cli-report-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let missing = read(&Target::plain(dir.join("nothing"), Origin::Argument));
+        assert_eq!(missing.state, LedgerState::Missing);
+        std::fs::write(dir.join("foreign"), b"not a ledger at all, really").unwrap();
+        let foreign = read(&Target::plain(dir.join("foreign"), Origin::Argument));
+        assert_eq!(foreign.state, LedgerState::Error);
+        assert!(foreign.error.as_deref().unwrap().contains("not an fgpu ledger"));
+        let text = render_text(&StatusReport { schema: 1, ledgers: vec![missing, foreign], notes: vec![] }, 80);
+        assert!(text.contains("Not created yet") && text.contains("Cannot be read"), "{text}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

@@ -1,0 +1,283 @@
+//! `fgpu run`: start a command with the shim preloaded, the cap set and a ledger of its own,
+//! forward signals to it, and leave the way it left.
+
+use crate::cli::{DeviceArg, LimitArg, RunArgs};
+use crate::shimpath;
+use fgpu_core::config::{ENV_LEDGER, ENV_LIMIT};
+use fgpu_core::ledger::Ledger;
+use fgpu_core::limit::parse_limit;
+use std::ffi::{OsStr, OsString};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// fgpu itself failed (the command did not run or its fate is unknown).
+pub const EXIT_FGPU_FAILED: i32 = 125;
+/// The command exists but cannot be executed.
+pub const EXIT_CANNOT_EXECUTE: i32 = 126;
+/// The command was not found.
+pub const EXIT_NOT_FOUND: i32 = 127;
+
+/// How the command ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fate {
+    Exited(i32),
+    Signaled(i32),
+}
+
+/// The value of `FGPU_LIMIT` for `--limit` and `--device` together. Device entries come
+/// first; `--limit`'s plain size becomes the `*` entry. Fails, naming the argument, when a
+/// device is given twice.
+pub fn limit_value(limit: Option<&LimitArg>, devices: &[DeviceArg]) -> Result<String, String> {
+    if devices.is_empty() {
+        return limit.map(|l| l.text.clone()).ok_or_else(|| "--limit or --device is required".to_string());
+    }
+    let mut entries: Vec<String> = devices.iter().map(|d| format!("{}={}", d.key, d.amount)).collect();
+    if let Some(limit) = limit {
+        if limit.text.contains('=') {
+            entries.push(limit.text.clone());
+        } else {
+            entries.push(format!("*={}", limit.text));
+        }
+    }
+    let value = entries.join(",");
+    parse_limit(&value).map_err(|e| format!("--device and --limit together give FGPU_LIMIT={value:?}, which is not valid: {e}"))?;
+    Ok(value)
+}
+
+/// `LD_PRELOAD` for the child: the shim first, then what was there, minus other copies of
+/// the shim (two would count every allocation twice). ld.so accepts ':' and ' ' as
+/// separators; the result uses ':'.
+pub fn preload_value(shim: &Path, existing: Option<&OsStr>) -> OsString {
+    let mut out = OsString::from(shim.as_os_str());
+    if let Some(existing) = existing {
+        for entry in existing.as_bytes().split(|b| *b == b':' || *b == b' ').filter(|e| !e.is_empty()) {
+            let entry = Path::new(OsStr::from_bytes(entry));
+            if entry == shim || entry.file_name() == Some(OsStr::new(shimpath::SHIM_NAME)) {
+                continue;
+            }
+            out.push(":");
+            out.push(entry.as_os_str());
+        }
+    }
+    out
+}
+
+/// Exit code for a failure to start the command, as a shell would give it.
+pub fn spawn_failure_code(error: &std::io::Error) -> i32 {
+    match error.kind() {
+        std::io::ErrorKind::NotFound => EXIT_NOT_FOUND,
+        std::io::ErrorKind::PermissionDenied => EXIT_CANNOT_EXECUTE,
+        _ if error.raw_os_error() == Some(libc::ENOEXEC) || error.raw_os_error() == Some(libc::EISDIR) => EXIT_CANNOT_EXECUTE,
+        _ => EXIT_FGPU_FAILED,
+    }
+}
+
+pub fn fate_of(status: std::process::ExitStatus) -> Fate {
+    match (status.code(), status.signal()) {
+        (Some(code), _) => Fate::Exited(code),
+        (None, Some(signal)) => Fate::Signaled(signal),
+        _ => Fate::Exited(EXIT_FGPU_FAILED),
+    }
+}
+
+/// A private directory holding a fresh ledger, removed when dropped unless kept.
+pub struct PrivateLedger {
+    dir: PathBuf,
+    pub path: PathBuf,
+    keep: bool,
+}
+
+impl PrivateLedger {
+    /// Creates `fgpu-run-XXXXXX` (mode 0700) under `$XDG_RUNTIME_DIR` if usable, else the
+    /// temporary directory (`$TMPDIR` or /tmp).
+    pub fn create() -> std::io::Result<PrivateLedger> {
+        let base = std::env::var_os("XDG_RUNTIME_DIR")
+            .map(PathBuf::from)
+            .filter(|p| p.is_absolute() && writable_dir(p))
+            .unwrap_or_else(std::env::temp_dir);
+        let dir = mkdtemp(&base.join("fgpu-run-XXXXXX"))?;
+        Ok(PrivateLedger { path: dir.join("ledger"), dir, keep: false })
+    }
+
+    /// After the command ended: keep the directory if processes the command left behind
+    /// still use the ledger (they would lose nothing, but `fgpu status` could not find it).
+    pub fn finish(&mut self) {
+        let Ok(ledger) = Ledger::open_existing(&self.path) else { return };
+        ledger.reclaim_dead(None);
+        let snapshot = ledger.snapshot(None);
+        let alive: Vec<String> = snapshot
+            .processes
+            .iter()
+            .filter(|p| p.alive)
+            .map(|p| format!("{} ({})", p.pid_here.unwrap_or(p.pid), p.name))
+            .collect();
+        if !alive.is_empty() {
+            self.keep = true;
+            eprintln!(
+                "fgpu: the command ended but {} of its processes still use the cap: {}; keeping {} (remove it when they are gone)",
+                alive.len(),
+                alive.join(", "),
+                self.path.display()
+            );
+        }
+    }
+}
+
+impl Drop for PrivateLedger {
+    fn drop(&mut self) {
+        if !self.keep {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+fn writable_dir(path: &Path) -> bool {
+    let Ok(c) = std::ffi::CString::new(path.as_os_str().as_bytes()) else { return false };
+    // SAFETY: access(2) on a valid NUL-terminated path.
+    path.is_dir() && unsafe { libc::access(c.as_ptr(), libc::W_OK | libc::X_OK) } == 0
+}
+
+fn mkdtemp(template: &Path) -> std::io::Result<PathBuf> {
+    let mut bytes = template.as_os_str().as_bytes().to_vec();
+    bytes.push(0);
+    // SAFETY: mkdtemp(3) rewrites the trailing XXXXXX of a writable NUL-terminated buffer.
+    let rc = unsafe { libc::mkdtemp(bytes.as_mut_ptr().cast()) };
+    if rc.is_null() {
+        return Err(std::io::Error::last_os_error());
+    }
+    bytes.pop();
+    Ok(PathBuf::from(OsString::from(OsStr::from_bytes(&bytes))))
+}
+
+/// Runs `fgpu run` and returns the process exit code, or does not return when the command
+/// was killed by a signal (fgpu then dies of the same signal).
+pub fn run(args: RunArgs) -> i32 {
+    let limit = match limit_value(args.limit.as_ref(), &args.device) {
+        Ok(v) => v,
+        Err(e) => {
+            eprintln!("fgpu run: {e}");
+            return 2;
+        }
+    };
+    let shim = match shimpath::locate() {
+        Ok(found) => found.path,
+        Err(e) => {
+            eprintln!("fgpu run: {e}");
+            return EXIT_FGPU_FAILED;
+        }
+    };
+    let mut private = None;
+    let ledger = match &args.ledger {
+        Some(path) => std::path::absolute(path).unwrap_or_else(|_| path.clone()),
+        None => match PrivateLedger::create() {
+            Ok(p) => {
+                let path = p.path.clone();
+                private = Some(p);
+                path
+            }
+            Err(e) => {
+                eprintln!("fgpu run: cannot create a private directory for the ledger in {}: {e}", std::env::temp_dir().display());
+                return EXIT_FGPU_FAILED;
+            }
+        },
+    };
+    let (program, rest) = args.command.split_first().expect("clap requires a command");
+    let mut command = Command::new(program);
+    command
+        .args(rest)
+        .env("LD_PRELOAD", preload_value(&shim, std::env::var_os("LD_PRELOAD").as_deref()))
+        .env(ENV_LIMIT, &limit)
+        .env(ENV_LEDGER, &ledger);
+
+    crate::signals::install_forwarding();
+    let mut child = match command.spawn() {
+        Ok(child) => child,
+        Err(e) => {
+            crate::signals::restore_defaults();
+            eprintln!("fgpu run: {}: {}", program.to_string_lossy(), e);
+            return spawn_failure_code(&e);
+        }
+    };
+    crate::signals::set_child(child.id() as libc::pid_t);
+    let status = child.wait();
+    crate::signals::restore_defaults();
+    if let Some(p) = private.as_mut() {
+        p.finish();
+    }
+    drop(private);
+    match status {
+        Ok(status) => match fate_of(status) {
+            Fate::Exited(code) => code,
+            Fate::Signaled(signal) => crate::signals::die_of(signal),
+        },
+        Err(e) => {
+            eprintln!("fgpu run: cannot wait for {}: {e}", program.to_string_lossy());
+            EXIT_FGPU_FAILED
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limit(text: &str) -> LimitArg {
+        LimitArg { text: text.into() }
+    }
+
+    fn device(key: &str, amount: &str) -> DeviceArg {
+        DeviceArg { key: key.into(), amount: amount.into() }
+    }
+
+    #[test]
+    fn limit_and_devices_combine() {
+        assert_eq!(limit_value(Some(&limit("8G")), &[]).unwrap(), "8G");
+        assert_eq!(limit_value(Some(&limit("8G")), &[device("GPU-1a", "16G")]).unwrap(), "GPU-1a=16G,*=8G");
+        assert_eq!(limit_value(None, &[device("GPU-1a", "16G"), device("GPU-2b", "50%")]).unwrap(), "GPU-1a=16G,GPU-2b=50%");
+        assert_eq!(limit_value(Some(&limit("GPU-3=1G,*=2G")), &[device("GPU-1a", "16G")]).unwrap(), "GPU-1a=16G,GPU-3=1G,*=2G");
+        let err = limit_value(Some(&limit("GPU-1a=1G")), &[device("GPU-1a", "16G")]).unwrap_err();
+        assert!(err.contains("--device") && err.contains("given twice"), "{err}");
+        assert!(limit_value(None, &[]).is_err());
+    }
+
+    #[test]
+    fn shim_goes_first_and_only_once() {
+        let shim = Path::new("/opt/fgpu/lib/libfgpu.so");
+        assert_eq!(preload_value(shim, None), "/opt/fgpu/lib/libfgpu.so");
+        assert_eq!(preload_value(shim, Some(OsStr::new(""))), "/opt/fgpu/lib/libfgpu.so");
+        assert_eq!(
+            preload_value(shim, Some(OsStr::new("/usr/lib/libjemalloc.so.2 /old/libfgpu.so:/opt/fgpu/lib/libfgpu.so:libx.so"))),
+            "/opt/fgpu/lib/libfgpu.so:/usr/lib/libjemalloc.so.2:libx.so"
+        );
+    }
+
+    #[test]
+    fn spawn_failures_map_like_a_shell() {
+        use std::io::{Error, ErrorKind};
+        assert_eq!(spawn_failure_code(&Error::from(ErrorKind::NotFound)), 127);
+        assert_eq!(spawn_failure_code(&Error::from(ErrorKind::PermissionDenied)), 126);
+        assert_eq!(spawn_failure_code(&Error::from_raw_os_error(libc::ENOEXEC)), 126);
+        assert_eq!(spawn_failure_code(&Error::from_raw_os_error(libc::ENOMEM)), 125);
+    }
+
+    #[test]
+    fn fates() {
+        let exited = std::process::ExitStatus::from_raw(3 << 8);
+        assert_eq!(fate_of(exited), Fate::Exited(3));
+        let killed = std::process::ExitStatus::from_raw(libc::SIGTERM);
+        assert_eq!(fate_of(killed), Fate::Signaled(libc::SIGTERM));
+    }
+
+    #[test]
+    fn private_ledger_is_private_and_removed() {
+        let p = PrivateLedger::create().unwrap();
+        let dir = p.path.parent().unwrap().to_path_buf();
+        use std::os::unix::fs::PermissionsExt;
+        assert_eq!(std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777, 0o700);
+        assert!(dir.file_name().unwrap().to_str().unwrap().starts_with("fgpu-run-"));
+        drop(p);
+        assert!(!dir.exists());
+    }
+}
