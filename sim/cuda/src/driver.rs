@@ -1,0 +1,560 @@
+//! Process-local state of the simulated CUDA driver: contexts, allocations, pools, VMM
+//! handles, arrays. Device memory itself is accounted in the shared state file.
+
+use crate::errors::*;
+use crate::va::VaSpace;
+use fgpu_sim_state::pool::{round_up, PoolModel};
+use fgpu_sim_state::SimState;
+use std::cell::RefCell;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, MutexGuard, OnceLock};
+
+/// VMM / pool / array granularity.
+pub const GRANULARITY: u64 = 2 << 20;
+/// Pitch alignment of cuMemAllocPitch.
+pub const PITCH_ALIGN: u64 = 512;
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Kind {
+    /// cuMemAlloc / cuMemAllocPitch: device memory, not host-accessible.
+    Device,
+    /// cuMemAllocAsync / cuMemAllocFromPoolAsync from the pool with this handle.
+    Pool(usize),
+    /// cuMemAllocManaged: device memory accounted, backed by host pages at the same address.
+    Managed,
+}
+
+#[derive(Clone, Copy, Debug)]
+pub struct Alloc {
+    pub size: u64,
+    pub va_size: u64,
+    pub dev: usize,
+    pub ctx: usize,
+    pub kind: Kind,
+    pub low: bool,
+}
+
+pub struct Ctx {
+    pub dev: usize,
+    pub flags: u32,
+    pub primary: bool,
+}
+
+#[derive(Default, Clone, Copy)]
+pub struct Primary {
+    pub handle: usize,
+    pub refcount: u32,
+    pub active: bool,
+    pub flags: u32,
+}
+
+pub struct PoolRec {
+    pub dev: usize,
+    pub model: PoolModel,
+    pub reuse: [i32; 3],
+    pub max_size: u64,
+    pub destroyed: bool,
+    pub outstanding: u64,
+}
+
+pub struct VmmHandle {
+    pub dev: usize,
+    pub size: u64,
+    pub released: bool,
+    pub maps: u32,
+}
+
+pub struct ArrayRec {
+    pub dev: usize,
+    pub ctx: usize,
+    pub bytes: u64,
+    pub mipmapped: bool,
+}
+
+pub struct Inner {
+    pub allocs: BTreeMap<u64, Alloc>,
+    pub va: VaSpace,
+    pub va32: VaSpace,
+    pub contexts: HashMap<usize, Ctx>,
+    pub primary: Vec<Primary>,
+    pub pools: HashMap<usize, PoolRec>,
+    pub default_pool: Vec<usize>,
+    pub current_pool: Vec<usize>,
+    pub streams: HashMap<usize, usize>,
+    pub events: HashMap<usize, usize>,
+    pub vmm: HashMap<u64, VmmHandle>,
+    pub reservations: BTreeMap<u64, u64>,
+    pub mappings: BTreeMap<u64, (u64, u64)>,
+    pub arrays: HashMap<usize, ArrayRec>,
+    pub host: HashMap<usize, usize>,
+    next_handle: u64,
+}
+
+pub struct Driver {
+    pub state: SimState,
+    pub slot: usize,
+    /// CUdevice ordinal -> physical device index in the state file (CUDA_VISIBLE_DEVICES).
+    pub visible: Vec<usize>,
+    pub inner: Mutex<Inner>,
+}
+
+static DRIVER: OnceLock<Result<Driver, CUresult>> = OnceLock::new();
+static INIT_LOCK: Mutex<()> = Mutex::new(());
+/// Set in a child forked from a process that had initialised the driver.
+static FORKED: AtomicBool = AtomicBool::new(false);
+
+thread_local! {
+    static CTX_STACK: RefCell<Vec<usize>> = const { RefCell::new(Vec::new()) };
+}
+
+extern "C" fn atfork_child() {
+    FORKED.store(true, Ordering::Relaxed);
+}
+
+/// Opens the shared state without registering the process (for cuDriverGetVersion).
+pub fn state_only() -> Option<SimState> {
+    static S: OnceLock<Option<SimState>> = OnceLock::new();
+    if let Some(Ok(d)) = DRIVER.get() {
+        return Some(d.state);
+    }
+    *S.get_or_init(|| SimState::open_default().ok())
+}
+
+/// Parses CUDA_VISIBLE_DEVICES the way the driver does: indices or `GPU-` UUID prefixes,
+/// comma separated; the list stops at the first invalid or repeated entry.
+pub fn visible_devices(state: &SimState, var: Option<&str>) -> Vec<usize> {
+    let n = state.device_count();
+    let Some(v) = var else { return (0..n).collect() };
+    let mut out = Vec::new();
+    for tok in v.split(',') {
+        let t = tok.trim();
+        let idx = if let Ok(i) = t.parse::<i64>() {
+            if i < 0 || i as usize >= n {
+                None
+            } else {
+                Some(i as usize)
+            }
+        } else if t.len() > 4 && t[..4].eq_ignore_ascii_case("GPU-") {
+            let m: Vec<usize> = (0..n)
+                .filter(|&i| state.device_uuid_string(i).to_ascii_lowercase().starts_with(&t.to_ascii_lowercase()))
+                .collect();
+            if m.len() == 1 {
+                Some(m[0])
+            } else {
+                None
+            }
+        } else {
+            None
+        };
+        match idx {
+            Some(i) if !out.contains(&i) => out.push(i),
+            _ => break,
+        }
+    }
+    out
+}
+
+/// cuInit.
+pub fn init() -> CUresult {
+    if FORKED.load(Ordering::Relaxed) {
+        return CUDA_ERROR_NOT_INITIALIZED;
+    }
+    if let Some(r) = DRIVER.get() {
+        return r.as_ref().map(|_| CUDA_SUCCESS).unwrap_or_else(|e| *e);
+    }
+    let _g = INIT_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let r = DRIVER.get_or_init(|| {
+        let state = SimState::open_default().map_err(|_| CUDA_ERROR_NO_DEVICE)?;
+        let visible = visible_devices(&state, std::env::var("CUDA_VISIBLE_DEVICES").ok().as_deref());
+        if visible.is_empty() {
+            return Err(CUDA_ERROR_NO_DEVICE);
+        }
+        let slot = state.register().map_err(|_| CUDA_ERROR_OPERATING_SYSTEM)?;
+        // SAFETY: registering a plain extern "C" handler with no prepare/parent hooks.
+        unsafe { libc::pthread_atfork(None, None, Some(atfork_child)) };
+        let n = visible.len();
+        let (va_base, va_end) = reserve_va(&state, &visible);
+        Ok(Driver {
+            state,
+            slot,
+            visible,
+            inner: Mutex::new(Inner {
+                allocs: BTreeMap::new(),
+                va: VaSpace::new(va_base, va_end),
+                va32: VaSpace::new(0x1000_0000, 0xF000_0000),
+                contexts: HashMap::new(),
+                primary: vec![Primary::default(); n],
+                pools: HashMap::new(),
+                default_pool: vec![0; n],
+                current_pool: vec![0; n],
+                streams: HashMap::new(),
+                events: HashMap::new(),
+                vmm: HashMap::new(),
+                reservations: BTreeMap::new(),
+                mappings: BTreeMap::new(),
+                arrays: HashMap::new(),
+                host: HashMap::new(),
+                next_handle: 0x5F00_0000_0000,
+            }),
+        })
+    });
+    r.as_ref().map(|_| CUDA_SUCCESS).unwrap_or_else(|e| *e)
+}
+
+/// Reserves (PROT_NONE) the address range device pointers come from, so no host mapping
+/// lands there and a CPU dereference faults like one of real device memory.
+fn reserve_va(state: &SimState, visible: &[usize]) -> (u64, u64) {
+    let total: u64 = visible.iter().map(|&i| state.device_total(i)).sum();
+    let want = total.saturating_mul(4).clamp(1 << 40, 32 << 40);
+    let len = want + GRANULARITY;
+    // SAFETY: an anonymous PROT_NONE reservation at an address of the kernel's choosing.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len as usize,
+            libc::PROT_NONE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        // No reservation possible (address-space limit): use a fixed high range.
+        return (0x7E00_0000_0000, 0x7E00_0000_0000 + (16u64 << 40));
+    }
+    let base = round_up(p as u64, GRANULARITY);
+    (base, base + want)
+}
+
+/// The initialised driver, or the error every call returns before cuInit succeeds.
+#[inline]
+pub fn driver() -> Result<&'static Driver, CUresult> {
+    if FORKED.load(Ordering::Relaxed) {
+        return Err(CUDA_ERROR_NOT_INITIALIZED);
+    }
+    match DRIVER.get() {
+        Some(Ok(d)) => Ok(d),
+        _ => Err(CUDA_ERROR_NOT_INITIALIZED),
+    }
+}
+
+pub fn ctx_top() -> usize {
+    CTX_STACK.with(|s| s.borrow().last().copied().unwrap_or(0))
+}
+pub fn ctx_set_top(h: usize) {
+    CTX_STACK.with(|s| {
+        let mut s = s.borrow_mut();
+        if h == 0 {
+            s.pop();
+        } else if let Some(t) = s.last_mut() {
+            *t = h;
+        } else {
+            s.push(h);
+        }
+    })
+}
+pub fn ctx_push(h: usize) {
+    CTX_STACK.with(|s| s.borrow_mut().push(h))
+}
+pub fn ctx_pop() -> Option<usize> {
+    CTX_STACK.with(|s| s.borrow_mut().pop())
+}
+pub fn ctx_pop_if_top(h: usize) {
+    CTX_STACK.with(|s| {
+        let mut s = s.borrow_mut();
+        if s.last() == Some(&h) {
+            s.pop();
+        }
+    })
+}
+
+impl Driver {
+    #[inline]
+    pub fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+    #[inline]
+    pub fn phys(&self, dev: usize) -> usize {
+        self.visible[dev]
+    }
+    pub fn ndev(&self) -> usize {
+        self.visible.len()
+    }
+    pub fn check_dev(&self, dev: i32) -> Result<usize, CUresult> {
+        if dev < 0 || dev as usize >= self.ndev() {
+            Err(CUDA_ERROR_INVALID_DEVICE)
+        } else {
+            Ok(dev as usize)
+        }
+    }
+    #[inline]
+    pub fn take(&self, dev: usize, bytes: u64) -> bool {
+        bytes == 0 || self.state.try_alloc(self.slot, self.phys(dev), bytes)
+    }
+    #[inline]
+    pub fn give(&self, dev: usize, bytes: u64) {
+        self.state.release(self.slot, self.phys(dev), bytes)
+    }
+}
+
+impl Inner {
+    pub fn new_handle(&mut self) -> usize {
+        self.next_handle += 0x40;
+        self.next_handle as usize
+    }
+
+    /// The calling thread's current context and its device. Re-activates a retained
+    /// primary context after a reset.
+    pub fn current(&mut self, d: &Driver) -> Result<(usize, usize), CUresult> {
+        let h = ctx_top();
+        if h == 0 {
+            return Err(CUDA_ERROR_INVALID_CONTEXT);
+        }
+        self.ctx_ready(d, h, CUDA_ERROR_CONTEXT_IS_DESTROYED).map(|dev| (h, dev))
+    }
+
+    /// Device of context `h`, making a retained primary context active if it is not.
+    pub fn ctx_ready(&mut self, d: &Driver, h: usize, missing: CUresult) -> Result<usize, CUresult> {
+        let (dev, primary) = match self.contexts.get(&h) {
+            Some(c) => (c.dev, c.primary),
+            None => return Err(missing),
+        };
+        if primary && !self.primary[dev].active {
+            if self.primary[dev].refcount == 0 {
+                return Err(CUDA_ERROR_CONTEXT_IS_DESTROYED);
+            }
+            self.activate_primary(d, dev)?;
+        }
+        Ok(dev)
+    }
+
+    pub fn activate_primary(&mut self, d: &Driver, dev: usize) -> Result<(), CUresult> {
+        if !d.take(dev, d.state.context_overhead()) {
+            return Err(CUDA_ERROR_OUT_OF_MEMORY);
+        }
+        d.state.count_context(d.slot, d.phys(dev), true);
+        self.primary[dev].active = true;
+        Ok(())
+    }
+
+    pub fn primary_handle(&mut self, dev: usize) -> usize {
+        if self.primary[dev].handle == 0 {
+            let h = self.new_handle();
+            self.primary[dev].handle = h;
+            self.contexts.insert(h, Ctx { dev, flags: 0, primary: true });
+        }
+        self.primary[dev].handle
+    }
+
+    /// Frees everything that belongs to context `h` (allocations, arrays, streams,
+    /// events) and its own device memory.
+    pub fn teardown_ctx(&mut self, d: &Driver, h: usize, dev: usize) {
+        let victims: Vec<u64> = self
+            .allocs
+            .iter()
+            .filter(|(_, a)| a.ctx == h && !matches!(a.kind, Kind::Pool(_)))
+            .map(|(&p, _)| p)
+            .collect();
+        for p in victims {
+            self.free_alloc(d, p);
+        }
+        let arrays: Vec<usize> = self.arrays.iter().filter(|(_, a)| a.ctx == h).map(|(&k, _)| k).collect();
+        for k in arrays {
+            if let Some(a) = self.arrays.remove(&k) {
+                d.give(a.dev, a.bytes);
+            }
+        }
+        self.streams.retain(|_, c| *c != h);
+        self.events.retain(|_, c| *c != h);
+        d.give(dev, d.state.context_overhead());
+        d.state.count_context(d.slot, d.phys(dev), false);
+    }
+
+    /// Device allocation of `size` accounted bytes (and `va_size` of address space).
+    pub fn alloc_device(
+        &mut self,
+        d: &Driver,
+        dev: usize,
+        ctx: usize,
+        size: u64,
+        va_size: u64,
+        kind: Kind,
+        low: bool,
+    ) -> Result<u64, CUresult> {
+        if !d.take(dev, size) {
+            return Err(CUDA_ERROR_OUT_OF_MEMORY);
+        }
+        let va_size = round_up(va_size.max(1), 512);
+        let align = if va_size >= GRANULARITY { GRANULARITY } else { 512 };
+        let ptr = if kind == Kind::Managed {
+            map_host(va_size)
+        } else if low {
+            self.va32.alloc(va_size, align)
+        } else {
+            self.va.alloc(va_size, align)
+        };
+        let Some(ptr) = ptr else {
+            d.give(dev, size);
+            return Err(CUDA_ERROR_OUT_OF_MEMORY);
+        };
+        self.allocs.insert(ptr, Alloc { size, va_size, dev, ctx, kind, low });
+        Ok(ptr)
+    }
+
+    /// Frees allocation `ptr` (must be a key of `allocs`), wherever its memory goes.
+    pub fn free_alloc(&mut self, d: &Driver, ptr: u64) -> Option<Alloc> {
+        let a = self.allocs.remove(&ptr)?;
+        match a.kind {
+            Kind::Managed => unmap_host(ptr, a.va_size),
+            _ if a.low => self.va32.free(ptr, a.va_size),
+            _ => self.va.free(ptr, a.va_size),
+        }
+        match a.kind {
+            Kind::Device | Kind::Managed => d.give(a.dev, a.size),
+            Kind::Pool(ph) => {
+                let mut drop_pool = false;
+                if let Some(p) = self.pools.get_mut(&ph) {
+                    p.model.free(a.size);
+                    p.outstanding = p.outstanding.saturating_sub(1);
+                    if p.destroyed && p.outstanding == 0 {
+                        let r = p.model.destroy();
+                        d.give(p.dev, r);
+                        drop_pool = true;
+                    }
+                }
+                if drop_pool {
+                    self.pools.remove(&ph);
+                }
+            }
+        }
+        Some(a)
+    }
+
+    /// The allocation or VMM mapping containing `[ptr, ptr+len)`: (base, size, host-backed).
+    pub fn find_range(&self, ptr: u64, len: u64) -> Option<(u64, u64, bool)> {
+        if let Some((&b, a)) = self.allocs.range(..=ptr).next_back() {
+            if ptr.checked_add(len)? <= b + a.size.max(1) && ptr >= b {
+                return Some((b, a.size, a.kind == Kind::Managed));
+            }
+        }
+        if let Some((&b, &(size, _))) = self.mappings.range(..=ptr).next_back() {
+            if ptr.checked_add(len)? <= b + size {
+                return Some((b, size, false));
+            }
+        }
+        None
+    }
+
+    pub fn default_pool(&mut self, dev: usize) -> usize {
+        if self.default_pool[dev] == 0 {
+            let h = self.new_handle();
+            self.pools.insert(
+                h,
+                PoolRec { dev, model: PoolModel::new(), reuse: [1, 1, 1], max_size: 0, destroyed: false, outstanding: 0 },
+            );
+            self.default_pool[dev] = h;
+            if self.current_pool[dev] == 0 {
+                self.current_pool[dev] = h;
+            }
+        }
+        self.default_pool[dev]
+    }
+
+    pub fn current_pool(&mut self, dev: usize) -> usize {
+        let dp = self.default_pool(dev);
+        if self.current_pool[dev] == 0 {
+            self.current_pool[dev] = dp;
+        }
+        self.current_pool[dev]
+    }
+
+    pub fn pool_alloc(&mut self, d: &Driver, ph: usize, ctx: usize, size: u64) -> Result<u64, CUresult> {
+        let (dev, grow) = {
+            let p = self.pools.get(&ph).ok_or(CUDA_ERROR_INVALID_VALUE)?;
+            if p.destroyed {
+                return Err(CUDA_ERROR_INVALID_VALUE);
+            }
+            let grow = p.model.grow_needed(size);
+            if p.max_size != 0 && p.model.reserved + grow > p.max_size {
+                return Err(CUDA_ERROR_OUT_OF_MEMORY);
+            }
+            (p.dev, grow)
+        };
+        if !d.take(dev, grow) {
+            return Err(CUDA_ERROR_OUT_OF_MEMORY);
+        }
+        let va_size = round_up(size, 512);
+        let align = if va_size >= GRANULARITY { GRANULARITY } else { 512 };
+        let Some(ptr) = self.va.alloc(va_size, align) else {
+            d.give(dev, grow);
+            return Err(CUDA_ERROR_OUT_OF_MEMORY);
+        };
+        if let Some(p) = self.pools.get_mut(&ph) {
+            p.model.commit_alloc(size, grow);
+            p.outstanding += 1;
+        }
+        self.allocs.insert(ptr, Alloc { size, va_size, dev, ctx, kind: Kind::Pool(ph), low: false });
+        Ok(ptr)
+    }
+
+    /// A synchronisation point: every pool gives back what is above its threshold.
+    pub fn sync_pools(&mut self, d: &Driver) {
+        for p in self.pools.values_mut() {
+            let r = p.model.sync();
+            if r > 0 {
+                d.give(p.dev, r);
+            }
+        }
+    }
+}
+
+/// Host pages for managed memory (accessible from the CPU, like real managed memory).
+fn map_host(len: u64) -> Option<u64> {
+    // SAFETY: fresh anonymous private mapping; the kernel picks the address.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len as usize,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        None
+    } else {
+        Some(p as u64)
+    }
+}
+
+pub fn unmap_host(ptr: u64, len: u64) {
+    // SAFETY: (ptr, len) is a mapping made by map_host and removed from every table.
+    unsafe { libc::munmap(ptr as *mut libc::c_void, len as usize) };
+}
+
+/// Array bytes: width x height x depth x channels x element size, each dimension at least
+/// 1, summed over mip levels, rounded up to the 2 MiB granularity.
+pub fn array_bytes(width: u64, height: u64, depth: u64, format: u32, channels: u32, levels: u32) -> Option<u64> {
+    let elem: u64 = match format {
+        0x01 | 0x08 => 1,       // UNSIGNED_INT8, SIGNED_INT8
+        0x02 | 0x09 | 0x10 => 2, // UNSIGNED_INT16, SIGNED_INT16, HALF
+        0x03 | 0x0a | 0x20 => 4, // UNSIGNED_INT32, SIGNED_INT32, FLOAT
+        0 => return None,
+        _ => 4,
+    };
+    if !matches!(channels, 1 | 2 | 4) || width == 0 {
+        return None;
+    }
+    let (mut w, mut h, mut dd) = (width, height.max(1), depth.max(1));
+    let mut total: u64 = 0;
+    for _ in 0..levels.max(1) {
+        let b = w.checked_mul(h)?.checked_mul(dd)?.checked_mul(elem * channels as u64)?;
+        total = total.checked_add(b)?;
+        w = (w / 2).max(1);
+        h = (h / 2).max(1);
+        dd = (dd / 2).max(1);
+    }
+    Some(round_up(total, GRANULARITY))
+}
