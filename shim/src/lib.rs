@@ -1,1 +1,20 @@
-//! libfgpu.so: placeholder
+//! libfgpu.so: preloaded into every process of a job or container, it holds all of them
+//! together to one GPU memory cap per device.
+//!
+//! * [`hooks`]: the exported functions that replace driver entry points, one module per
+//!   family (`dlsym`, `cuGetProcAddress`, allocations, contexts, pools, VMM, arrays,
+//!   memory info, NVML).
+//! * [`real`]: finds the real driver functions without going through our own hooks.
+//! * [`state`]: this process's configuration, ledger slot, devices and live allocations.
+//! * [`abi`]: the C types of CUDA and NVML.
+//!
+//! The policy (limits, configuration) and the ledger live in `fgpu-core`, which knows
+//! nothing of the driver.
+
+#![deny(unsafe_op_in_unsafe_fn)]
+#![allow(non_snake_case)]
+
+pub mod abi;
+pub mod hooks;
+pub mod real;
+pub mod state;

@@ -1,1 +1,379 @@
-//! test support: placeholder
+//! Support for fgpu's integration tests: a temp directory per test with its own simulated
+//! GPU and ledger, commands whose failures show everything, and C clients built on demand.
+//!
+//! The tests drive the release build (`cargo build --release` first; `tests/run.sh` does).
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+pub const MIB: u64 = 1 << 20;
+pub const GIB: u64 = 1 << 30;
+
+/// The workspace root.
+pub fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+}
+
+/// Where the release build lives (honours CARGO_TARGET_DIR).
+pub fn release_dir() -> PathBuf {
+    let target = std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| workspace().join("target"));
+    let dir = if target.is_absolute() { target } else { workspace().join(target) };
+    dir.join("release")
+}
+
+pub fn shim_path() -> PathBuf {
+    let path = release_dir().join("libfgpu.so");
+    assert!(path.exists(), "{} is missing: run `cargo build --release` first", path.display());
+    path
+}
+
+pub fn fgpu_bin() -> PathBuf {
+    release_dir().join("fgpu")
+}
+
+/// A directory holding the simulated driver under the real sonames.
+pub fn sim_lib_dir() -> PathBuf {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let dir = release_dir().join("sim-driver");
+        std::fs::create_dir_all(&dir).unwrap();
+        for (built, soname) in [("libfgpu_sim_cuda.so", "libcuda.so.1"), ("libfgpu_sim_nvml.so", "libnvidia-ml.so.1")] {
+            let source = release_dir().join(built);
+            assert!(source.exists(), "{} is missing: run `cargo build --release` first", source.display());
+            let link = dir.join(soname);
+            let _ = std::fs::remove_file(&link);
+            std::os::unix::fs::symlink(&source, &link).unwrap();
+            if soname == "libcuda.so.1" {
+                let dev_link = dir.join("libcuda.so");
+                let _ = std::fs::remove_file(&dev_link);
+                std::os::unix::fs::symlink(&source, &dev_link).unwrap();
+            }
+        }
+        dir
+    })
+    .clone()
+}
+
+/// Compiles `tests/clients/<name>.c` once per test run; `linked` links it against the
+/// simulated libcuda instead of resolving at run time.
+pub fn client(name: &str) -> PathBuf {
+    client_with(name, &[])
+}
+
+pub fn client_with(name: &str, defines: &[&str]) -> PathBuf {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _guard = LOCK.lock().unwrap();
+    let suffix: String = defines.iter().map(|d| format!("-{}", d.to_lowercase())).collect();
+    let out = release_dir().join("test-clients").join(format!("{name}{suffix}"));
+    let source = workspace().join("tests/clients").join(format!("{name}.c"));
+    let fresh = out.exists()
+        && out.metadata().unwrap().modified().unwrap() >= source.metadata().unwrap().modified().unwrap();
+    if !fresh {
+        std::fs::create_dir_all(out.parent().unwrap()).unwrap();
+        let mut cc = Command::new("cc");
+        cc.args(["-O1", "-Wall", "-o"]).arg(&out).arg(&source);
+        for d in defines {
+            cc.arg(format!("-D{d}"));
+        }
+        if defines.contains(&"LINKED") {
+            cc.arg(format!("-L{}", sim_lib_dir().display())).arg("-l:libcuda.so.1");
+        }
+        cc.args(["-ldl", "-lpthread"]);
+        Cmd(cc).success();
+    }
+    out
+}
+
+/// Builds a helper shared library from `tests/clients/<name>.c`.
+pub fn helper_library(name: &str) -> PathBuf {
+    let out = release_dir().join("test-clients").join(format!("lib{name}.so"));
+    let source = workspace().join("tests/clients").join(format!("{name}.c"));
+    std::fs::create_dir_all(out.parent().unwrap()).unwrap();
+    let mut cc = Command::new("cc");
+    cc.args(["-O1", "-Wall", "-shared", "-fPIC", "-o"]).arg(&out).arg(&source).arg("-ldl");
+    Cmd(cc).success();
+    out
+}
+
+/// One test's world: a temp dir, a simulated GPU (state file) and a ledger.
+pub struct Env {
+    pub dir: PathBuf,
+    pub sim_state: PathBuf,
+    pub ledger: PathBuf,
+    pub sim_memory: String,
+    pub context_overhead: String,
+    pub devices: u32,
+}
+
+impl Env {
+    pub fn new(name: &str) -> Env {
+        let dir = std::env::temp_dir().join(format!("fgpu-it-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        Env {
+            sim_state: dir.join("sim-state"),
+            ledger: dir.join("ledger"),
+            dir,
+            sim_memory: "80G".into(),
+            context_overhead: "300M".into(),
+            devices: 1,
+        }
+    }
+
+    pub fn sim_memory(mut self, size: &str) -> Self {
+        self.sim_memory = size.into();
+        self
+    }
+
+    pub fn context_overhead(mut self, size: &str) -> Self {
+        self.context_overhead = size.into();
+        self
+    }
+
+    pub fn devices(mut self, n: u32) -> Self {
+        self.devices = n;
+        self
+    }
+
+    /// A command that sees the simulated driver, without the shim.
+    pub fn command(&self, program: impl AsRef<std::ffi::OsStr>) -> Cmd {
+        let mut cmd = Command::new(program);
+        let lib_path = match std::env::var("LD_LIBRARY_PATH") {
+            Ok(existing) if !existing.is_empty() => format!("{}:{existing}", sim_lib_dir().display()),
+            _ => sim_lib_dir().display().to_string(),
+        };
+        cmd.env("LD_LIBRARY_PATH", lib_path)
+            .env("FGPU_SIM_STATE", &self.sim_state)
+            .env("FGPU_SIM_MEMORY", &self.sim_memory)
+            .env("FGPU_SIM_CONTEXT_OVERHEAD", &self.context_overhead)
+            .env("FGPU_SIM_DEVICES", self.devices.to_string())
+            .env_remove("LD_PRELOAD")
+            .env_remove("FGPU_LIMIT")
+            .env_remove("FGPU_LOG")
+            .env("FGPU_LEDGER", &self.ledger)
+            .current_dir(&self.dir);
+        Cmd(cmd)
+    }
+
+    /// A command running a test client.
+    pub fn client(&self, args: &[&str]) -> Cmd {
+        let mut cmd = self.command(client("cuclient"));
+        cmd.0.args(args);
+        cmd
+    }
+
+    /// The simulated driver's ground truth.
+    pub fn sim(&self) -> fgpu_sim_state::SimState {
+        fgpu_sim_state::SimState::open(&self.sim_state).expect("open simulated driver state")
+    }
+
+    /// The ledger, opened the way `fgpu status` opens it.
+    pub fn ledger(&self) -> fgpu_core::ledger::Ledger {
+        fgpu_core::ledger::Ledger::open_existing(&self.ledger).expect("open ledger")
+    }
+}
+
+/// A command whose failures print the command, its status, stdout and stderr.
+pub struct Cmd(pub Command);
+
+impl Cmd {
+    /// Preloads the shim.
+    pub fn shim(mut self) -> Self {
+        self.0.env("LD_PRELOAD", shim_path());
+        self
+    }
+
+    pub fn limit(mut self, limit: &str) -> Self {
+        self.0.env("FGPU_LIMIT", limit);
+        self
+    }
+
+    pub fn env(mut self, key: &str, value: impl AsRef<std::ffi::OsStr>) -> Self {
+        self.0.env(key, value);
+        self
+    }
+
+    pub fn arg(mut self, arg: impl AsRef<std::ffi::OsStr>) -> Self {
+        self.0.arg(arg);
+        self
+    }
+
+    pub fn args<I: IntoIterator<Item = S>, S: AsRef<std::ffi::OsStr>>(mut self, args: I) -> Self {
+        self.0.args(args);
+        self
+    }
+
+    pub fn describe(&self) -> String {
+        let envs: Vec<String> = self
+            .0
+            .get_envs()
+            .filter(|(k, _)| k.to_string_lossy().starts_with("FGPU_") || *k == "LD_PRELOAD")
+            .map(|(k, v)| format!("{}={}", k.to_string_lossy(), v.map(|v| v.to_string_lossy().into_owned()).unwrap_or_default()))
+            .collect();
+        format!("{} {:?} {:?}", envs.join(" "), self.0.get_program(), self.0.get_args().collect::<Vec<_>>())
+    }
+
+    pub fn run(mut self) -> Run {
+        let description = self.describe();
+        let output = self.0.stdin(Stdio::null()).output().unwrap_or_else(|e| panic!("cannot start {description}: {e}"));
+        Run { description, output }
+    }
+
+    /// Runs and asserts a zero exit status.
+    pub fn success(self) -> Run {
+        let run = self.run();
+        assert!(run.output.status.success(), "command failed\n{run}");
+        run
+    }
+
+    /// Starts in the background with stdin piped (closing it ends a `hold`).
+    pub fn spawn(mut self) -> Background {
+        let description = self.describe();
+        let child = self
+            .0
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {description}: {e}"));
+        Background { description, child: Some(child), lines: Vec::new() }
+    }
+}
+
+pub struct Run {
+    pub description: String,
+    pub output: Output,
+}
+
+impl Run {
+    pub fn stdout(&self) -> String {
+        String::from_utf8_lossy(&self.output.stdout).into_owned()
+    }
+
+    pub fn stderr(&self) -> String {
+        String::from_utf8_lossy(&self.output.stderr).into_owned()
+    }
+
+    /// The first stdout line starting with `prefix`.
+    pub fn line(&self, prefix: &str) -> String {
+        self.stdout()
+            .lines()
+            .find(|l| l.starts_with(prefix))
+            .unwrap_or_else(|| panic!("no line starting with {prefix:?}\n{self}"))
+            .to_string()
+    }
+
+    /// All stdout lines starting with `prefix`.
+    pub fn lines(&self, prefix: &str) -> Vec<String> {
+        self.stdout().lines().filter(|l| l.starts_with(prefix)).map(String::from).collect()
+    }
+
+    /// `key=value` from the first line starting with `prefix`.
+    pub fn field(&self, prefix: &str, key: &str) -> String {
+        field(&self.line(prefix), key).unwrap_or_else(|| panic!("no {key}= in {prefix:?}\n{self}"))
+    }
+
+    pub fn rc(&self, prefix: &str) -> i64 {
+        self.field(prefix, "rc").parse().unwrap()
+    }
+}
+
+pub fn field(line: &str, key: &str) -> Option<String> {
+    line.split_whitespace().find_map(|w| w.strip_prefix(&format!("{key}="))).map(String::from)
+}
+
+impl std::fmt::Display for Run {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "command: {}\nstatus: {}\n--- stdout ---\n{}--- stderr ---\n{}",
+            self.description,
+            self.output.status,
+            self.stdout(),
+            self.stderr()
+        )
+    }
+}
+
+/// A process running in the background, read line by line.
+pub struct Background {
+    pub description: String,
+    pub child: Option<Child>,
+    pub lines: Vec<String>,
+}
+
+impl Background {
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().unwrap().id()
+    }
+
+    /// Reads stdout until a line starts with `prefix` (or the process ends / times out).
+    pub fn wait_for(&mut self, prefix: &str) -> String {
+        use std::io::BufRead;
+        let child = self.child.as_mut().unwrap();
+        let stdout = child.stdout.as_mut().unwrap();
+        let mut reader = std::io::BufReader::new(stdout);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let mut line = String::new();
+            let n = reader.read_line(&mut line).unwrap();
+            if n == 0 || Instant::now() > deadline {
+                let out = self.finish();
+                panic!("{} ended before printing {prefix:?}\n{out}", self.description);
+            }
+            let line = line.trim_end().to_string();
+            self.lines.push(line.clone());
+            if line.starts_with(prefix) {
+                return line;
+            }
+        }
+    }
+
+    /// Kills the process with `signal` and reaps it.
+    pub fn kill(&mut self, signal: i32) {
+        if let Some(child) = self.child.as_mut() {
+            // SAFETY: signalling our own child by PID.
+            unsafe { libc::kill(child.id() as i32, signal) };
+            let _ = child.wait();
+        }
+    }
+
+    /// Closes stdin (ends a `hold`) and collects the output.
+    pub fn finish(&mut self) -> Run {
+        let mut child = self.child.take().expect("already finished");
+        drop(child.stdin.take());
+        let output = child.wait_with_output().unwrap();
+        let mut stdout = self.lines.join("\n").into_bytes();
+        if !stdout.is_empty() {
+            stdout.push(b'\n');
+        }
+        stdout.extend_from_slice(&output.stdout);
+        Run { description: self.description.clone(), output: Output { stdout, ..output } }
+    }
+}
+
+impl Drop for Background {
+    fn drop(&mut self) {
+        if let Some(child) = self.child.as_mut() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// Waits until `condition` holds, polling; panics with `what` after `timeout`.
+pub fn eventually(what: &str, timeout: Duration, mut condition: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !condition() {
+        assert!(Instant::now() < deadline, "timed out waiting for: {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Whether we run as root (namespace and mount tests need it).
+pub fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}

@@ -69,7 +69,10 @@ pub struct DeviceEntry {
     /// Physical memory of the device.
     pub total_memory: AtomicU64,
     pub registered_unix: AtomicU64,
-    pub reserved: [AtomicU64; 7],
+    /// Last measured size of one CUDA context on this device (0: none measured yet); new
+    /// contexts reserve this much before they are created.
+    pub context_hint: AtomicU64,
+    pub reserved: [AtomicU64; 6],
 }
 
 #[repr(C)]

@@ -132,6 +132,11 @@ impl Ledger {
         &self.path
     }
 
+    /// The descriptor holding this process's locks (a forked child closes its copy).
+    pub fn raw_fd(&self) -> i32 {
+        self.file.as_raw_fd()
+    }
+
     /// Checks the header of an existing file; `Ok(false)` if it is empty (never initialised).
     fn validate(file: &File, path: &Path, must_exist: bool) -> Result<bool, LedgerError> {
         let io_err = |op, source| LedgerError::Io { path: path.to_path_buf(), op, source };
@@ -406,6 +411,24 @@ impl Ledger {
 
     pub fn count_refusal(&self, device: DeviceId) {
         self.device(device).refusals.fetch_add(1, Relaxed);
+    }
+
+    /// Looks a device up by UUID without registering it.
+    pub fn find_device(&self, uuid: [u8; 16]) -> Option<DeviceId> {
+        let words = [u64::from_le_bytes(uuid[..8].try_into().unwrap()), u64::from_le_bytes(uuid[8..].try_into().unwrap())];
+        (0..MAX_DEVICES).map(DeviceId).find(|id| {
+            let e = self.device(*id);
+            e.state.load(Acquire) == DEVICE_READY && e.uuid[0].load(Relaxed) == words[0] && e.uuid[1].load(Relaxed) == words[1]
+        })
+    }
+
+    /// The last measured size of a CUDA context on a device, shared by all processes.
+    pub fn context_hint(&self, device: DeviceId) -> u64 {
+        self.device(device).context_hint.load(Relaxed)
+    }
+
+    pub fn set_context_hint(&self, device: DeviceId, bytes: u64) {
+        self.device(device).context_hint.store(bytes, Relaxed);
     }
 
     /// What all processes of the ledger hold on a device.

@@ -1,0 +1,138 @@
+//! CUDA driver API types (`cuda.h`, CUDA 11.x to 13.x).
+
+use std::ffi::{c_uint, c_void};
+
+pub type CUresult = u32;
+pub type CUdevice = i32;
+pub type CUdeviceptr = u64;
+/// 32-bit device pointer of the pre-3.2 (`_v1`) entry points.
+pub type CUdeviceptrV1 = u32;
+pub type CUcontext = *mut c_void;
+pub type CUstream = *mut c_void;
+pub type CUevent = *mut c_void;
+pub type CUmemoryPool = *mut c_void;
+pub type CUarray = *mut c_void;
+pub type CUmipmappedArray = *mut c_void;
+pub type CUmemGenericAllocationHandle = u64;
+
+pub const CUDA_SUCCESS: CUresult = 0;
+pub const CUDA_ERROR_INVALID_VALUE: CUresult = 1;
+pub const CUDA_ERROR_OUT_OF_MEMORY: CUresult = 2;
+pub const CUDA_ERROR_NOT_INITIALIZED: CUresult = 3;
+pub const CUDA_ERROR_NOT_FOUND: CUresult = 500;
+
+/// `CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE`.
+pub const CU_MEM_LOCATION_TYPE_DEVICE: u32 = 1;
+
+/// `CUmemPool_attribute` values.
+pub const CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT: u32 = 5;
+pub const CU_MEMPOOL_ATTR_USED_MEM_CURRENT: u32 = 7;
+
+/// `CUdriverProcAddress_flags`.
+pub const CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM: u64 = 1 << 1;
+
+/// `CUuuid`.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub struct CUuuid {
+    pub bytes: [u8; 16],
+}
+
+/// `CUmemLocation`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct CUmemLocation {
+    pub kind: u32,
+    pub id: i32,
+}
+
+/// `CUmemAllocationProp` (the part before `allocFlags` is what fgpu reads).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct CUmemAllocationProp {
+    pub kind: u32,
+    pub requested_handle_types: u32,
+    pub location: CUmemLocation,
+    pub win32_handle_meta_data: *mut c_void,
+    pub compression_type: u8,
+    pub gpu_direct_rdma_capable: u8,
+    pub usage: u16,
+    pub reserved: [u8; 4],
+}
+
+/// `CUDA_ARRAY_DESCRIPTOR` (`_v2`: `size_t` extents).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct CudaArrayDescriptor {
+    pub width: usize,
+    pub height: usize,
+    pub format: u32,
+    pub num_channels: c_uint,
+}
+
+/// `CUDA_ARRAY_DESCRIPTOR_v1` (`unsigned int` extents).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct CudaArrayDescriptorV1 {
+    pub width: c_uint,
+    pub height: c_uint,
+    pub format: u32,
+    pub num_channels: c_uint,
+}
+
+/// `CUDA_ARRAY3D_DESCRIPTOR` (`_v2`).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct CudaArray3dDescriptor {
+    pub width: usize,
+    pub height: usize,
+    pub depth: usize,
+    pub format: u32,
+    pub num_channels: c_uint,
+    pub flags: c_uint,
+}
+
+/// `CUDA_ARRAY3D_DESCRIPTOR_v1`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct CudaArray3dDescriptorV1 {
+    pub width: c_uint,
+    pub height: c_uint,
+    pub depth: c_uint,
+    pub format: u32,
+    pub num_channels: c_uint,
+    pub flags: c_uint,
+}
+
+/// `CUDA_ARRAY_MEMORY_REQUIREMENTS`.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub struct CudaArrayMemoryRequirements {
+    pub size: usize,
+    pub alignment: usize,
+    pub reserved: [c_uint; 4],
+}
+
+/// Bytes per channel of a `CUarray_format`; unknown formats count as 4 (the common case).
+pub fn array_format_bytes(format: u32) -> u64 {
+    match format {
+        0x01 | 0x08 => 1,        // UNSIGNED_INT8, SIGNED_INT8
+        0x02 | 0x09 | 0x10 => 2, // UNSIGNED_INT16, SIGNED_INT16, HALF
+        0x03 | 0x0a | 0x20 => 4, // UNSIGNED_INT32, SIGNED_INT32, FLOAT
+        _ => 4,
+    }
+}
+
+const _: () = {
+    use std::mem::{offset_of, size_of};
+    assert!(size_of::<CUuuid>() == 16);
+    assert!(size_of::<CUmemLocation>() == 8);
+    assert!(size_of::<CUmemAllocationProp>() == 32);
+    assert!(offset_of!(CUmemAllocationProp, location) == 8);
+    assert!(offset_of!(CUmemAllocationProp, compression_type) == 24);
+    assert!(size_of::<CudaArrayDescriptor>() == 24);
+    assert!(size_of::<CudaArrayDescriptorV1>() == 16);
+    assert!(size_of::<CudaArray3dDescriptor>() == 40);
+    assert!(size_of::<CudaArray3dDescriptorV1>() == 24);
+    assert!(size_of::<CudaArrayMemoryRequirements>() == 32);
+};

@@ -1,0 +1,177 @@
+//! Plain device allocations: `cuMemAlloc`, `cuMemAllocPitch`, `cuMemAllocManaged`,
+//! `cuMemFree`, in their `_v2` and original 32-bit forms.
+//!
+//! The bytes are reserved in the ledger *before* the driver is called, so racing
+//! allocations can never pass the cap together; a failed driver call gives them back.
+
+use crate::abi::cuda::*;
+use crate::state::{self, Active, Alloc, Dev, Mode};
+use std::ffi::c_uint;
+
+/// Reserves `bytes` on the current device, runs `allocate` (which returns the driver's result
+/// and, on success, the pointer and the bytes actually taken), and records the allocation.
+pub(crate) fn counted(call: &'static str, bytes: u64, allocate: impl FnOnce() -> (CUresult, u64, u64)) -> CUresult {
+    match state::mode() {
+        Mode::Off => allocate().0,
+        Mode::Closed(_) => CUDA_ERROR_OUT_OF_MEMORY,
+        Mode::On(active) => {
+            let dev = match active.current_device() {
+                Ok(dev) => dev,
+                Err(rc) => return rc,
+            };
+            counted_on(active, dev, call, bytes, allocate)
+        }
+    }
+}
+
+pub(crate) fn counted_on(active: &Active, dev: &Dev, call: &'static str, bytes: u64, allocate: impl FnOnce() -> (CUresult, u64, u64)) -> CUresult {
+    if let Err(rc) = active.reserve(dev, bytes, call) {
+        return rc;
+    }
+    let (rc, ptr, actual) = allocate();
+    if rc == CUDA_SUCCESS {
+        active.settle(dev, bytes, actual);
+        active.allocs.insert(ptr, Alloc { ordinal: dev.ordinal, bytes: actual });
+    } else {
+        active.release(dev, bytes);
+    }
+    rc
+}
+
+/// Frees through `free`, then returns what the allocation held. The record is taken out
+/// first, so a concurrent allocation that reuses the address is never mistaken for it.
+pub(crate) fn counted_free(ptr: u64, free: impl FnOnce() -> CUresult) -> CUresult {
+    let Mode::On(active) = state::mode() else {
+        return free();
+    };
+    let record = active.allocs.remove(ptr);
+    let rc = free();
+    match (rc, record) {
+        (CUDA_SUCCESS, Some(alloc)) => {
+            if let Some(dev) = active.known_device(alloc.ordinal) {
+                active.release(dev, alloc.bytes);
+            }
+        }
+        (CUDA_SUCCESS, None) => crate::hooks::pool::refresh_pools(active),
+        (_, Some(alloc)) => active.allocs.insert(ptr, alloc),
+        (_, None) => {}
+    }
+    rc
+}
+
+/// # Safety
+/// `cuMemAlloc_v2` contract: `dptr` writable.
+#[no_mangle]
+pub unsafe extern "C" fn cuMemAlloc_v2(dptr: *mut CUdeviceptr, bytesize: usize) -> CUresult {
+    let real = || {
+        let rc = crate::call_real!(cuMemAlloc_v2: fn(*mut CUdeviceptr, usize) -> CUresult, dptr, bytesize).unwrap_or(CUDA_ERROR_NOT_FOUND);
+        // SAFETY: on success the driver wrote *dptr.
+        let ptr = if rc == CUDA_SUCCESS { unsafe { *dptr } } else { 0 };
+        (rc, ptr, bytesize as u64)
+    };
+    if bytesize == 0 || dptr.is_null() {
+        return real().0;
+    }
+    super::guard(CUDA_ERROR_OUT_OF_MEMORY, || counted("cuMemAlloc", bytesize as u64, real))
+}
+
+/// # Safety
+/// Pre-3.2 `cuMemAlloc` contract: 32-bit pointer and size.
+#[no_mangle]
+pub unsafe extern "C" fn cuMemAlloc(dptr: *mut CUdeviceptrV1, bytesize: c_uint) -> CUresult {
+    let real = || {
+        let rc = crate::call_real!(cuMemAlloc: fn(*mut CUdeviceptrV1, c_uint) -> CUresult, dptr, bytesize).unwrap_or(CUDA_ERROR_NOT_FOUND);
+        // SAFETY: on success the driver wrote *dptr.
+        let ptr = if rc == CUDA_SUCCESS { unsafe { *dptr as u64 } } else { 0 };
+        (rc, ptr, bytesize as u64)
+    };
+    if bytesize == 0 || dptr.is_null() {
+        return real().0;
+    }
+    super::guard(CUDA_ERROR_OUT_OF_MEMORY, || counted("cuMemAlloc", bytesize as u64, real))
+}
+
+/// The driver rounds each row up to its pitch (512 bytes here, the real alignment on every
+/// current GPU); we reserve that estimate and settle on `pitch * height` once it answers.
+fn pitch_estimate(width: u64, height: u64) -> u64 {
+    width.div_ceil(512).saturating_mul(512).saturating_mul(height)
+}
+
+/// # Safety
+/// `cuMemAllocPitch_v2` contract.
+#[no_mangle]
+pub unsafe extern "C" fn cuMemAllocPitch_v2(dptr: *mut CUdeviceptr, pitch: *mut usize, width: usize, height: usize, element_size: c_uint) -> CUresult {
+    let real = || {
+        let rc = crate::call_real!(
+            cuMemAllocPitch_v2: fn(*mut CUdeviceptr, *mut usize, usize, usize, c_uint) -> CUresult,
+            dptr, pitch, width, height, element_size
+        )
+        .unwrap_or(CUDA_ERROR_NOT_FOUND);
+        if rc != CUDA_SUCCESS {
+            return (rc, 0, 0);
+        }
+        // SAFETY: on success the driver wrote both outputs.
+        unsafe { (rc, *dptr, (*pitch as u64).saturating_mul(height as u64)) }
+    };
+    if width == 0 || height == 0 || dptr.is_null() || pitch.is_null() {
+        return real().0;
+    }
+    super::guard(CUDA_ERROR_OUT_OF_MEMORY, || counted("cuMemAllocPitch", pitch_estimate(width as u64, height as u64), real))
+}
+
+/// # Safety
+/// Pre-3.2 `cuMemAllocPitch` contract.
+#[no_mangle]
+pub unsafe extern "C" fn cuMemAllocPitch(dptr: *mut CUdeviceptrV1, pitch: *mut c_uint, width: c_uint, height: c_uint, element_size: c_uint) -> CUresult {
+    let real = || {
+        let rc = crate::call_real!(
+            cuMemAllocPitch: fn(*mut CUdeviceptrV1, *mut c_uint, c_uint, c_uint, c_uint) -> CUresult,
+            dptr, pitch, width, height, element_size
+        )
+        .unwrap_or(CUDA_ERROR_NOT_FOUND);
+        if rc != CUDA_SUCCESS {
+            return (rc, 0, 0);
+        }
+        // SAFETY: on success the driver wrote both outputs.
+        unsafe { (rc, *dptr as u64, (*pitch as u64) * height as u64) }
+    };
+    if width == 0 || height == 0 || dptr.is_null() || pitch.is_null() {
+        return real().0;
+    }
+    super::guard(CUDA_ERROR_OUT_OF_MEMORY, || counted("cuMemAllocPitch", pitch_estimate(width as u64, height as u64), real))
+}
+
+/// Managed memory can live on the device in full, so all of it counts against the cap.
+///
+/// # Safety
+/// `cuMemAllocManaged` contract.
+#[no_mangle]
+pub unsafe extern "C" fn cuMemAllocManaged(dptr: *mut CUdeviceptr, bytesize: usize, flags: c_uint) -> CUresult {
+    let real = || {
+        let rc = crate::call_real!(cuMemAllocManaged: fn(*mut CUdeviceptr, usize, c_uint) -> CUresult, dptr, bytesize, flags)
+            .unwrap_or(CUDA_ERROR_NOT_FOUND);
+        // SAFETY: on success the driver wrote *dptr.
+        let ptr = if rc == CUDA_SUCCESS { unsafe { *dptr } } else { 0 };
+        (rc, ptr, bytesize as u64)
+    };
+    if bytesize == 0 || dptr.is_null() {
+        return real().0;
+    }
+    super::guard(CUDA_ERROR_OUT_OF_MEMORY, || counted("cuMemAllocManaged", bytesize as u64, real))
+}
+
+/// # Safety
+/// `cuMemFree_v2` contract.
+#[no_mangle]
+pub unsafe extern "C" fn cuMemFree_v2(dptr: CUdeviceptr) -> CUresult {
+    let real = || crate::call_real!(cuMemFree_v2: fn(CUdeviceptr) -> CUresult, dptr).unwrap_or(CUDA_ERROR_NOT_FOUND);
+    super::guard(CUDA_ERROR_INVALID_VALUE, || counted_free(dptr, real))
+}
+
+/// # Safety
+/// Pre-3.2 `cuMemFree` contract.
+#[no_mangle]
+pub unsafe extern "C" fn cuMemFree(dptr: CUdeviceptrV1) -> CUresult {
+    let real = || crate::call_real!(cuMemFree: fn(CUdeviceptrV1) -> CUresult, dptr).unwrap_or(CUDA_ERROR_NOT_FOUND);
+    super::guard(CUDA_ERROR_INVALID_VALUE, || counted_free(dptr as u64, real))
+}

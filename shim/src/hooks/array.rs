@@ -1,0 +1,187 @@
+//! CUDA arrays (`cuArrayCreate`, `cuArray3DCreate`, `cuMipmappedArrayCreate`) and their
+//! destroy calls. Their size is computed from the descriptor and reserved before the call,
+//! then settled to what `cu(Mipmapped)ArrayGetMemoryRequirements` says the driver took
+//! (CUDA 11.6+; older drivers keep the computed size).
+
+use crate::abi::cuda::*;
+use crate::state::{self, Alloc, Mode};
+use std::ffi::{c_uint, c_void};
+
+/// Bytes of one level of an array: width x max(height,1) x max(depth,1) x channels x element.
+fn extent_bytes(width: u64, height: u64, depth: u64, format: u32, channels: u64) -> u64 {
+    width
+        .saturating_mul(height.max(1))
+        .saturating_mul(depth.max(1))
+        .saturating_mul(channels.max(1))
+        .saturating_mul(array_format_bytes(format))
+}
+
+fn mipmapped_bytes(d: &CudaArray3dDescriptor, levels: u32) -> u64 {
+    let (mut w, mut h, mut z) = (d.width as u64, d.height as u64, d.depth as u64);
+    let mut total: u64 = 0;
+    for _ in 0..levels.max(1) {
+        total = total.saturating_add(extent_bytes(w, h, z, d.format, d.num_channels as u64));
+        w = (w / 2).max(1);
+        h = if h == 0 { 0 } else { (h / 2).max(1) };
+        z = if z == 0 || d.flags & 1 != 0 { z } else { (z / 2).max(1) }; // layered: depth is a layer count
+    }
+    total
+}
+
+/// What the driver says an array holds, if it can say.
+fn measured(handle: *mut c_void, ordinal: CUdevice, mipmapped: bool) -> Option<u64> {
+    let mut req = CudaArrayMemoryRequirements::default();
+    let rc = if mipmapped {
+        crate::call_real!(cuMipmappedArrayGetMemoryRequirements: fn(*mut CudaArrayMemoryRequirements, *mut c_void, CUdevice) -> CUresult, &mut req, handle, ordinal)?
+    } else {
+        crate::call_real!(cuArrayGetMemoryRequirements: fn(*mut CudaArrayMemoryRequirements, *mut c_void, CUdevice) -> CUresult, &mut req, handle, ordinal)?
+    };
+    (rc == CUDA_SUCCESS && req.size > 0).then_some(req.size as u64)
+}
+
+/// Reserves `estimate`, creates through `create`, settles to the measured size and records it.
+fn counted_array(call: &'static str, out: *mut *mut c_void, estimate: u64, mipmapped: bool, create: impl FnOnce() -> CUresult) -> CUresult {
+    let active = match state::mode() {
+        Mode::Off => return create(),
+        Mode::Closed(_) => return CUDA_ERROR_OUT_OF_MEMORY,
+        Mode::On(active) => active,
+    };
+    let dev = match active.current_device() {
+        Ok(dev) => dev,
+        Err(rc) => return rc,
+    };
+    if let Err(rc) = active.reserve(dev, estimate, call) {
+        return rc;
+    }
+    let rc = create();
+    if rc != CUDA_SUCCESS {
+        active.release(dev, estimate);
+        return rc;
+    }
+    // SAFETY: on success the driver wrote the new array handle to *out.
+    let handle = unsafe { *out };
+    let actual = measured(handle, dev.ordinal, mipmapped).unwrap_or(estimate);
+    active.settle(dev, estimate, actual);
+    active.arrays.lock().insert(handle as usize, Alloc { ordinal: dev.ordinal, bytes: actual });
+    rc
+}
+
+fn counted_destroy(handle: *mut c_void, destroy: impl FnOnce() -> CUresult) -> CUresult {
+    let Mode::On(active) = state::mode() else { return destroy() };
+    let record = active.arrays.lock().remove(&(handle as usize));
+    let rc = destroy();
+    match (rc, record) {
+        (CUDA_SUCCESS, Some(alloc)) => {
+            if let Some(dev) = active.known_device(alloc.ordinal) {
+                active.release(dev, alloc.bytes);
+            }
+        }
+        (_, Some(alloc)) => {
+            active.arrays.lock().insert(handle as usize, alloc);
+        }
+        _ => {}
+    }
+    rc
+}
+
+/// # Safety
+/// `cuArrayCreate_v2` contract.
+#[no_mangle]
+pub unsafe extern "C" fn cuArrayCreate_v2(handle: *mut CUarray, desc: *const CudaArrayDescriptor) -> CUresult {
+    let real = || crate::call_real!(cuArrayCreate_v2: fn(*mut CUarray, *const CudaArrayDescriptor) -> CUresult, handle, desc).unwrap_or(CUDA_ERROR_NOT_FOUND);
+    if handle.is_null() || desc.is_null() {
+        return real();
+    }
+    // SAFETY: non-null descriptor supplied by the caller.
+    let d = unsafe { *desc };
+    let estimate = extent_bytes(d.width as u64, d.height as u64, 0, d.format, d.num_channels as u64);
+    super::guard(CUDA_ERROR_OUT_OF_MEMORY, || counted_array("cuArrayCreate", handle, estimate, false, real))
+}
+
+/// # Safety
+/// Pre-3.2 `cuArrayCreate` contract.
+#[no_mangle]
+pub unsafe extern "C" fn cuArrayCreate(handle: *mut CUarray, desc: *const CudaArrayDescriptorV1) -> CUresult {
+    let real = || crate::call_real!(cuArrayCreate: fn(*mut CUarray, *const CudaArrayDescriptorV1) -> CUresult, handle, desc).unwrap_or(CUDA_ERROR_NOT_FOUND);
+    if handle.is_null() || desc.is_null() {
+        return real();
+    }
+    // SAFETY: non-null descriptor supplied by the caller.
+    let d = unsafe { *desc };
+    let estimate = extent_bytes(d.width as u64, d.height as u64, 0, d.format, d.num_channels as u64);
+    super::guard(CUDA_ERROR_OUT_OF_MEMORY, || counted_array("cuArrayCreate", handle, estimate, false, real))
+}
+
+/// # Safety
+/// `cuArray3DCreate_v2` contract.
+#[no_mangle]
+pub unsafe extern "C" fn cuArray3DCreate_v2(handle: *mut CUarray, desc: *const CudaArray3dDescriptor) -> CUresult {
+    let real = || crate::call_real!(cuArray3DCreate_v2: fn(*mut CUarray, *const CudaArray3dDescriptor) -> CUresult, handle, desc).unwrap_or(CUDA_ERROR_NOT_FOUND);
+    if handle.is_null() || desc.is_null() {
+        return real();
+    }
+    // SAFETY: non-null descriptor supplied by the caller.
+    let d = unsafe { *desc };
+    let estimate = extent_bytes(d.width as u64, d.height as u64, d.depth as u64, d.format, d.num_channels as u64);
+    super::guard(CUDA_ERROR_OUT_OF_MEMORY, || counted_array("cuArray3DCreate", handle, estimate, false, real))
+}
+
+/// # Safety
+/// Pre-3.2 `cuArray3DCreate` contract.
+#[no_mangle]
+pub unsafe extern "C" fn cuArray3DCreate(handle: *mut CUarray, desc: *const CudaArray3dDescriptorV1) -> CUresult {
+    let real = || crate::call_real!(cuArray3DCreate: fn(*mut CUarray, *const CudaArray3dDescriptorV1) -> CUresult, handle, desc).unwrap_or(CUDA_ERROR_NOT_FOUND);
+    if handle.is_null() || desc.is_null() {
+        return real();
+    }
+    // SAFETY: non-null descriptor supplied by the caller.
+    let d = unsafe { *desc };
+    let estimate = extent_bytes(d.width as u64, d.height as u64, d.depth as u64, d.format, d.num_channels as u64);
+    super::guard(CUDA_ERROR_OUT_OF_MEMORY, || counted_array("cuArray3DCreate", handle, estimate, false, real))
+}
+
+/// # Safety
+/// `cuMipmappedArrayCreate` contract.
+#[no_mangle]
+pub unsafe extern "C" fn cuMipmappedArrayCreate(handle: *mut CUmipmappedArray, desc: *const CudaArray3dDescriptor, levels: c_uint) -> CUresult {
+    let real = || {
+        crate::call_real!(cuMipmappedArrayCreate: fn(*mut CUmipmappedArray, *const CudaArray3dDescriptor, c_uint) -> CUresult, handle, desc, levels)
+            .unwrap_or(CUDA_ERROR_NOT_FOUND)
+    };
+    if handle.is_null() || desc.is_null() {
+        return real();
+    }
+    // SAFETY: non-null descriptor supplied by the caller.
+    let estimate = mipmapped_bytes(unsafe { &*desc }, levels);
+    super::guard(CUDA_ERROR_OUT_OF_MEMORY, || counted_array("cuMipmappedArrayCreate", handle, estimate, true, real))
+}
+
+/// # Safety
+/// `cuArrayDestroy` contract.
+#[no_mangle]
+pub unsafe extern "C" fn cuArrayDestroy(handle: CUarray) -> CUresult {
+    let real = || crate::call_real!(cuArrayDestroy: fn(CUarray) -> CUresult, handle).unwrap_or(CUDA_ERROR_NOT_FOUND);
+    super::guard(CUDA_ERROR_INVALID_VALUE, || counted_destroy(handle, real))
+}
+
+/// # Safety
+/// `cuMipmappedArrayDestroy` contract.
+#[no_mangle]
+pub unsafe extern "C" fn cuMipmappedArrayDestroy(handle: CUmipmappedArray) -> CUresult {
+    let real = || crate::call_real!(cuMipmappedArrayDestroy: fn(CUmipmappedArray) -> CUresult, handle).unwrap_or(CUDA_ERROR_NOT_FOUND);
+    super::guard(CUDA_ERROR_INVALID_VALUE, || counted_destroy(handle, real))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_from_descriptors() {
+        assert_eq!(extent_bytes(1024, 0, 0, 0x20, 1), 4096);
+        assert_eq!(extent_bytes(1024, 1024, 0, 0x01, 4), 4 << 20);
+        let d = CudaArray3dDescriptor { width: 256, height: 256, depth: 0, format: 0x20, num_channels: 1, flags: 0 };
+        // 256^2*4 + 128^2*4 + 64^2*4
+        assert_eq!(mipmapped_bytes(&d, 3), 4 * (65536 + 16384 + 4096));
+    }
+}

@@ -1,0 +1,237 @@
+//! CUDA contexts hold device memory that no allocation call shows (hundreds of MiB).
+//!
+//! Before a context is created, its expected size is reserved: the last size measured on
+//! that device by any process of the ledger, or 512 MiB before anyone has measured. A
+//! context that does not fit is refused with `CUDA_ERROR_OUT_OF_MEMORY`. Once it exists,
+//! the reservation is corrected to the size measured through NVML (this process's own
+//! usage where its host PID is known, else the device's usage before and after), and it is
+//! returned when the context is destroyed.
+
+use crate::abi::cuda::*;
+use crate::hooks::nvml::query;
+use crate::state::{self, Active, Dev, Mode};
+use fgpu_core::log::Level;
+use fgpu_core::log_at;
+use std::ffi::{c_int, c_uint, c_void};
+
+const FIRST_ESTIMATE: u64 = 512 << 20;
+/// Measurements outside (0, this] are treated as noise and the estimate is kept.
+const MAX_PLAUSIBLE: u64 = 16 << 30;
+
+fn estimate(active: &Active, dev: &Dev) -> u64 {
+    match active.ledger.context_hint(dev.id) {
+        0 => FIRST_ESTIMATE,
+        hint => hint,
+    }
+}
+
+/// Reserves, creates (through `create`), measures and records one context.
+fn counted_creation(active: &Active, dev: &Dev, call: &'static str, create: impl FnOnce() -> CUresult) -> Result<u64, CUresult> {
+    let reserved = estimate(active, dev);
+    active.reserve(dev, reserved, call)?;
+    let before = query::before_context(dev);
+    let rc = create();
+    if rc != CUDA_SUCCESS {
+        active.release(dev, reserved);
+        return Err(rc);
+    }
+    let measured = query::context_size(active, dev, reserved, before).filter(|m| *m > 0 && *m <= MAX_PLAUSIBLE);
+    let actual = measured.unwrap_or(reserved);
+    if let Some(m) = measured {
+        active.ledger.set_context_hint(dev.id, m);
+    }
+    log_at!(Level::Debug, "{call}: context on device {} takes {} bytes ({})", dev.ordinal, actual, if measured.is_some() { "measured" } else { "estimated" });
+    active.settle(dev, reserved, actual);
+    if let Some(slot) = active.slot_if_joined() {
+        active.ledger.add_context(slot, dev.id, actual as i64);
+    }
+    Ok(actual)
+}
+
+fn forget(active: &Active, ordinal: CUdevice, bytes: u64) {
+    if let Some(dev) = active.known_device(ordinal) {
+        active.release(dev, bytes);
+        if let Some(slot) = active.slot_if_joined() {
+            active.ledger.add_context(slot, dev.id, -(bytes as i64));
+        }
+    }
+}
+
+/// Shared body of the `cuCtxCreate` variants.
+fn create_context(call: &'static str, pctx: *mut CUcontext, ordinal: CUdevice, real: impl FnOnce() -> CUresult) -> CUresult {
+    match state::mode() {
+        Mode::Off => real(),
+        Mode::Closed(_) => CUDA_ERROR_OUT_OF_MEMORY,
+        Mode::On(active) => {
+            let dev = match active.device(ordinal) {
+                Ok(dev) => dev,
+                Err(_) => return real(),
+            };
+            match counted_creation(active, dev, call, real) {
+                Ok(bytes) => {
+                    // SAFETY: on success the driver wrote the new context to *pctx.
+                    let ctx = unsafe { *pctx } as usize;
+                    active.contexts.lock().insert(ctx, (ordinal, bytes));
+                    CUDA_SUCCESS
+                }
+                Err(rc) => rc,
+            }
+        }
+    }
+}
+
+fn destroy_context(ctx: CUcontext, real: impl FnOnce() -> CUresult) -> CUresult {
+    let rc = real();
+    if rc == CUDA_SUCCESS {
+        if let Mode::On(active) = state::mode() {
+            if let Some((ordinal, bytes)) = active.contexts.lock().remove(&(ctx as usize)) {
+                forget(active, ordinal, bytes);
+            }
+        }
+    }
+    rc
+}
+
+/// # Safety
+/// `cuCtxCreate_v2` contract.
+#[no_mangle]
+pub unsafe extern "C" fn cuCtxCreate_v2(pctx: *mut CUcontext, flags: c_uint, dev: CUdevice) -> CUresult {
+    let real = || crate::call_real!(cuCtxCreate_v2: fn(*mut CUcontext, c_uint, CUdevice) -> CUresult, pctx, flags, dev).unwrap_or(CUDA_ERROR_NOT_FOUND);
+    if pctx.is_null() {
+        return real();
+    }
+    super::guard(CUDA_ERROR_OUT_OF_MEMORY, || create_context("cuCtxCreate", pctx, dev, real))
+}
+
+/// # Safety
+/// Original `cuCtxCreate` contract (same arguments as `_v2`).
+#[no_mangle]
+pub unsafe extern "C" fn cuCtxCreate(pctx: *mut CUcontext, flags: c_uint, dev: CUdevice) -> CUresult {
+    let real = || crate::call_real!(cuCtxCreate: fn(*mut CUcontext, c_uint, CUdevice) -> CUresult, pctx, flags, dev).unwrap_or(CUDA_ERROR_NOT_FOUND);
+    if pctx.is_null() {
+        return real();
+    }
+    super::guard(CUDA_ERROR_OUT_OF_MEMORY, || create_context("cuCtxCreate", pctx, dev, real))
+}
+
+/// # Safety
+/// `cuCtxCreate_v3` contract (execution-affinity parameters, CUDA 11.4+).
+#[no_mangle]
+pub unsafe extern "C" fn cuCtxCreate_v3(pctx: *mut CUcontext, params: *mut c_void, num_params: c_int, flags: c_uint, dev: CUdevice) -> CUresult {
+    let real = || {
+        crate::call_real!(cuCtxCreate_v3: fn(*mut CUcontext, *mut c_void, c_int, c_uint, CUdevice) -> CUresult, pctx, params, num_params, flags, dev)
+            .unwrap_or(CUDA_ERROR_NOT_FOUND)
+    };
+    if pctx.is_null() {
+        return real();
+    }
+    super::guard(CUDA_ERROR_OUT_OF_MEMORY, || create_context("cuCtxCreate", pctx, dev, real))
+}
+
+/// # Safety
+/// `cuCtxCreate_v4` contract (`CUctxCreateParams`, CUDA 12.5+; `cuCtxCreate` in CUDA 13).
+#[no_mangle]
+pub unsafe extern "C" fn cuCtxCreate_v4(pctx: *mut CUcontext, params: *mut c_void, flags: c_uint, dev: CUdevice) -> CUresult {
+    let real = || {
+        crate::call_real!(cuCtxCreate_v4: fn(*mut CUcontext, *mut c_void, c_uint, CUdevice) -> CUresult, pctx, params, flags, dev)
+            .unwrap_or(CUDA_ERROR_NOT_FOUND)
+    };
+    if pctx.is_null() {
+        return real();
+    }
+    super::guard(CUDA_ERROR_OUT_OF_MEMORY, || create_context("cuCtxCreate", pctx, dev, real))
+}
+
+/// # Safety
+/// `cuCtxDestroy_v2` contract.
+#[no_mangle]
+pub unsafe extern "C" fn cuCtxDestroy_v2(ctx: CUcontext) -> CUresult {
+    let real = || crate::call_real!(cuCtxDestroy_v2: fn(CUcontext) -> CUresult, ctx).unwrap_or(CUDA_ERROR_NOT_FOUND);
+    super::guard(CUDA_ERROR_INVALID_VALUE, || destroy_context(ctx, real))
+}
+
+/// # Safety
+/// Original `cuCtxDestroy` contract.
+#[no_mangle]
+pub unsafe extern "C" fn cuCtxDestroy(ctx: CUcontext) -> CUresult {
+    let real = || crate::call_real!(cuCtxDestroy: fn(CUcontext) -> CUresult, ctx).unwrap_or(CUDA_ERROR_NOT_FOUND);
+    super::guard(CUDA_ERROR_INVALID_VALUE, || destroy_context(ctx, real))
+}
+
+fn primary_active(ordinal: CUdevice) -> Option<bool> {
+    let (mut flags, mut active): (c_uint, c_int) = (0, 0);
+    let rc = crate::call_real!(cuDevicePrimaryCtxGetState: fn(CUdevice, *mut c_uint, *mut c_int) -> CUresult, ordinal, &mut flags, &mut active)?;
+    (rc == CUDA_SUCCESS).then_some(active != 0)
+}
+
+/// # Safety
+/// `cuDevicePrimaryCtxRetain` contract.
+#[no_mangle]
+pub unsafe extern "C" fn cuDevicePrimaryCtxRetain(pctx: *mut CUcontext, ordinal: CUdevice) -> CUresult {
+    let real = || crate::call_real!(cuDevicePrimaryCtxRetain: fn(*mut CUcontext, CUdevice) -> CUresult, pctx, ordinal).unwrap_or(CUDA_ERROR_NOT_FOUND);
+    super::guard(CUDA_ERROR_OUT_OF_MEMORY, || match state::mode() {
+        Mode::Off => real(),
+        Mode::Closed(_) => CUDA_ERROR_OUT_OF_MEMORY,
+        Mode::On(active) => {
+            let Ok(dev) = active.device(ordinal) else { return real() };
+            // Serialises this process's retains and releases, so exactly one retain counts
+            // the creation of each primary context.
+            let mut primary = active.primary.lock();
+            if primary.contains_key(&ordinal) || primary_active(ordinal) == Some(true) {
+                return real();
+            }
+            match counted_creation(active, dev, "cuDevicePrimaryCtxRetain", real) {
+                Ok(bytes) => {
+                    primary.insert(ordinal, bytes);
+                    CUDA_SUCCESS
+                }
+                Err(rc) => rc,
+            }
+        }
+    })
+}
+
+/// After a release or reset, a primary context that is no longer active gives its memory back.
+fn after_primary_release(ordinal: CUdevice, real: impl FnOnce() -> CUresult) -> CUresult {
+    let Mode::On(active) = state::mode() else { return real() };
+    let mut primary = active.primary.lock();
+    let rc = real();
+    if rc == CUDA_SUCCESS && primary_active(ordinal) != Some(true) {
+        if let Some(bytes) = primary.remove(&ordinal) {
+            forget(active, ordinal, bytes);
+        }
+    }
+    rc
+}
+
+/// # Safety
+/// `cuDevicePrimaryCtxRelease_v2` contract.
+#[no_mangle]
+pub unsafe extern "C" fn cuDevicePrimaryCtxRelease_v2(ordinal: CUdevice) -> CUresult {
+    let real = || crate::call_real!(cuDevicePrimaryCtxRelease_v2: fn(CUdevice) -> CUresult, ordinal).unwrap_or(CUDA_ERROR_NOT_FOUND);
+    super::guard(CUDA_ERROR_INVALID_VALUE, || after_primary_release(ordinal, real))
+}
+
+/// # Safety
+/// Original `cuDevicePrimaryCtxRelease` contract.
+#[no_mangle]
+pub unsafe extern "C" fn cuDevicePrimaryCtxRelease(ordinal: CUdevice) -> CUresult {
+    let real = || crate::call_real!(cuDevicePrimaryCtxRelease: fn(CUdevice) -> CUresult, ordinal).unwrap_or(CUDA_ERROR_NOT_FOUND);
+    super::guard(CUDA_ERROR_INVALID_VALUE, || after_primary_release(ordinal, real))
+}
+
+/// # Safety
+/// `cuDevicePrimaryCtxReset_v2` contract.
+#[no_mangle]
+pub unsafe extern "C" fn cuDevicePrimaryCtxReset_v2(ordinal: CUdevice) -> CUresult {
+    let real = || crate::call_real!(cuDevicePrimaryCtxReset_v2: fn(CUdevice) -> CUresult, ordinal).unwrap_or(CUDA_ERROR_NOT_FOUND);
+    super::guard(CUDA_ERROR_INVALID_VALUE, || after_primary_release(ordinal, real))
+}
+
+/// # Safety
+/// Original `cuDevicePrimaryCtxReset` contract.
+#[no_mangle]
+pub unsafe extern "C" fn cuDevicePrimaryCtxReset(ordinal: CUdevice) -> CUresult {
+    let real = || crate::call_real!(cuDevicePrimaryCtxReset: fn(CUdevice) -> CUresult, ordinal).unwrap_or(CUDA_ERROR_NOT_FOUND);
+    super::guard(CUDA_ERROR_INVALID_VALUE, || after_primary_release(ordinal, real))
+}

@@ -1,0 +1,114 @@
+//! What programs see: `cuMemGetInfo` and `cuDeviceTotalMem` report the cap as the GPU's
+//! memory, and free memory as what is left of it (never more than the device really has).
+
+use crate::abi::cuda::*;
+use crate::state::{self, Dev, Mode};
+use std::ffi::c_uint;
+
+/// (free, total) as fgpu reports them for `dev`, given the driver's real free memory.
+fn capped_view(active: &state::Active, dev: &Dev, real_free: u64) -> (u64, u64) {
+    active.ledger.reclaim_if_due(active.slot_if_joined());
+    let used = active.container_used(dev);
+    (dev.limit.saturating_sub(used).min(real_free), dev.limit)
+}
+
+/// Runs the real `cuMemGetInfo` and rewrites its answer.
+fn mem_get_info(real: impl FnOnce(&mut u64, &mut u64) -> CUresult) -> (CUresult, u64, u64) {
+    let (mut free, mut total) = (0u64, 0u64);
+    let rc = real(&mut free, &mut total);
+    if rc != CUDA_SUCCESS {
+        return (rc, free, total);
+    }
+    match state::mode() {
+        Mode::Off => (rc, free, total),
+        Mode::Closed(_) => (rc, 0, total),
+        Mode::On(active) => match active.current_device() {
+            Ok(dev) => {
+                let (free, total) = capped_view(active, dev, free);
+                (rc, free, total)
+            }
+            Err(_) => (rc, 0, total),
+        },
+    }
+}
+
+/// # Safety
+/// `cuMemGetInfo_v2` contract: both outputs writable.
+#[no_mangle]
+pub unsafe extern "C" fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize) -> CUresult {
+    if free.is_null() || total.is_null() {
+        return crate::call_real!(cuMemGetInfo_v2: fn(*mut usize, *mut usize) -> CUresult, free, total).unwrap_or(CUDA_ERROR_NOT_FOUND);
+    }
+    super::guard(CUDA_ERROR_INVALID_VALUE, || {
+        let (rc, f, t) = mem_get_info(|f, t| {
+            let (mut rf, mut rt) = (0usize, 0usize);
+            let rc = crate::call_real!(cuMemGetInfo_v2: fn(*mut usize, *mut usize) -> CUresult, &mut rf, &mut rt).unwrap_or(CUDA_ERROR_NOT_FOUND);
+            (*f, *t) = (rf as u64, rt as u64);
+            rc
+        });
+        if rc == CUDA_SUCCESS {
+            // SAFETY: both checked non-null above; caller-provided outputs.
+            unsafe { (*free, *total) = (f as usize, t as usize) };
+        }
+        rc
+    })
+}
+
+/// # Safety
+/// Pre-3.2 `cuMemGetInfo` contract (32-bit outputs, saturated).
+#[no_mangle]
+pub unsafe extern "C" fn cuMemGetInfo(free: *mut c_uint, total: *mut c_uint) -> CUresult {
+    if free.is_null() || total.is_null() {
+        return crate::call_real!(cuMemGetInfo: fn(*mut c_uint, *mut c_uint) -> CUresult, free, total).unwrap_or(CUDA_ERROR_NOT_FOUND);
+    }
+    super::guard(CUDA_ERROR_INVALID_VALUE, || {
+        let (rc, f, t) = mem_get_info(|f, t| {
+            let (mut rf, mut rt) = (0 as c_uint, 0 as c_uint);
+            let rc = crate::call_real!(cuMemGetInfo: fn(*mut c_uint, *mut c_uint) -> CUresult, &mut rf, &mut rt).unwrap_or(CUDA_ERROR_NOT_FOUND);
+            (*f, *t) = (rf as u64, rt as u64);
+            rc
+        });
+        if rc == CUDA_SUCCESS {
+            // SAFETY: both checked non-null above.
+            unsafe { (*free, *total) = (f.min(u32::MAX as u64) as c_uint, t.min(u32::MAX as u64) as c_uint) };
+        }
+        rc
+    })
+}
+
+fn capped_total(ordinal: CUdevice, real_total: u64) -> u64 {
+    match state::mode() {
+        Mode::On(active) => active.device(ordinal).map(|d| d.limit).unwrap_or(real_total),
+        _ => real_total,
+    }
+}
+
+/// # Safety
+/// `cuDeviceTotalMem_v2` contract.
+#[no_mangle]
+pub unsafe extern "C" fn cuDeviceTotalMem_v2(bytes: *mut usize, dev: CUdevice) -> CUresult {
+    let rc = crate::call_real!(cuDeviceTotalMem_v2: fn(*mut usize, CUdevice) -> CUresult, bytes, dev).unwrap_or(CUDA_ERROR_NOT_FOUND);
+    if rc != CUDA_SUCCESS || bytes.is_null() {
+        return rc;
+    }
+    super::guard(rc, || {
+        // SAFETY: the driver just wrote *bytes.
+        unsafe { *bytes = capped_total(dev, *bytes as u64) as usize };
+        rc
+    })
+}
+
+/// # Safety
+/// Pre-3.2 `cuDeviceTotalMem` contract.
+#[no_mangle]
+pub unsafe extern "C" fn cuDeviceTotalMem(bytes: *mut c_uint, dev: CUdevice) -> CUresult {
+    let rc = crate::call_real!(cuDeviceTotalMem: fn(*mut c_uint, CUdevice) -> CUresult, bytes, dev).unwrap_or(CUDA_ERROR_NOT_FOUND);
+    if rc != CUDA_SUCCESS || bytes.is_null() {
+        return rc;
+    }
+    super::guard(rc, || {
+        // SAFETY: the driver just wrote *bytes.
+        unsafe { *bytes = capped_total(dev, *bytes as u64).min(u32::MAX as u64) as c_uint };
+        rc
+    })
+}

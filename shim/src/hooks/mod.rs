@@ -1,0 +1,29 @@
+//! The exported functions that replace driver entry points, one module per family.
+//!
+//! Every hook catches panics at the boundary ([`guard`]) and answers with the real call or an
+//! error code instead of unwinding into C.
+
+pub mod alloc;
+pub mod array;
+pub mod context;
+pub mod dlsym;
+pub mod info;
+pub mod nvml;
+pub mod pool;
+pub mod procaddr;
+pub mod vmm;
+
+use fgpu_core::log::Level;
+use fgpu_core::log_at;
+
+/// Runs a hook body; a panic becomes `fallback` and one error line instead of an abort.
+#[inline(always)]
+pub fn guard<R>(fallback: R, body: impl FnOnce() -> R) -> R {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(body)) {
+        Ok(result) => result,
+        Err(_) => {
+            log_at!(Level::Error, "internal error in a driver hook (a bug in fgpu; please report it)");
+            fallback
+        }
+    }
+}

@@ -1,0 +1,411 @@
+//! NVML as the container should see it: `nvidia-smi`, pynvml, gpustat, nvitop and the
+//! frameworks' NVML use all read memory and processes from here.
+//!
+//! * Memory info: total = the cap, used = what the ledger's processes hold (contexts
+//!   included), free = the rest. `_v2`'s
+//!   `reserved` is 0: the driver's reservation belongs to the card, not the container, so
+//!   total = used + free holds in both layouts.
+//! * Compute process lists are built from the ledger: only this container's processes, with
+//!   PIDs as the caller's PID namespace sees them and the memory the ledger counts. Graphics
+//!   and MPS lists, utilisation samples and accounting data are filtered to the ledger's
+//!   processes whose host PID is known; everything else is hidden.
+
+use crate::abi::nvml::*;
+use crate::real::Sym;
+use crate::state::{self, Active, Mode};
+use fgpu_core::ledger::{DeviceId, Snapshot};
+use fgpu_core::uuid::{format_gpu_uuid, parse_gpu_uuid};
+use std::ffi::{c_char, c_uint};
+
+/// Calls into the real NVML that fgpu itself needs (context measurement, UUIDs).
+pub mod query {
+    use super::*;
+    use crate::state::Dev;
+    use std::sync::OnceLock;
+
+    pub fn ready() -> bool {
+        static READY: OnceLock<bool> = OnceLock::new();
+        *READY.get_or_init(|| {
+            crate::real::library_present(crate::real::Lib::Nvml)
+                && crate::call_real!(nvmlInit_v2: fn() -> NvmlReturn) == Some(NVML_SUCCESS)
+        })
+    }
+
+    pub fn handle_for(uuid: &[u8; 16]) -> Option<NvmlDevice> {
+        if !ready() {
+            return None;
+        }
+        let text = format!("{}\0", format_gpu_uuid(uuid));
+        let mut handle: NvmlDevice = std::ptr::null_mut();
+        let rc = crate::call_real!(nvmlDeviceGetHandleByUUID: fn(*const c_char, *mut NvmlDevice) -> NvmlReturn, text.as_ptr().cast(), &mut handle)?;
+        (rc == NVML_SUCCESS).then_some(handle)
+    }
+
+    pub fn device_uuid(device: NvmlDevice) -> Option<[u8; 16]> {
+        let mut buf = [0u8; 96];
+        let rc = crate::call_real!(nvmlDeviceGetUUID: fn(NvmlDevice, *mut c_char, c_uint) -> NvmlReturn, device, buf.as_mut_ptr().cast(), buf.len() as c_uint)?;
+        if rc != NVML_SUCCESS {
+            return None;
+        }
+        let end = buf.iter().position(|b| *b == 0).unwrap_or(buf.len());
+        parse_gpu_uuid(std::str::from_utf8(&buf[..end]).ok()?)
+    }
+
+    pub fn device_memory(device: NvmlDevice) -> Option<NvmlMemory> {
+        let mut memory = NvmlMemory::default();
+        let rc = crate::call_real!(nvmlDeviceGetMemoryInfo: fn(NvmlDevice, *mut NvmlMemory) -> NvmlReturn, device, &mut memory)?;
+        (rc == NVML_SUCCESS).then_some(memory)
+    }
+
+    /// The real compute-process list (v3 layout, falling back to v2 and v1).
+    pub fn compute_processes(device: NvmlDevice) -> Option<Vec<NvmlProcessInfoV2>> {
+        for sym in [Sym::nvmlDeviceGetComputeRunningProcesses_v3, Sym::nvmlDeviceGetComputeRunningProcesses_v2] {
+            if crate::real::get(sym).is_null() {
+                continue;
+            }
+            let mut entries = vec![NvmlProcessInfoV2::default(); 256];
+            let mut count = entries.len() as c_uint;
+            let rc = if sym == Sym::nvmlDeviceGetComputeRunningProcesses_v3 {
+                crate::call_real!(nvmlDeviceGetComputeRunningProcesses_v3: fn(NvmlDevice, *mut c_uint, *mut NvmlProcessInfoV2) -> NvmlReturn, device, &mut count, entries.as_mut_ptr())?
+            } else {
+                crate::call_real!(nvmlDeviceGetComputeRunningProcesses_v2: fn(NvmlDevice, *mut c_uint, *mut NvmlProcessInfoV2) -> NvmlReturn, device, &mut count, entries.as_mut_ptr())?
+            };
+            if rc == NVML_SUCCESS {
+                entries.truncate(count as usize);
+                return Some(entries);
+            }
+        }
+        let mut entries = vec![NvmlProcessInfoV1::default(); 256];
+        let mut count = entries.len() as c_uint;
+        let rc = crate::call_real!(nvmlDeviceGetComputeRunningProcesses: fn(NvmlDevice, *mut c_uint, *mut NvmlProcessInfoV1) -> NvmlReturn, device, &mut count, entries.as_mut_ptr())?;
+        (rc == NVML_SUCCESS).then(|| {
+            entries[..count as usize]
+                .iter()
+                .map(|e| NvmlProcessInfoV2 { pid: e.pid, used_gpu_memory: e.used_gpu_memory, gpu_instance_id: NVML_NO_INSTANCE, compute_instance_id: NVML_NO_INSTANCE })
+                .collect()
+        })
+    }
+
+    /// Device-wide used memory before a context is created, when this process's host PID
+    /// is unknown (otherwise the per-process figure is used and this is not needed).
+    pub fn before_context(dev: &Dev) -> Option<u64> {
+        if own_host_pid().is_some() {
+            return None;
+        }
+        device_memory(handle_for(&dev.uuid)?).map(|m| m.used)
+    }
+
+    pub fn own_host_pid() -> Option<u32> {
+        match state::mode() {
+            Mode::On(active) => *active.host_pid.get_or_init(fgpu_core::pidns::host_pid),
+            _ => None,
+        }
+    }
+
+    /// The size of the context just created on `dev`, while `reserved` bytes for it are
+    /// already in this process's slot.
+    pub fn context_size(active: &Active, dev: &Dev, reserved: u64, before: Option<u64>) -> Option<u64> {
+        let handle = handle_for(&dev.uuid)?;
+        if let Some(pid) = own_host_pid() {
+            let mine = compute_processes(handle)?.into_iter().find(|p| p.pid == pid)?.used_gpu_memory;
+            let slot = active.slot_if_joined()?;
+            let held_before = active.ledger.slot_used(slot, dev.id).saturating_sub(reserved);
+            return Some(mine.saturating_sub(held_before));
+        }
+        let after = device_memory(handle)?.used;
+        Some(after.saturating_sub(before?))
+    }
+}
+
+/// The ledger's view of one NVML device: (ledger device, cap, used), or None to leave the
+/// driver's answer alone (no cap configured for it).
+fn container_view(active: &Active, device: NvmlDevice, real_total: u64) -> Option<(Option<DeviceId>, u64, u64)> {
+    let uuid = query::device_uuid(device)?;
+    let mut cap = active.config.cap_for(&format_gpu_uuid(&uuid), real_total)?;
+    active.ledger.reclaim_if_due(active.slot_if_joined());
+    let id = active.ledger.find_device(uuid);
+    let used = match id {
+        Some(id) => {
+            cap = cap.min(active.ledger.cap(id));
+            active.ledger.used(id)
+        }
+        None => 0,
+    };
+    Some((id, cap, used))
+}
+
+/// # Safety
+/// `nvmlDeviceGetMemoryInfo` contract.
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo(device: NvmlDevice, memory: *mut NvmlMemory) -> NvmlReturn {
+    let rc = crate::call_real!(nvmlDeviceGetMemoryInfo: fn(NvmlDevice, *mut NvmlMemory) -> NvmlReturn, device, memory).unwrap_or(NVML_ERROR_FUNCTION_NOT_FOUND);
+    if rc != NVML_SUCCESS || memory.is_null() {
+        return rc;
+    }
+    super::guard(rc, || {
+        // SAFETY: the driver just filled *memory.
+        let m = unsafe { &mut *memory };
+        match state::mode() {
+            Mode::On(active) => {
+                if let Some((_, cap, used)) = container_view(active, device, m.total) {
+                    *m = NvmlMemory { total: cap, free: cap.saturating_sub(used), used };
+                }
+            }
+            Mode::Closed(_) => m.free = 0,
+            Mode::Off => {}
+        }
+        rc
+    })
+}
+
+/// # Safety
+/// `nvmlDeviceGetMemoryInfo_v2` contract (`version` set by the caller).
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo_v2(device: NvmlDevice, memory: *mut NvmlMemoryV2) -> NvmlReturn {
+    let rc = crate::call_real!(nvmlDeviceGetMemoryInfo_v2: fn(NvmlDevice, *mut NvmlMemoryV2) -> NvmlReturn, device, memory).unwrap_or(NVML_ERROR_FUNCTION_NOT_FOUND);
+    if rc != NVML_SUCCESS || memory.is_null() {
+        return rc;
+    }
+    super::guard(rc, || {
+        // SAFETY: the driver just filled *memory.
+        let m = unsafe { &mut *memory };
+        match state::mode() {
+            Mode::On(active) => {
+                if let Some((_, cap, used)) = container_view(active, device, m.total) {
+                    (m.total, m.reserved, m.free, m.used) = (cap, 0, cap.saturating_sub(used), used);
+                }
+            }
+            Mode::Closed(_) => m.free = 0,
+            Mode::Off => {}
+        }
+        rc
+    })
+}
+
+/// A process as the container's process lists report it.
+struct Listed {
+    pid: u32,
+    used: u64,
+}
+
+/// The ledger's live processes holding memory on `id`, with PIDs as the caller sees them.
+fn ledger_processes(snapshot: &Snapshot, id: DeviceId) -> Vec<Listed> {
+    snapshot
+        .processes
+        .iter()
+        .filter(|p| p.alive && p.used.get(id.0).copied().unwrap_or(0) > 0)
+        .filter_map(|p| Some(Listed { pid: p.pid_here.or(p.host_pid)?, used: p.used[id.0] }))
+        .collect()
+}
+
+/// Host PID -> PID as the caller sees it, for the ledger's processes whose host PID is known.
+fn host_pid_map(snapshot: &Snapshot) -> Vec<(u32, u32)> {
+    snapshot.processes.iter().filter(|p| p.alive).filter_map(|p| Some((p.host_pid?, p.pid_here.or(p.host_pid)?))).collect()
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum ListKind {
+    Compute,
+    Other,
+}
+
+/// Writes `listed` into the caller's buffer with NVML's size-query rules.
+///
+/// # Safety
+/// `count` writable; `infos` null or writable for `*count` entries of `T`.
+unsafe fn write_list<T>(listed: &[Listed], count: *mut c_uint, infos: *mut T, make: impl Fn(&Listed) -> T) -> NvmlReturn {
+    // SAFETY: checked non-null by the caller.
+    let capacity = unsafe { *count } as usize;
+    // SAFETY: as above.
+    unsafe { *count = listed.len() as c_uint };
+    if listed.is_empty() {
+        return NVML_SUCCESS;
+    }
+    if infos.is_null() || capacity < listed.len() {
+        return NVML_ERROR_INSUFFICIENT_SIZE;
+    }
+    for (i, entry) in listed.iter().enumerate() {
+        // SAFETY: i < listed.len() <= capacity, the caller's buffer size.
+        unsafe { infos.add(i).write(make(entry)) };
+    }
+    NVML_SUCCESS
+}
+
+/// Shared body of the nine process-list entry points.
+///
+/// # Safety
+/// NVML process-list contract for the layout `T`.
+unsafe fn process_list<T>(
+    device: NvmlDevice,
+    count: *mut c_uint,
+    infos: *mut T,
+    kind: ListKind,
+    real: impl Fn(*mut c_uint, *mut T) -> NvmlReturn,
+    pid_and_memory: impl Fn(&T) -> (u32, u64),
+    make: impl Fn(&Listed) -> T,
+) -> NvmlReturn {
+    let Mode::On(active) = state::mode() else { return real(count, infos) };
+    if count.is_null() {
+        return NVML_ERROR_INVALID_ARGUMENT;
+    }
+    let uuid = query::device_uuid(device);
+    let id = uuid.and_then(|u| active.ledger.find_device(u));
+    active.ledger.reclaim_if_due(active.slot_if_joined());
+    let snapshot = active.ledger.snapshot(active.slot_if_joined());
+    let listed = match (kind, id) {
+        (ListKind::Compute, Some(id)) => {
+            // Ask the driver first so invalid handles still get its error.
+            let mut probe: c_uint = 0;
+            let rc = real(&mut probe, std::ptr::null_mut());
+            if rc != NVML_SUCCESS && rc != NVML_ERROR_INSUFFICIENT_SIZE {
+                return rc;
+            }
+            ledger_processes(&snapshot, id)
+        }
+        (ListKind::Compute, None) => Vec::new(),
+        (ListKind::Other, _) => {
+            let mut entries: Vec<T> = Vec::with_capacity(256);
+            let mut n: c_uint = 256;
+            let rc = real(&mut n, entries.as_mut_ptr());
+            if rc != NVML_SUCCESS {
+                if rc == NVML_ERROR_INSUFFICIENT_SIZE {
+                    // More graphics processes than we asked for: list ours only if we can
+                    // see them all; an empty answer leaks nothing.
+                    Vec::new()
+                } else {
+                    return rc;
+                }
+            } else {
+                // SAFETY: the driver initialised the first n entries.
+                unsafe { entries.set_len(n as usize) };
+                let map = host_pid_map(&snapshot);
+                entries
+                    .iter()
+                    .map(&pid_and_memory)
+                    .filter_map(|(pid, used)| map.iter().find(|(host, _)| *host == pid).map(|(_, here)| Listed { pid: *here, used }))
+                    .collect()
+            }
+        }
+    };
+    // SAFETY: count checked non-null; infos per the caller's contract.
+    unsafe { write_list(&listed, count, infos, make) }
+}
+
+fn v1(l: &Listed) -> NvmlProcessInfoV1 {
+    NvmlProcessInfoV1 { pid: l.pid, used_gpu_memory: l.used }
+}
+
+fn v2(l: &Listed) -> NvmlProcessInfoV2 {
+    NvmlProcessInfoV2 { pid: l.pid, used_gpu_memory: l.used, gpu_instance_id: NVML_NO_INSTANCE, compute_instance_id: NVML_NO_INSTANCE }
+}
+
+macro_rules! process_list_hook {
+    ($name:ident, $ty:ty, $kind:expr, $make:expr) => {
+        /// # Safety
+        /// NVML process-list contract.
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(device: NvmlDevice, count: *mut c_uint, infos: *mut $ty) -> NvmlReturn {
+            let real = |c: *mut c_uint, i: *mut $ty| {
+                crate::call_real!($name: fn(NvmlDevice, *mut c_uint, *mut $ty) -> NvmlReturn, device, c, i).unwrap_or(NVML_ERROR_FUNCTION_NOT_FOUND)
+            };
+            super::guard(NVML_ERROR_UNKNOWN, || {
+                // SAFETY: forwarded caller pointers per the NVML contract.
+                unsafe { process_list(device, count, infos, $kind, real, |e: &$ty| (e.pid, e.used_gpu_memory), $make) }
+            })
+        }
+    };
+}
+
+process_list_hook!(nvmlDeviceGetComputeRunningProcesses, NvmlProcessInfoV1, ListKind::Compute, v1);
+process_list_hook!(nvmlDeviceGetComputeRunningProcesses_v2, NvmlProcessInfoV2, ListKind::Compute, v2);
+process_list_hook!(nvmlDeviceGetComputeRunningProcesses_v3, NvmlProcessInfoV2, ListKind::Compute, v2);
+process_list_hook!(nvmlDeviceGetGraphicsRunningProcesses, NvmlProcessInfoV1, ListKind::Other, v1);
+process_list_hook!(nvmlDeviceGetGraphicsRunningProcesses_v2, NvmlProcessInfoV2, ListKind::Other, v2);
+process_list_hook!(nvmlDeviceGetGraphicsRunningProcesses_v3, NvmlProcessInfoV2, ListKind::Other, v2);
+process_list_hook!(nvmlDeviceGetMPSComputeRunningProcesses, NvmlProcessInfoV1, ListKind::Other, v1);
+process_list_hook!(nvmlDeviceGetMPSComputeRunningProcesses_v2, NvmlProcessInfoV2, ListKind::Other, v2);
+process_list_hook!(nvmlDeviceGetMPSComputeRunningProcesses_v3, NvmlProcessInfoV2, ListKind::Other, v2);
+
+/// Keeps only samples of the ledger's processes, with PIDs as the caller sees them.
+///
+/// # Safety
+/// `nvmlDeviceGetProcessUtilization` contract.
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetProcessUtilization(
+    device: NvmlDevice,
+    samples: *mut NvmlProcessUtilizationSample,
+    count: *mut c_uint,
+    last_seen: u64,
+) -> NvmlReturn {
+    let rc = crate::call_real!(
+        nvmlDeviceGetProcessUtilization: fn(NvmlDevice, *mut NvmlProcessUtilizationSample, *mut c_uint, u64) -> NvmlReturn,
+        device, samples, count, last_seen
+    )
+    .unwrap_or(NVML_ERROR_FUNCTION_NOT_FOUND);
+    if rc != NVML_SUCCESS || samples.is_null() || count.is_null() {
+        return rc;
+    }
+    super::guard(rc, || {
+        let Mode::On(active) = state::mode() else { return rc };
+        let map = host_pid_map(&active.ledger.snapshot(active.slot_if_joined()));
+        // SAFETY: the driver filled *count samples into the caller's buffer.
+        let all = unsafe { std::slice::from_raw_parts_mut(samples, *count as usize) };
+        let mut kept = 0;
+        for i in 0..all.len() {
+            if let Some((_, here)) = map.iter().find(|(host, _)| *host == all[i].pid) {
+                all[kept] = NvmlProcessUtilizationSample { pid: *here, ..all[i] };
+                kept += 1;
+            }
+        }
+        // SAFETY: count is non-null.
+        unsafe { *count = kept as c_uint };
+        rc
+    })
+}
+
+/// # Safety
+/// `nvmlDeviceGetAccountingPids` contract.
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetAccountingPids(device: NvmlDevice, count: *mut c_uint, pids: *mut c_uint) -> NvmlReturn {
+    let rc = crate::call_real!(nvmlDeviceGetAccountingPids: fn(NvmlDevice, *mut c_uint, *mut c_uint) -> NvmlReturn, device, count, pids)
+        .unwrap_or(NVML_ERROR_FUNCTION_NOT_FOUND);
+    if rc != NVML_SUCCESS || pids.is_null() || count.is_null() {
+        return rc;
+    }
+    super::guard(rc, || {
+        let Mode::On(active) = state::mode() else { return rc };
+        let map = host_pid_map(&active.ledger.snapshot(active.slot_if_joined()));
+        // SAFETY: the driver filled *count PIDs into the caller's buffer.
+        let all = unsafe { std::slice::from_raw_parts_mut(pids, *count as usize) };
+        let mut kept = 0;
+        for i in 0..all.len() {
+            if let Some((_, here)) = map.iter().find(|(host, _)| *host == all[i]) {
+                all[kept] = *here;
+                kept += 1;
+            }
+        }
+        // SAFETY: count is non-null.
+        unsafe { *count = kept as c_uint };
+        rc
+    })
+}
+
+/// Only the ledger's processes have accounting stats; the caller names them by its own PIDs.
+///
+/// # Safety
+/// `nvmlDeviceGetAccountingStats` contract (`stats` is an opaque out-struct here).
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetAccountingStats(device: NvmlDevice, pid: c_uint, stats: *mut std::ffi::c_void) -> NvmlReturn {
+    let real = |p: c_uint| {
+        crate::call_real!(nvmlDeviceGetAccountingStats: fn(NvmlDevice, c_uint, *mut std::ffi::c_void) -> NvmlReturn, device, p, stats)
+            .unwrap_or(NVML_ERROR_FUNCTION_NOT_FOUND)
+    };
+    super::guard(NVML_ERROR_UNKNOWN, || {
+        let Mode::On(active) = state::mode() else { return real(pid) };
+        let map = host_pid_map(&active.ledger.snapshot(active.slot_if_joined()));
+        match map.iter().find(|(_, here)| *here == pid) {
+            Some((host, _)) => real(*host),
+            None => NVML_ERROR_NOT_FOUND,
+        }
+    })
+}

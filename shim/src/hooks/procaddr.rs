@@ -1,0 +1,142 @@
+//! `cuGetProcAddress` / `cuGetProcAddress_v2`: how cudart and most bindings reach every
+//! driver function (base name + CUDA version + flags).
+//!
+//! The real resolver runs first with the caller's exact arguments, so the caller gets
+//! exactly the variant the driver picks for its version and flags. Only then, if the
+//! returned function is one we wrap, is it replaced by our wrapper *of that same variant*:
+//! we recognise the variant by its address. If the driver hands back an address we do not
+//! recognise for a name we wrap, we fall back to the driver's documented name/version rules
+//! (and say so at debug level) rather than let the caller run uncapped.
+
+use crate::abi::cuda::*;
+use crate::real::{self, Sym};
+use fgpu_core::log::Level;
+use fgpu_core::log_at;
+use std::ffi::{c_char, c_int, c_void, CStr};
+
+/// # Safety
+/// `cuGetProcAddress` contract (CUDA 11.3+): NUL-terminated `symbol`, writable `pfn`.
+#[no_mangle]
+pub unsafe extern "C" fn cuGetProcAddress(symbol: *const c_char, pfn: *mut *mut c_void, cuda_version: c_int, flags: u64) -> CUresult {
+    let rc = crate::call_real!(cuGetProcAddress: fn(*const c_char, *mut *mut c_void, c_int, u64) -> CUresult, symbol, pfn, cuda_version, flags)
+        .unwrap_or(CUDA_ERROR_NOT_FOUND);
+    super::guard(rc, || {
+        // SAFETY: forwarded caller pointers, checked for null inside.
+        unsafe { substitute(rc, symbol, pfn, cuda_version, flags) };
+        rc
+    })
+}
+
+/// # Safety
+/// `cuGetProcAddress_v2` contract (CUDA 12.0+): as above plus an optional `symbol_status`.
+#[no_mangle]
+pub unsafe extern "C" fn cuGetProcAddress_v2(
+    symbol: *const c_char,
+    pfn: *mut *mut c_void,
+    cuda_version: c_int,
+    flags: u64,
+    symbol_status: *mut u32,
+) -> CUresult {
+    let rc = crate::call_real!(
+        cuGetProcAddress_v2: fn(*const c_char, *mut *mut c_void, c_int, u64, *mut u32) -> CUresult,
+        symbol, pfn, cuda_version, flags, symbol_status
+    )
+    .unwrap_or(CUDA_ERROR_NOT_FOUND);
+    super::guard(rc, || {
+        // SAFETY: forwarded caller pointers, checked for null inside.
+        unsafe { substitute(rc, symbol, pfn, cuda_version, flags) };
+        rc
+    })
+}
+
+/// Replaces `*pfn` with our wrapper when the driver returned a function we wrap.
+///
+/// # Safety
+/// `symbol` NUL-terminated or null; `pfn` writable or null.
+unsafe fn substitute(rc: CUresult, symbol: *const c_char, pfn: *mut *mut c_void, cuda_version: c_int, flags: u64) {
+    if rc != CUDA_SUCCESS || pfn.is_null() || symbol.is_null() {
+        return;
+    }
+    // SAFETY: pfn is non-null and the driver just wrote it.
+    let found = unsafe { *pfn };
+    if found.is_null() {
+        return;
+    }
+    if let Some(sym) = real::identify(found) {
+        if let Some(wrapper) = sym.wrapper() {
+            // SAFETY: as above.
+            unsafe { *pfn = wrapper };
+        }
+        return;
+    }
+    // SAFETY: caller's NUL-terminated name.
+    let name = unsafe { CStr::from_ptr(symbol) }.to_string_lossy();
+    let ptds = flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM != 0;
+    if let Some(sym) = variant_for(&name, cuda_version, ptds) {
+        if let Some(wrapper) = sym.wrapper() {
+            if found != wrapper {
+                log_at!(Level::Debug, "cuGetProcAddress({name}, {cuda_version}) returned an address fgpu does not know; using its {} wrapper", sym.name());
+                real::remember(sym, found);
+                // SAFETY: as above.
+                unsafe { *pfn = wrapper };
+            }
+        }
+    }
+}
+
+/// The exported variant the driver maps a base name to for a CUDA version and stream mode.
+/// `(minimum version, variant)` lists are the driver's own versioning of these entry points.
+pub fn variant_for(base: &str, version: c_int, per_thread_stream: bool) -> Option<Sym> {
+    use Sym::*;
+    let pick = |table: &[(c_int, Sym)]| table.iter().rev().find(|(min, _)| version >= *min).map(|(_, s)| *s);
+    let stream = |plain: Sym, ptsz: Sym| if per_thread_stream { ptsz } else { plain };
+    match base {
+        "cuGetProcAddress" => pick(&[(11030, cuGetProcAddress), (12000, cuGetProcAddress_v2)]),
+        "cuMemAlloc" => pick(&[(0, cuMemAlloc), (3020, cuMemAlloc_v2)]),
+        "cuMemAllocPitch" => pick(&[(0, cuMemAllocPitch), (3020, cuMemAllocPitch_v2)]),
+        "cuMemFree" => pick(&[(0, cuMemFree), (3020, cuMemFree_v2)]),
+        "cuMemGetInfo" => pick(&[(0, cuMemGetInfo), (3020, cuMemGetInfo_v2)]),
+        "cuDeviceTotalMem" => pick(&[(0, cuDeviceTotalMem), (3020, cuDeviceTotalMem_v2)]),
+        "cuCtxCreate" => pick(&[(0, cuCtxCreate), (3020, cuCtxCreate_v2), (11040, cuCtxCreate_v3), (12050, cuCtxCreate_v4)]),
+        "cuCtxDestroy" => pick(&[(0, cuCtxDestroy), (4000, cuCtxDestroy_v2)]),
+        "cuDevicePrimaryCtxRelease" => pick(&[(7000, cuDevicePrimaryCtxRelease), (11000, cuDevicePrimaryCtxRelease_v2)]),
+        "cuDevicePrimaryCtxReset" => pick(&[(7000, cuDevicePrimaryCtxReset), (11000, cuDevicePrimaryCtxReset_v2)]),
+        "cuDevicePrimaryCtxRetain" => Some(cuDevicePrimaryCtxRetain),
+        "cuArrayCreate" => pick(&[(0, cuArrayCreate), (3020, cuArrayCreate_v2)]),
+        "cuArray3DCreate" => pick(&[(0, cuArray3DCreate), (3020, cuArray3DCreate_v2)]),
+        "cuMipmappedArrayCreate" => Some(cuMipmappedArrayCreate),
+        "cuArrayDestroy" => Some(cuArrayDestroy),
+        "cuMipmappedArrayDestroy" => Some(cuMipmappedArrayDestroy),
+        "cuMemAllocManaged" => Some(cuMemAllocManaged),
+        "cuMemAllocAsync" => Some(stream(cuMemAllocAsync, cuMemAllocAsync_ptsz)),
+        "cuMemAllocFromPoolAsync" => Some(stream(cuMemAllocFromPoolAsync, cuMemAllocFromPoolAsync_ptsz)),
+        "cuMemFreeAsync" => Some(stream(cuMemFreeAsync, cuMemFreeAsync_ptsz)),
+        "cuStreamSynchronize" => Some(stream(cuStreamSynchronize, cuStreamSynchronize_ptsz)),
+        "cuEventSynchronize" => Some(cuEventSynchronize),
+        "cuCtxSynchronize" => Some(cuCtxSynchronize),
+        "cuMemPoolTrimTo" => Some(cuMemPoolTrimTo),
+        "cuMemPoolDestroy" => Some(cuMemPoolDestroy),
+        "cuMemCreate" => Some(cuMemCreate),
+        "cuMemRelease" => Some(cuMemRelease),
+        "cuMemMap" => Some(cuMemMap),
+        "cuMemUnmap" => Some(cuMemUnmap),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions_pick_the_driver_variant() {
+        assert_eq!(variant_for("cuMemAlloc", 3010, false), Some(Sym::cuMemAlloc));
+        assert_eq!(variant_for("cuMemAlloc", 12030, false), Some(Sym::cuMemAlloc_v2));
+        assert_eq!(variant_for("cuCtxCreate", 11080, false), Some(Sym::cuCtxCreate_v3));
+        assert_eq!(variant_for("cuCtxCreate", 13000, false), Some(Sym::cuCtxCreate_v4));
+        assert_eq!(variant_for("cuMemAllocAsync", 12000, true), Some(Sym::cuMemAllocAsync_ptsz));
+        assert_eq!(variant_for("cuGetProcAddress", 11080, false), Some(Sym::cuGetProcAddress));
+        assert_eq!(variant_for("cuGetProcAddress", 12000, false), Some(Sym::cuGetProcAddress_v2));
+        assert_eq!(variant_for("cuMemcpy", 12000, false), None);
+    }
+}

@@ -1,0 +1,395 @@
+//! Per-process state: the configuration, this process's slot in the ledger, the devices it
+//! has touched, and the live allocations it must give back when they are freed.
+//!
+//! Built on the first CUDA or NVML call that needs it, never in a constructor, so a process
+//! that does not use the GPU never reads a file or creates one.
+
+use crate::abi::cuda::*;
+use fgpu_core::config::Config;
+use fgpu_core::ledger::{DeviceId, Ledger, SlotId};
+use fgpu_core::limit::format_bytes;
+use fgpu_core::log::{self, Level, RateLimit};
+use fgpu_core::log_at;
+use fgpu_core::uuid::format_gpu_uuid;
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+use std::ptr::null_mut;
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
+use std::sync::OnceLock;
+
+/// Highest CUDA device ordinal fgpu tracks per process.
+pub const MAX_ORDINALS: usize = 64;
+
+/// What the shim does in this process.
+pub enum Mode {
+    /// No cap is configured: every call passes straight through.
+    Off,
+    /// Capped and counted.
+    On(Active),
+    /// The configuration or the ledger is broken: device memory is refused (fail closed).
+    Closed(String),
+}
+
+static MODE: AtomicPtr<Mode> = AtomicPtr::new(null_mut());
+static INIT: Mutex<()> = Mutex::new(());
+/// The ledger descriptor, so a forked child can drop its inherited copy.
+static LEDGER_FD: AtomicI32 = AtomicI32::new(-1);
+
+/// The state of this process, built on first use.
+pub fn mode() -> &'static Mode {
+    let current = MODE.load(Ordering::Acquire);
+    if !current.is_null() {
+        // SAFETY: MODE only ever holds pointers from Box::leak, never freed.
+        return unsafe { &*current };
+    }
+    init_slow()
+}
+
+#[cold]
+fn init_slow() -> &'static Mode {
+    let _guard = INIT.lock();
+    let current = MODE.load(Ordering::Acquire);
+    if !current.is_null() {
+        // SAFETY: as in `mode`.
+        return unsafe { &*current };
+    }
+    let mode: &'static Mode = Box::leak(Box::new(build()));
+    if let Mode::On(active) = mode {
+        LEDGER_FD.store(active.ledger.raw_fd(), Ordering::Relaxed);
+    }
+    register_fork_handler();
+    MODE.store(mode as *const Mode as *mut Mode, Ordering::Release);
+    mode
+}
+
+fn build() -> Mode {
+    let config = match Config::load() {
+        Ok(config) => config,
+        Err(e) => {
+            let message = format!("{e}; GPU memory allocations in this process are refused until this is fixed");
+            log_at!(Level::Error, "{message}");
+            return Mode::Closed(message);
+        }
+    };
+    log::set_level(config.log);
+    if !config.is_capped() {
+        log_at!(Level::Debug, "no cap configured (FGPU_LIMIT unset, no limit in {}); not capping", fgpu_core::config::CONFIG_PATH);
+        return Mode::Off;
+    }
+    match Ledger::open_or_create(&config.ledger) {
+        Ok(ledger) => {
+            log_at!(Level::Debug, "ledger {} opened", config.ledger.display());
+            Mode::On(Active::new(config, ledger))
+        }
+        Err(e) => {
+            let message = format!("{e}; GPU memory allocations in this process are refused until this is fixed");
+            log_at!(Level::Error, "{message}");
+            Mode::Closed(message)
+        }
+    }
+}
+
+fn register_fork_handler() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        // SAFETY: models pthread_atfork(3) with only a child handler, a plain extern "C" fn.
+        unsafe { libc::pthread_atfork(None, None, Some(after_fork_in_child)) };
+    });
+}
+
+/// A forked child is a new process: it must not share its parent's slot (it would keep the
+/// parent looking alive) or its accounting. Drop the inherited ledger descriptor and start
+/// over on the child's first CUDA call.
+extern "C" fn after_fork_in_child() {
+    MODE.store(null_mut(), Ordering::Release);
+    let fd = LEDGER_FD.swap(-1, Ordering::Relaxed);
+    if fd >= 0 {
+        // SAFETY: closes the child's copy of the ledger descriptor; the leaked parent state
+        // that also names it is never used again in the child.
+        unsafe { libc::close(fd) };
+    }
+    if INIT.is_locked() {
+        // SAFETY: the thread that held INIT does not exist in the child; nobody will unlock it.
+        unsafe { INIT.force_unlock() };
+    }
+}
+
+/// A device this process uses, as the ledger knows it.
+#[derive(Debug)]
+pub struct Dev {
+    pub ordinal: CUdevice,
+    pub id: DeviceId,
+    pub uuid: [u8; 16],
+    /// The cap this process is held to: the smaller of its own and the ledger's.
+    pub limit: u64,
+    /// Physical memory of the device.
+    pub total: u64,
+}
+
+/// One live allocation made through a counted call.
+#[derive(Clone, Copy, Debug)]
+pub struct Alloc {
+    pub ordinal: CUdevice,
+    pub bytes: u64,
+}
+
+pub struct Active {
+    pub config: Config,
+    pub ledger: Ledger,
+    slot: OnceLock<Option<SlotId>>,
+    devices: [OnceLock<Dev>; MAX_ORDINALS],
+    registering: Mutex<()>,
+    registered: AtomicUsize,
+    only_ordinal: AtomicI32,
+    pub allocs: AllocMap,
+    /// Contexts made with cuCtxCreate*: context -> (device, bytes counted).
+    pub contexts: Mutex<HashMap<usize, (CUdevice, u64)>>,
+    /// Primary contexts this process holds: device -> bytes counted.
+    pub primary: Mutex<HashMap<CUdevice, u64>>,
+    /// Stream-ordered pools: pool -> (device, reserved bytes counted).
+    pub pools: Mutex<HashMap<usize, (CUdevice, u64)>>,
+    pub any_pool: AtomicBool,
+    pub vmm: Mutex<crate::hooks::vmm::Handles>,
+    pub arrays: Mutex<HashMap<usize, Alloc>>,
+    last_forced_scan: AtomicU64,
+    /// This process's host PID, if it can know it (see `fgpu_core::pidns`).
+    pub host_pid: OnceLock<Option<u32>>,
+}
+
+impl Active {
+    fn new(config: Config, ledger: Ledger) -> Active {
+        Active {
+            config,
+            ledger,
+            slot: OnceLock::new(),
+            devices: [const { OnceLock::new() }; MAX_ORDINALS],
+            registering: Mutex::new(()),
+            registered: AtomicUsize::new(0),
+            only_ordinal: AtomicI32::new(-1),
+            allocs: AllocMap::default(),
+            contexts: Mutex::new(HashMap::new()),
+            primary: Mutex::new(HashMap::new()),
+            pools: Mutex::new(HashMap::new()),
+            any_pool: AtomicBool::new(false),
+            vmm: Mutex::new(Default::default()),
+            arrays: Mutex::new(HashMap::new()),
+            last_forced_scan: AtomicU64::new(0),
+            host_pid: OnceLock::new(),
+        }
+    }
+
+    /// This process's slot, claimed on first need.
+    pub fn slot(&self) -> Option<SlotId> {
+        *self.slot.get_or_init(|| match self.ledger.join() {
+            Ok(slot) => Some(slot),
+            Err(e) => {
+                log_at!(Level::Error, "{e}; GPU memory allocations in this process are refused");
+                None
+            }
+        })
+    }
+
+    /// The slot if this process already has one (NVML-only processes never take one).
+    pub fn slot_if_joined(&self) -> Option<SlotId> {
+        self.slot.get().copied().flatten()
+    }
+
+    /// The ledger entry for a CUDA device ordinal, registering it on first use.
+    pub fn device(&self, ordinal: CUdevice) -> Result<&Dev, CUresult> {
+        let index = usize::try_from(ordinal).ok().filter(|i| *i < MAX_ORDINALS).ok_or(CUDA_ERROR_INVALID_VALUE)?;
+        if let Some(dev) = self.devices[index].get() {
+            return Ok(dev);
+        }
+        let _guard = self.registering.lock();
+        if let Some(dev) = self.devices[index].get() {
+            return Ok(dev);
+        }
+        let dev = self.register(ordinal)?;
+        let _ = self.devices[index].set(dev);
+        if self.registered.fetch_add(1, Ordering::AcqRel) == 0 {
+            self.only_ordinal.store(ordinal, Ordering::Release);
+        } else {
+            self.only_ordinal.store(-1, Ordering::Release);
+        }
+        Ok(self.devices[index].get().expect("just set"))
+    }
+
+    fn register(&self, ordinal: CUdevice) -> Result<Dev, CUresult> {
+        let mut uuid = CUuuid::default();
+        let rc = crate::call_real!(cuDeviceGetUuid_v2: fn(*mut CUuuid, CUdevice) -> CUresult, &mut uuid, ordinal)
+            .or_else(|| crate::call_real!(cuDeviceGetUuid: fn(*mut CUuuid, CUdevice) -> CUresult, &mut uuid, ordinal))
+            .unwrap_or(CUDA_ERROR_NOT_FOUND);
+        if rc != CUDA_SUCCESS {
+            return Err(rc);
+        }
+        let mut total: usize = 0;
+        let rc = crate::call_real!(cuDeviceTotalMem_v2: fn(*mut usize, CUdevice) -> CUresult, &mut total, ordinal)
+            .unwrap_or(CUDA_ERROR_NOT_FOUND);
+        if rc != CUDA_SUCCESS {
+            return Err(rc);
+        }
+        let total = total as u64;
+        let uuid_text = format_gpu_uuid(&uuid.bytes);
+        // A device this configuration does not name stays uncapped but counted.
+        let wanted = self.config.cap_for(&uuid_text, total).unwrap_or(total);
+        let slot = self.slot().ok_or(CUDA_ERROR_OUT_OF_MEMORY)?;
+        let registration = self
+            .ledger
+            .register_device(uuid.bytes, total, wanted, Some(slot))
+            .map_err(|e| {
+                log_at!(Level::Error, "{e}; GPU memory allocations on {uuid_text} are refused");
+                CUDA_ERROR_OUT_OF_MEMORY
+            })?;
+        if registration.ledger_cap != wanted {
+            log_at!(
+                Level::Warn,
+                "this process asks for a cap of {} on {uuid_text}, but ledger {} already holds {} for running processes; the ledger keeps {} and this process is held to {}",
+                format_bytes(wanted),
+                self.ledger.path().display(),
+                format_bytes(registration.ledger_cap),
+                format_bytes(registration.ledger_cap),
+                format_bytes(wanted.min(registration.ledger_cap))
+            );
+        }
+        log_at!(Level::Debug, "device {ordinal} is {uuid_text}: {} of memory, cap {}", format_bytes(total), format_bytes(wanted.min(registration.ledger_cap)));
+        Ok(Dev { ordinal, id: registration.device, uuid: uuid.bytes, limit: wanted.min(registration.ledger_cap), total })
+    }
+
+    /// The device of the calling thread's current context.
+    pub fn current_device(&self) -> Result<&Dev, CUresult> {
+        if self.registered.load(Ordering::Acquire) == 1 {
+            let only = self.only_ordinal.load(Ordering::Acquire);
+            if only >= 0 {
+                if let Some(dev) = self.devices[only as usize].get() {
+                    return Ok(dev);
+                }
+            }
+        }
+        let mut ordinal: CUdevice = 0;
+        let rc = crate::call_real!(cuCtxGetDevice: fn(*mut CUdevice) -> CUresult, &mut ordinal).unwrap_or(CUDA_ERROR_NOT_FOUND);
+        if rc != CUDA_SUCCESS {
+            return Err(rc);
+        }
+        self.device(ordinal)
+    }
+
+    /// A device already registered by ordinal (for frees).
+    pub fn known_device(&self, ordinal: CUdevice) -> Option<&Dev> {
+        self.devices.get(usize::try_from(ordinal).ok()?)?.get()
+    }
+
+    /// Reserves `bytes` on `dev` against the cap before the driver is asked. On refusal,
+    /// dead processes are reclaimed once and the reservation retried, then one line is
+    /// logged (rate-limited) and `CUDA_ERROR_OUT_OF_MEMORY` returned.
+    pub fn reserve(&self, dev: &Dev, bytes: u64, call: &str) -> Result<(), CUresult> {
+        let slot = self.slot().ok_or(CUDA_ERROR_OUT_OF_MEMORY)?;
+        if self.ledger.try_reserve(slot, dev.id, bytes, dev.limit).is_ok() {
+            return Ok(());
+        }
+        // Before saying no, make sure no dead process is holding the memory. Bounded to one
+        // scan per 10 ms so an allocation loop that keeps failing costs little.
+        let now = log::monotonic_ns();
+        let last = self.last_forced_scan.load(Ordering::Relaxed);
+        if now.saturating_sub(last) >= 10_000_000 && self.last_forced_scan.compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed).is_ok() {
+            self.ledger.reclaim_dead(Some(slot));
+        }
+        match self.ledger.try_reserve(slot, dev.id, bytes, dev.limit) {
+            Ok(()) => Ok(()),
+            Err(refusal) => {
+                self.ledger.count_refusal(dev.id);
+                static LIMIT: RateLimit = RateLimit::new(1_000_000_000);
+                if let Some(held_back) = LIMIT.check(now) {
+                    let more = if held_back > 0 { format!(" ({held_back} more refusals not shown)") } else { String::new() };
+                    log_at!(
+                        Level::Warn,
+                        "{call} of {} refused on {}: the container already holds {} of its {} cap{more}",
+                        format_bytes(refusal.requested),
+                        format_gpu_uuid(&dev.uuid),
+                        format_bytes(refusal.used),
+                        format_bytes(refusal.cap)
+                    );
+                }
+                Err(CUDA_ERROR_OUT_OF_MEMORY)
+            }
+        }
+    }
+
+    /// Returns bytes to the ledger.
+    pub fn release(&self, dev: &Dev, bytes: u64) {
+        if let Some(slot) = self.slot_if_joined() {
+            self.ledger.release(slot, dev.id, bytes);
+        }
+    }
+
+    /// Counts memory the driver has already handed out (corrections upwards).
+    pub fn force_add(&self, dev: &Dev, bytes: u64) {
+        if let Some(slot) = self.slot_if_joined() {
+            self.ledger.force_add(slot, dev.id, bytes);
+        }
+    }
+
+    /// Moves a reservation of `reserved` bytes to the `actual` amount the driver took.
+    pub fn settle(&self, dev: &Dev, reserved: u64, actual: u64) {
+        if actual > reserved {
+            self.force_add(dev, actual - reserved);
+        } else if reserved > actual {
+            self.release(dev, reserved - actual);
+        }
+    }
+
+    /// What every process of the ledger holds on `dev`.
+    pub fn container_used(&self, dev: &Dev) -> u64 {
+        self.ledger.used(dev.id)
+    }
+}
+
+/// Live allocations by device pointer, split into shards so threads rarely contend.
+pub struct AllocMap {
+    shards: [Mutex<HashMap<u64, Alloc, BuildHasherDefault<PointerHasher>>>; 32],
+}
+
+impl Default for AllocMap {
+    fn default() -> Self {
+        AllocMap { shards: std::array::from_fn(|_| Mutex::new(HashMap::default())) }
+    }
+}
+
+impl AllocMap {
+    fn shard(&self, ptr: u64) -> &Mutex<HashMap<u64, Alloc, BuildHasherDefault<PointerHasher>>> {
+        let h = ptr.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        &self.shards[(h >> 59) as usize]
+    }
+
+    pub fn insert(&self, ptr: u64, alloc: Alloc) {
+        self.shard(ptr).lock().insert(ptr, alloc);
+    }
+
+    pub fn remove(&self, ptr: u64) -> Option<Alloc> {
+        self.shard(ptr).lock().remove(&ptr)
+    }
+
+    pub fn get(&self, ptr: u64) -> Option<Alloc> {
+        self.shard(ptr).lock().get(&ptr).copied()
+    }
+}
+
+/// Device pointers are aligned, so their low bits carry nothing: mix before hashing.
+#[derive(Default)]
+pub struct PointerHasher(u64);
+
+impl Hasher for PointerHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = (self.0 ^ *b as u64).wrapping_mul(0x100_0000_01b3);
+        }
+    }
+    fn write_u64(&mut self, x: u64) {
+        let h = x.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        self.0 = h ^ (h >> 29);
+    }
+}
+

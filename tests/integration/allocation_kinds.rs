@@ -1,0 +1,131 @@
+//! Each way device memory is taken counts against the cap. Every scenario runs with a 1 GiB
+//! cap and a 300 MiB context, so 724 MiB are left: it takes memory one way, then asks for a
+//! plain 300 MiB that fits only if the first kind was not counted (or was given back).
+
+use fgpu_tests::*;
+
+fn scenario(env: &Env, ops: &[&str]) -> Run {
+    let mut args = vec!["init", "primary"];
+    args.extend_from_slice(ops);
+    args.extend(["alloc", "300M", "info"]);
+    env.client(&args).shim().limit("1G").success()
+}
+
+fn last_alloc_rc(run: &Run) -> i64 {
+    field(run.lines("alloc ").last().unwrap(), "rc").unwrap().parse().unwrap()
+}
+
+/// Asserts that after `ops` the plain allocation is refused under the shim and succeeds
+/// without it (so the test fails if the kind is not counted).
+fn counted(name: &str, ops: &[&str]) {
+    let env = Env::new(name);
+    let run = scenario(&env, ops);
+    assert_eq!(last_alloc_rc(&run), 2, "{name}: memory taken by {ops:?} was not counted\n{run}");
+    let mut args = vec!["init", "primary"];
+    args.extend_from_slice(ops);
+    args.extend(["alloc", "300M"]);
+    let bare = env.client(&args).success();
+    assert_eq!(last_alloc_rc(&bare), 0, "{name}: without the shim it must succeed\n{bare}");
+}
+
+/// Asserts that after `ops` the memory is back: the plain allocation succeeds.
+fn returned(name: &str, ops: &[&str]) {
+    let env = Env::new(name);
+    let run = scenario(&env, ops);
+    assert_eq!(last_alloc_rc(&run), 0, "{name}: memory released by {ops:?} was not given back\n{run}");
+}
+
+#[test]
+fn plain_allocations() {
+    counted("alloc", &["alloc", "500M"]);
+    returned("alloc-freed", &["alloc", "500M", "free"]);
+}
+
+#[test]
+fn pitch_counts_what_the_driver_returns() {
+    // 1000-byte rows are padded to a 1024-byte pitch: 1024 x 500000 = 488 MiB.
+    counted("pitch", &["pitch", "1000", "500000"]);
+    returned("pitch-freed", &["pitch", "1000", "500000", "free"]);
+    let env = Env::new("pitch-exact");
+    let run = env.client(&["init", "primary", "pitch", "1000", "1048576", "info"]).shim().limit("8G").success();
+    assert_eq!(run.field("pitch", "pitch"), "1024", "{run}");
+    let free: u64 = run.field("info", "free").parse().unwrap();
+    assert_eq!(free, 8 * GIB - 300 * MIB - 1024 * 1048576, "pitch x height is counted\n{run}");
+}
+
+#[test]
+fn managed_memory() {
+    counted("managed", &["managed", "500M"]);
+    returned("managed-freed", &["managed", "500M", "free"]);
+}
+
+#[test]
+fn stream_ordered_pools_count_what_they_keep() {
+    // Default pool, release threshold 0: freed memory leaves the pool at synchronisation.
+    counted("async", &["async", "500M"]);
+    counted("async-unsynced", &["async", "500M", "freeasync"]);
+    returned("async-synced", &["async", "500M", "freeasync", "sync"]);
+    // Threshold at the maximum (PyTorch's setting): the pool keeps it until trimmed.
+    counted("async-kept", &["keep", "async", "500M", "freeasync", "sync"]);
+    returned("async-trimmed", &["keep", "async", "500M", "freeasync", "sync", "trim", "0"]);
+    // A pool that already holds free memory serves from it without new reservations.
+    let env = Env::new("async-reuse");
+    let run = env.client(&["init", "primary", "keep", "async", "600M", "freeasync", "sync", "async", "600M"]).shim().limit("1G").success();
+    assert_eq!(run.lines("async").iter().map(|l| field(l, "rc").unwrap()).collect::<Vec<_>>(), vec!["0", "0"], "{run}");
+}
+
+#[test]
+fn vmm_memory_lives_until_released_and_unmapped() {
+    counted("vmm", &["vmm", "512M"]);
+    counted("vmm-released-but-mapped", &["vmm", "512M", "vmmrelease"]);
+    returned("vmm-released-and-unmapped", &["vmm", "512M", "vmmrelease", "vmmunmap"]);
+}
+
+#[test]
+fn arrays() {
+    // 12288 x 12288 floats = 576 MiB.
+    counted("array", &["array", "12288", "12288"]);
+    returned("array-destroyed", &["array", "12288", "12288", "arraydestroy"]);
+    counted("array3d", &["array3d", "1024", "1024", "144"]);
+    counted("mipmap", &["mipmap", "11000", "11000", "3"]);
+    returned("mipmap-destroyed", &["mipmap", "11000", "11000", "3", "mipmapdestroy"]);
+}
+
+#[test]
+fn contexts_are_reserved_before_creation_and_returned() {
+    let env = Env::new("contexts").context_overhead("400M");
+    // 400 MiB primary + 400 MiB context fit in 1 GiB; a third does not.
+    let run = env.client(&["init", "primary", "ctx", "ctx", "info"]).shim().limit("1G").success();
+    assert_eq!(run.lines("ctx rc").iter().map(|l| field(l, "rc").unwrap()).collect::<Vec<_>>(), vec!["0", "2"], "{run}");
+    assert_eq!(env.sim().device_used(0), 0, "all gone after exit");
+    let run = env.client(&["init", "primary", "ctx", "ctxdestroy", "ctx", "info"]).shim().limit("1G").success();
+    assert_eq!(run.lines("ctx rc").iter().map(|l| field(l, "rc").unwrap()).collect::<Vec<_>>(), vec!["0", "0"], "{run}");
+    // The measured size, not the first 512 MiB estimate, is what stays counted.
+    let free: u64 = run.field("info", "free").parse().unwrap();
+    assert_eq!(free, GIB - 800 * MIB, "{run}");
+    let bare = env.client(&["init", "primary", "ctx", "ctx"]).success();
+    assert_eq!(bare.lines("ctx rc").len(), 2);
+    assert!(bare.lines("ctx rc").iter().all(|l| l.ends_with("rc=0")), "{bare}");
+}
+
+#[test]
+fn primary_context_memory_returns_on_release() {
+    let env = Env::new("primary-release");
+    let run = env.client(&["init", "primary", "release", "primary", "info"]).shim().limit("1G").success();
+    let free: u64 = run.field("info", "free").parse().unwrap();
+    assert_eq!(free, GIB - 300 * MIB, "one context counted, not two\n{run}");
+}
+
+#[test]
+fn mem_get_info_reports_the_cap_and_the_container_usage() {
+    let env = Env::new("info");
+    let run = env.client(&["init", "primary", "alloc", "1G", "info"]).shim().limit("8G").success();
+    assert_eq!(run.field("info", "total"), (8 * GIB).to_string());
+    assert_eq!(run.field("info", "free"), (8 * GIB - GIB - 300 * MIB).to_string(), "{run}");
+    // Free never exceeds what the device really has.
+    let small = Env::new("info-small").sim_memory("4G");
+    let run = small.client(&["init", "primary", "info"]).shim().limit("8G").success();
+    let free: u64 = run.field("info", "free").parse().unwrap();
+    assert!(free <= 4 * GIB - 300 * MIB, "{run}");
+    assert_eq!(run.field("info", "total"), (8 * GIB).to_string());
+}

@@ -1,0 +1,148 @@
+//! Bad input fails closed with one clear line; processes that never touch the GPU never
+//! notice the shim.
+
+use fgpu_tests::*;
+
+#[test]
+fn every_bad_limit_is_named_and_nothing_runs_uncapped() {
+    let env = Env::new("bad-limit");
+    for bad in ["banana", "-1", "8XB", "", "99999999999999999999999", "0", "150%", "GPU-zz=8G"] {
+        let run = env.client(&["init", "primary", "alloc", "1M"]).shim().limit(bad).run();
+        assert!(run.output.status.success(), "the process is not killed ({bad:?})\n{run}");
+        assert_eq!(run.rc("alloc"), 2, "no allocation succeeds uncapped ({bad:?})\n{run}");
+        let stderr = run.stderr();
+        let lines: Vec<&str> = stderr.lines().collect();
+        assert_eq!(lines.len(), 1, "exactly one line ({bad:?})\n{run}");
+        assert!(lines[0].contains("FGPU_LIMIT=") && lines[0].contains(&format!("{bad:?}")), "{run}");
+    }
+}
+
+#[test]
+fn valid_limit_spellings_agree() {
+    let env = Env::new("good-limit");
+    for good in ["8G", "8GiB", "8GB", "8gb", "8589934592", "8192M", "10%"] {
+        let run = env.client(&["init", "primary", "info"]).shim().limit(good).success();
+        let expected = if good == "10%" { 8 * GIB } else { 8 * GIB };
+        assert_eq!(run.field("info", "total"), expected.to_string(), "{good}\n{run}");
+    }
+}
+
+#[test]
+fn per_device_limits_by_uuid() {
+    let env = Env::new("per-device").devices(2);
+    env.client(&["init"]).success();
+    let sim = env.sim();
+    let (first, second) = (sim.device_uuid_string(0), sim.device_uuid_string(1));
+    assert_ne!(first, second);
+    let limit = format!("{}=2G,{}=4G", &first[..13], &second[..13]);
+    let run = env.client(&["init", "primary", "info", "device", "1", "total"]).shim().limit(&limit).success();
+    assert_eq!(run.field("info", "total"), (2 * GIB).to_string(), "{run}");
+    assert_eq!(run.field("total", "total"), (4 * GIB).to_string(), "{run}");
+}
+
+#[test]
+fn corrupt_truncated_and_foreign_ledgers_fail_closed() {
+    let env = Env::new("bad-ledger");
+    // A healthy ledger first, to corrupt.
+    env.client(&["init", "primary"]).shim().limit("8G").success();
+    let healthy = std::fs::read(&env.ledger).unwrap();
+    let cases: Vec<(&str, Vec<u8>, &str)> = vec![
+        ("foreign", b"this is somebody else's file, not a ledger".to_vec(), "not an fgpu ledger"),
+        ("truncated", healthy[..5000].to_vec(), "truncated"),
+        ("version", {
+            let mut v = healthy.clone();
+            v[8] = 99;
+            v
+        }, "format version 99"),
+    ];
+    for (name, bytes, expected) in cases {
+        let path = env.dir.join(format!("ledger-{name}"));
+        std::fs::write(&path, &bytes).unwrap();
+        let run = env.client(&["init", "primary", "alloc", "1M"]).shim().limit("8G").env("FGPU_LEDGER", &path).success();
+        assert_eq!(run.rc("primary"), 2, "context refused ({name})\n{run}");
+        assert_eq!(run.rc("alloc"), 2, "allocation refused ({name})\n{run}");
+        assert!(run.stderr().contains(expected) && run.stderr().contains(&path.display().to_string()), "{name}\n{run}");
+        assert_eq!(std::fs::read(&path).unwrap(), bytes, "the bad file is left as it was ({name})");
+    }
+}
+
+#[test]
+fn unwritable_ledger_location_fails_closed() {
+    let env = Env::new("ledger-dir");
+    let blocker = env.dir.join("not-a-dir");
+    std::fs::write(&blocker, b"x").unwrap();
+    let run = env.client(&["init", "primary", "alloc", "1M"]).shim().limit("8G").env("FGPU_LEDGER", blocker.join("ledger")).success();
+    assert_eq!(run.rc("alloc"), 2, "{run}");
+    assert!(run.stderr().contains("ledger"), "{run}");
+}
+
+#[test]
+fn programs_that_never_touch_cuda_see_nothing() {
+    let env = Env::new("invisible");
+    let ledger = env.dir.join("never").join("ledger");
+    let run = env.command("sh").args(["-c", "echo hello; ls / >/dev/null"]).shim().limit("8G").env("FGPU_LEDGER", &ledger).success();
+    assert_eq!(run.stdout(), "hello\n");
+    assert_eq!(run.stderr(), "");
+    assert!(!ledger.exists() && !ledger.parent().unwrap().exists(), "no file is created");
+    // Even a bad limit stays silent until CUDA is used.
+    let run = env.command("sh").args(["-c", "echo quiet"]).shim().limit("banana").success();
+    assert_eq!((run.stdout().as_str(), run.stderr().as_str()), ("quiet\n", ""));
+}
+
+#[test]
+fn no_driver_installed_means_the_shim_stays_out_of_the_way() {
+    let env = Env::new("no-driver");
+    let mut cmd = env.client(&["init"]).shim().limit("8G");
+    cmd.0.env("LD_LIBRARY_PATH", env.dir.join("nothing-here"));
+    let run = cmd.run();
+    assert!(run.stdout().contains("dlopen failed"), "the program's own error, nothing else\n{run}");
+    assert_eq!(run.stderr(), "", "{run}");
+}
+
+#[test]
+fn no_cap_configured_passes_through() {
+    let env = Env::new("uncapped");
+    let run = env.client(&["init", "primary", "info", "alloc", "50G"]).shim().success();
+    assert_eq!(run.field("info", "total"), (80 * GIB).to_string(), "{run}");
+    assert_eq!(run.rc("alloc"), 0);
+    assert!(!env.ledger.exists(), "no ledger without a cap");
+}
+
+#[test]
+fn a_process_joining_with_another_cap_is_held_to_the_lower_and_warned() {
+    let env = Env::new("cap-mismatch");
+    let mut first = env.client(&["init", "primary", "hold"]).shim().limit("2G").spawn();
+    first.wait_for("holding");
+    let higher = env.client(&["init", "primary", "info", "alloc", "2G"]).shim().limit("4G").success();
+    assert_eq!(higher.field("info", "total"), (2 * GIB).to_string(), "held to the ledger's 2 GiB\n{higher}");
+    assert_eq!(higher.rc("alloc"), 2);
+    assert!(higher.stderr().contains("already holds 2 GiB"), "{higher}");
+    let lower = env.client(&["init", "primary", "info"]).shim().limit("1G").success();
+    assert_eq!(lower.field("info", "total"), GIB.to_string(), "held to its own 1 GiB\n{lower}");
+    assert!(lower.stderr().contains("held to 1 GiB"), "{lower}");
+    drop(first);
+}
+
+#[test]
+fn quiet_log_level_silences_refusals() {
+    let env = Env::new("quiet");
+    let run = env.client(&["init", "primary", "alloc", "2G"]).shim().limit("1G").env("FGPU_LOG", "quiet").success();
+    assert_eq!(run.rc("alloc"), 2);
+    assert_eq!(run.stderr(), "");
+    let debug = env.client(&["init", "primary"]).shim().limit("1G").env("FGPU_LOG", "debug").success();
+    assert!(debug.stderr().contains("context on device 0"), "{debug}");
+}
+
+#[test]
+fn refusal_lines_are_rate_limited() {
+    let env = Env::new("rate");
+    let mut args = vec!["init", "primary"];
+    for _ in 0..50 {
+        args.extend(["alloc", "2G"]);
+    }
+    let run = env.client(&args).shim().limit("1G").success();
+    assert_eq!(run.lines("alloc").len(), 50);
+    let refusals = run.stderr().lines().filter(|l| l.contains("refused")).count();
+    assert_eq!(refusals, 1, "one line per second, not fifty\n{run}");
+    assert!(run.stderr().contains("of 2 GiB refused") && run.stderr().contains("1 GiB cap"), "{run}");
+}

@@ -1,0 +1,78 @@
+//! Every way a program reaches the driver sees the cap and is refused past it.
+
+use fgpu_tests::*;
+
+const MODES: [&str; 4] = ["procaddr", "procaddr1", "dlsym", "default"];
+
+fn cap_seen(run: &Run) -> (u64, u64) {
+    let total: u64 = run.field("info", "total").parse().unwrap();
+    let device_total: u64 = run.field("total", "total").parse().unwrap();
+    (total, device_total)
+}
+
+#[test]
+fn every_resolution_path_sees_the_cap() {
+    let env = Env::new("paths");
+    for mode in MODES {
+        let capped = env.client(&["--resolve", mode, "init", "primary", "info", "total"]).shim().limit("8G").success();
+        assert_eq!(cap_seen(&capped), (8 * GIB, 8 * GIB), "{mode}\n{capped}");
+        let bare = env.client(&["--resolve", mode, "init", "primary", "info", "total"]).success();
+        assert_eq!(cap_seen(&bare).1, 80 * GIB, "without the shim the sim shows 80 GiB ({mode})\n{bare}");
+    }
+    let linked = env.command(client_with("cuclient", &["LINKED"])).args(["init", "primary", "info", "total"]).shim().limit("8G").success();
+    assert_eq!(cap_seen(&linked), (8 * GIB, 8 * GIB), "{linked}");
+}
+
+#[test]
+fn every_resolution_path_is_refused_past_the_cap() {
+    let env = Env::new("paths-refused");
+    // 300 MiB context + 1 GiB + 1 GiB > 2 GiB.
+    for mode in MODES {
+        let run = env.client(&["--resolve", mode, "init", "primary", "alloc", "1G", "alloc", "1G"]).shim().limit("2G").success();
+        let rcs: Vec<i64> = run.lines("alloc").iter().map(|l| field(l, "rc").unwrap().parse().unwrap()).collect();
+        assert_eq!(rcs, vec![0, 2], "{mode}\n{run}");
+        assert!(run.stderr().contains("refused"), "{run}");
+    }
+    let linked = env.command(client_with("cuclient", &["LINKED"])).args(["init", "primary", "alloc", "1G", "alloc", "1G"]).shim().limit("2G").success();
+    assert_eq!(linked.lines("alloc")[1], "alloc 1073741824 rc=2", "{linked}");
+    let bare = env.client(&["init", "primary", "alloc", "1G", "alloc", "1G"]).limit("2G").success();
+    assert_eq!(bare.lines("alloc")[1], "alloc 1073741824 rc=0", "without the shim nothing is refused\n{bare}");
+}
+
+#[test]
+fn old_runtimes_and_per_thread_streams_get_matching_wrappers() {
+    let env = Env::new("versions");
+    for version in ["11040", "12000", "13000"] {
+        for ptds in [false, true] {
+            let mut args = vec!["--version", version];
+            if ptds {
+                args.push("--ptds");
+            }
+            args.extend(["init", "primary", "info", "alloc", "1G", "alloc", "1G", "async", "1G", "sync"]);
+            let run = env.client(&args).shim().limit("2G").success();
+            assert_eq!(run.field("info", "total"), (2 * GIB).to_string(), "{run}");
+            assert_eq!(run.lines("alloc"), vec!["alloc 1073741824 rc=0", "alloc 1073741824 rc=2"], "{run}");
+            assert_eq!(run.rc("async"), 2, "stream-ordered allocation past the cap ({version}, ptds={ptds})\n{run}");
+        }
+    }
+}
+
+#[test]
+fn rtld_next_resolves_relative_to_the_real_caller() {
+    let env = Env::new("rtld");
+    let dir = release_dir().join("test-clients");
+    std::fs::create_dir_all(&dir).unwrap();
+    let source = workspace().join("tests/clients/rtld_next.c");
+    for (role, name) in [("ROLE_FIRST", "libfgpu_rtld_first.so"), ("ROLE_SECOND", "libfgpu_rtld_second.so")] {
+        let mut cc = std::process::Command::new("cc");
+        cc.args(["-shared", "-fPIC", "-O1", &format!("-D{role}"), "-o"]).arg(dir.join(name)).arg(&source).arg("-ldl");
+        Cmd(cc).success();
+    }
+    let program = dir.join("rtld_next");
+    let mut cc = std::process::Command::new("cc");
+    cc.arg("-o").arg(&program).arg(&source).arg(format!("-L{}", dir.display()));
+    cc.args(["-l:libfgpu_rtld_first.so", "-l:libfgpu_rtld_second.so", "-ldl"]).arg(format!("-Wl,-rpath,{}", dir.display()));
+    Cmd(cc).success();
+    let run = env.command(&program).shim().limit("8G").success();
+    assert_eq!(run.stdout().trim(), "next=2", "{run}");
+}

@@ -1,0 +1,155 @@
+//! One cap across processes: sharing, dead processes, PID namespaces, fork/exec, and a
+//! stress run with random SIGKILLs checked against the simulated driver's own accounting.
+
+use fgpu_tests::*;
+use std::time::{Duration, Instant};
+
+#[test]
+fn processes_of_one_ledger_share_the_cap_and_a_killed_one_is_reclaimed() {
+    let env = Env::new("share");
+    let mut holder = env.client(&["init", "primary", "alloc", "1G", "hold"]).shim().limit("2G").spawn();
+    holder.wait_for("holding");
+    let refused = env.client(&["init", "primary", "alloc", "1G"]).shim().limit("2G").success();
+    assert_eq!(refused.rc("alloc"), 2, "second process must not pass the shared cap\n{refused}");
+    let other_ledger = env.client(&["init", "primary", "alloc", "1G"]).shim().limit("2G").env("FGPU_LEDGER", env.dir.join("other")).success();
+    assert_eq!(other_ledger.rc("alloc"), 0, "another ledger is independent\n{other_ledger}");
+
+    holder.kill(libc::SIGKILL);
+    let start = Instant::now();
+    let after = env.client(&["init", "primary", "alloc", "1G"]).shim().limit("2G").success();
+    assert_eq!(after.rc("alloc"), 0, "the killed process's share is reclaimed\n{after}");
+    assert!(start.elapsed() < Duration::from_secs(2));
+    let ledger = env.ledger();
+    ledger.reclaim_dead(None);
+    let snapshot = ledger.snapshot(None);
+    assert_eq!(snapshot.devices[0].used, 0, "{snapshot:?}");
+}
+
+#[test]
+fn a_reused_pid_cannot_inherit_a_share() {
+    // Liveness is a lock the kernel drops at death, not a PID comparison: a new process
+    // never sees a dead one's slot as its own, whatever its PID.
+    let env = Env::new("reuse");
+    for _ in 0..3 {
+        let mut p = env.client(&["init", "primary", "alloc", "512M", "hold"]).shim().limit("1G").spawn();
+        p.wait_for("holding");
+        p.kill(libc::SIGKILL);
+    }
+    let run = env.client(&["init", "primary", "alloc", "700M", "info"]).shim().limit("1G").success();
+    assert_eq!(run.rc("alloc"), 0, "{run}");
+    assert_eq!(run.field("info", "free"), (GIB - 300 * MIB - 700 * MIB).to_string(), "{run}");
+}
+
+#[test]
+fn fork_children_are_counted_as_themselves() {
+    let env = Env::new("fork");
+    // The parent initialises the shim (device query) before forking; the child creates
+    // its own context and allocates; once it exits its share is gone.
+    let mut parent = env.client(&["init", "total", "fork", "200M", "hold"]).shim().limit("1G").spawn();
+    parent.wait_for("holding");
+    let run = parent.finish();
+    assert!(run.stdout().contains("child alloc rc=0"), "{run}");
+    let ledger = env.ledger();
+    ledger.reclaim_dead(None);
+    assert_eq!(ledger.snapshot(None).devices[0].used, 0);
+}
+
+#[test]
+fn exec_keeps_the_cap() {
+    let env = Env::new("exec");
+    let client = client("cuclient");
+    let script = format!("exec {} init primary alloc 1G alloc 1G", client.display());
+    let run = env.command("sh").args(["-c", &script]).shim().limit("2G").success();
+    assert_eq!(run.lines("alloc")[1], "alloc 1073741824 rc=2", "{run}");
+}
+
+#[test]
+fn pid_namespaces_share_one_ledger() {
+    if !is_root() {
+        panic!("this test needs root for unshare --pid (CI runs as root)");
+    }
+    let env = Env::new("pidns");
+    let client = client("cuclient");
+    let mut inside = env
+        .command("unshare")
+        .args(["--pid", "--fork", "--mount-proc"])
+        .arg(&client)
+        .args(["init", "primary", "alloc", "1G", "hold"])
+        .shim()
+        .limit("2G")
+        .spawn();
+    inside.wait_for("holding");
+    let outside = env.client(&["init", "primary", "alloc", "1G"]).shim().limit("2G").success();
+    assert_eq!(outside.rc("alloc"), 2, "the namespaced process's 1 GiB counts here\n{outside}");
+    let snapshot = env.ledger().snapshot(None);
+    let namespaced = snapshot.processes.iter().find(|p| p.used[0] >= GIB).expect("namespaced process in the ledger");
+    assert_eq!(namespaced.pid, 1, "inside its namespace it is PID 1");
+    assert!(namespaced.pid_here.is_some_and(|p| p != 1), "seen from here with our PID for it: {namespaced:?}");
+    // Kill the whole namespace (unshare and its child).
+    let unshare_pid = inside.pid() as i32;
+    let children = std::fs::read_to_string(format!("/proc/{unshare_pid}/task/{unshare_pid}/children")).unwrap_or_default();
+    for pid in children.split_whitespace() {
+        // SAFETY: signalling a process we started.
+        unsafe { libc::kill(pid.parse().unwrap(), libc::SIGKILL) };
+    }
+    inside.kill(libc::SIGKILL);
+    eventually("namespaced process reclaimed", Duration::from_secs(5), || {
+        let ledger = env.ledger();
+        ledger.reclaim_dead(None);
+        ledger.snapshot(None).devices[0].used == 0
+    });
+    let after = env.client(&["init", "primary", "alloc", "1G"]).shim().limit("2G").success();
+    assert_eq!(after.rc("alloc"), 0, "{after}");
+}
+
+#[test]
+fn stress_racing_processes_never_pass_the_cap() {
+    let cap = 4 * GIB;
+    let env = Env::new("stress").context_overhead("200M");
+    let stress = client("stress");
+    let spawn = |env: &Env| env.command(&stress).args(["4", "30", "96"]).shim().limit("4G").spawn();
+    // Prime the sim state so the monitor can open it.
+    env.client(&["init"]).success();
+    let sim = env.sim();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let monitor = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let (mut peak, mut samples) = (0u64, 0u64);
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                peak = peak.max(sim.device_used(0));
+                samples += 1;
+                std::thread::sleep(Duration::from_micros(200));
+            }
+            (peak, samples)
+        })
+    };
+    let mut procs: Vec<Background> = (0..8).map(|_| spawn(&env)).collect();
+    let mut kills = 0;
+    let mut seed: u64 = 0x2545_F491_4F6C_DD1D;
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(400));
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        let victim = (seed % procs.len() as u64) as usize;
+        procs[victim].kill(libc::SIGKILL);
+        kills += 1;
+        procs[victim] = spawn(&env);
+    }
+    for p in &mut procs {
+        p.kill(libc::SIGKILL);
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (peak, samples) = monitor.join().unwrap();
+    println!("stress: {kills} kills, {samples} samples, driver peak {} MiB of a {} MiB cap", peak / MIB, cap / MIB);
+    assert!(peak <= cap, "the simulated driver held {peak} bytes, over the {cap}-byte cap");
+    assert!(peak > cap / 2, "the stress never came near the cap (peak {peak}); it tests nothing");
+    let ledger = env.ledger();
+    ledger.reclaim_dead(None);
+    assert_eq!(ledger.snapshot(None).devices[0].used, 0, "ledger back to zero");
+    let sim = env.sim();
+    sim.reclaim_dead();
+    assert_eq!(sim.device_used(0), 0, "device back to zero");
+}
