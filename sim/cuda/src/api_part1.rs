@@ -77,6 +77,7 @@ pub unsafe extern "C" fn cuDeviceGetUuid(uuid: *mut [u8; 16], dev: CUdevice) -> 
 
 #[no_mangle]
 pub unsafe extern "C" fn cuDeviceGetUuid_v2(uuid: *mut [u8; 16], dev: CUdevice) -> CUresult {
+    variant(1);
     guard(|| get_uuid(uuid, dev))
 }
 
@@ -210,6 +211,7 @@ pub unsafe extern "C" fn cuCtxCreate(pctx: *mut CUcontext, flags: c_uint, dev: C
 
 #[no_mangle]
 pub unsafe extern "C" fn cuCtxCreate_v2(pctx: *mut CUcontext, flags: c_uint, dev: CUdevice) -> CUresult {
+    variant(2);
     guard(|| ctx_create(pctx, flags, dev))
 }
 
@@ -264,6 +266,7 @@ pub unsafe extern "C" fn cuCtxDestroy(ctx: CUcontext) -> CUresult {
 
 #[no_mangle]
 pub unsafe extern "C" fn cuCtxDestroy_v2(ctx: CUcontext) -> CUresult {
+    variant(3);
     guard(|| ctx_destroy(ctx))
 }
 
@@ -307,6 +310,7 @@ pub unsafe extern "C" fn cuCtxPushCurrent(ctx: CUcontext) -> CUresult {
 
 #[no_mangle]
 pub unsafe extern "C" fn cuCtxPushCurrent_v2(ctx: CUcontext) -> CUresult {
+    variant(4);
     guard(|| ctx_push(ctx))
 }
 
@@ -328,6 +332,7 @@ pub unsafe extern "C" fn cuCtxPopCurrent(pctx: *mut CUcontext) -> CUresult {
 
 #[no_mangle]
 pub unsafe extern "C" fn cuCtxPopCurrent_v2(pctx: *mut CUcontext) -> CUresult {
+    variant(5);
     guard(|| ctx_pop(pctx))
 }
 
@@ -429,6 +434,7 @@ pub unsafe extern "C" fn cuDevicePrimaryCtxRelease(dev: CUdevice) -> CUresult {
 
 #[no_mangle]
 pub unsafe extern "C" fn cuDevicePrimaryCtxRelease_v2(dev: CUdevice) -> CUresult {
+    variant(6);
     guard(|| primary_release(dev))
 }
 
@@ -452,6 +458,7 @@ pub unsafe extern "C" fn cuDevicePrimaryCtxReset(dev: CUdevice) -> CUresult {
 
 #[no_mangle]
 pub unsafe extern "C" fn cuDevicePrimaryCtxReset_v2(dev: CUdevice) -> CUresult {
+    variant(7);
     guard(|| primary_reset(dev))
 }
 
@@ -488,6 +495,7 @@ pub unsafe extern "C" fn cuDevicePrimaryCtxSetFlags(dev: CUdevice, flags: c_uint
 
 #[no_mangle]
 pub unsafe extern "C" fn cuDevicePrimaryCtxSetFlags_v2(dev: CUdevice, flags: c_uint) -> CUresult {
+    variant(25);
     guard(|| primary_set_flags(dev, flags, true))
 }
 

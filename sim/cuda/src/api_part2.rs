@@ -83,6 +83,7 @@ pub unsafe extern "C" fn cuMemcpyHtoD_v2(dst: CUdeviceptr, src: *const c_void, n
 }
 #[no_mangle]
 pub unsafe extern "C" fn cuMemcpyHtoD_v2_ptds(dst: CUdeviceptr, src: *const c_void, n: usize) -> CUresult {
+    variant(8);
     guard(|| htod(dst, src, n))
 }
 #[no_mangle]
@@ -95,6 +96,7 @@ pub unsafe extern "C" fn cuMemcpyDtoH_v2(dst: *mut c_void, src: CUdeviceptr, n: 
 }
 #[no_mangle]
 pub unsafe extern "C" fn cuMemcpyDtoH_v2_ptds(dst: *mut c_void, src: CUdeviceptr, n: usize) -> CUresult {
+    variant(9);
     guard(|| dtoh(dst, src, n))
 }
 #[no_mangle]
@@ -107,6 +109,7 @@ pub unsafe extern "C" fn cuMemcpyDtoD_v2(dst: CUdeviceptr, src: CUdeviceptr, n: 
 }
 #[no_mangle]
 pub unsafe extern "C" fn cuMemcpyDtoD_v2_ptds(dst: CUdeviceptr, src: CUdeviceptr, n: usize) -> CUresult {
+    variant(10);
     guard(|| dtod(dst, src, n))
 }
 #[no_mangle]
@@ -115,6 +118,7 @@ pub unsafe extern "C" fn cuMemcpyHtoDAsync_v2(dst: CUdeviceptr, src: *const c_vo
 }
 #[no_mangle]
 pub unsafe extern "C" fn cuMemcpyHtoDAsync_v2_ptsz(dst: CUdeviceptr, src: *const c_void, n: usize, _s: CUstream) -> CUresult {
+    variant(11);
     guard(|| htod(dst, src, n))
 }
 #[no_mangle]
@@ -123,6 +127,7 @@ pub unsafe extern "C" fn cuMemcpyDtoHAsync_v2(dst: *mut c_void, src: CUdeviceptr
 }
 #[no_mangle]
 pub unsafe extern "C" fn cuMemcpyDtoHAsync_v2_ptsz(dst: *mut c_void, src: CUdeviceptr, n: usize, _s: CUstream) -> CUresult {
+    variant(12);
     guard(|| dtoh(dst, src, n))
 }
 #[no_mangle]
@@ -131,6 +136,7 @@ pub unsafe extern "C" fn cuMemsetD8_v2(dst: CUdeviceptr, uc: c_uchar, n: usize) 
 }
 #[no_mangle]
 pub unsafe extern "C" fn cuMemsetD8_v2_ptds(dst: CUdeviceptr, uc: c_uchar, n: usize) -> CUresult {
+    variant(13);
     guard(|| memset(dst, uc as u32, 1, n))
 }
 #[no_mangle]
@@ -143,6 +149,7 @@ pub unsafe extern "C" fn cuMemsetD32_v2(dst: CUdeviceptr, ui: c_uint, n: usize) 
 }
 #[no_mangle]
 pub unsafe extern "C" fn cuMemsetD32_v2_ptds(dst: CUdeviceptr, ui: c_uint, n: usize) -> CUresult {
+    variant(14);
     guard(|| memset(dst, ui, 4, n))
 }
 #[no_mangle]
@@ -151,6 +158,7 @@ pub unsafe extern "C" fn cuMemsetD8Async(dst: CUdeviceptr, uc: c_uchar, n: usize
 }
 #[no_mangle]
 pub unsafe extern "C" fn cuMemsetD8Async_ptsz(dst: CUdeviceptr, uc: c_uchar, n: usize, _s: CUstream) -> CUresult {
+    variant(15);
     guard(|| memset(dst, uc as u32, 1, n))
 }
 
@@ -206,6 +214,7 @@ pub unsafe extern "C" fn cuStreamDestroy(s: CUstream) -> CUresult {
 }
 #[no_mangle]
 pub unsafe extern "C" fn cuStreamDestroy_v2(s: CUstream) -> CUresult {
+    variant(16);
     guard(|| stream_destroy(s))
 }
 
@@ -223,6 +232,7 @@ pub unsafe extern "C" fn cuStreamSynchronize(s: CUstream) -> CUresult {
 }
 #[no_mangle]
 pub unsafe extern "C" fn cuStreamSynchronize_ptsz(s: CUstream) -> CUresult {
+    variant(17);
     guard(|| stream_sync(s))
 }
 
@@ -239,6 +249,7 @@ pub unsafe extern "C" fn cuStreamQuery(s: CUstream) -> CUresult {
 }
 #[no_mangle]
 pub unsafe extern "C" fn cuStreamQuery_ptsz(s: CUstream) -> CUresult {
+    variant(18);
     guard(|| stream_query(s))
 }
 
@@ -258,6 +269,7 @@ pub unsafe extern "C" fn cuStreamWaitEvent(s: CUstream, ev: CUevent, _flags: c_u
 }
 #[no_mangle]
 pub unsafe extern "C" fn cuStreamWaitEvent_ptsz(s: CUstream, ev: CUevent, _flags: c_uint) -> CUresult {
+    variant(19);
     guard(|| stream_wait_event(s, ev))
 }
 
@@ -293,6 +305,7 @@ pub unsafe extern "C" fn cuEventRecord(ev: CUevent, s: CUstream) -> CUresult {
 }
 #[no_mangle]
 pub unsafe extern "C" fn cuEventRecord_ptsz(ev: CUevent, s: CUstream) -> CUresult {
+    variant(20);
     guard(|| event_record(ev, s))
 }
 
@@ -351,6 +364,7 @@ pub unsafe extern "C" fn cuEventDestroy(ev: CUevent) -> CUresult {
 }
 #[no_mangle]
 pub unsafe extern "C" fn cuEventDestroy_v2(ev: CUevent) -> CUresult {
+    variant(21);
     guard(|| event_destroy(ev))
 }
 
@@ -576,6 +590,7 @@ pub unsafe extern "C" fn cuMemAllocAsync(dptr: *mut CUdeviceptr, size: usize, s:
 }
 #[no_mangle]
 pub unsafe extern "C" fn cuMemAllocAsync_ptsz(dptr: *mut CUdeviceptr, size: usize, s: CUstream) -> CUresult {
+    variant(22);
     guard(|| alloc_async(dptr, size, None, s))
 }
 #[no_mangle]
@@ -589,6 +604,7 @@ pub unsafe extern "C" fn cuMemAllocFromPoolAsync_ptsz(
     pool: CUmemoryPool,
     s: CUstream,
 ) -> CUresult {
+    variant(23);
     guard(|| alloc_async(dptr, size, Some(pool), s))
 }
 
@@ -609,5 +625,6 @@ pub unsafe extern "C" fn cuMemFreeAsync(dptr: CUdeviceptr, s: CUstream) -> CUres
 }
 #[no_mangle]
 pub unsafe extern "C" fn cuMemFreeAsync_ptsz(dptr: CUdeviceptr, s: CUstream) -> CUresult {
+    variant(24);
     guard(|| free_async(dptr, s))
 }
