@@ -1,3 +1,771 @@
-//! stub
-pub fn doctor(_: &crate::cli::DoctorArgs) -> i32 { eprintln!("fgpu: not implemented yet"); 1 }
-pub fn driver_probe_main() -> i32 { eprintln!("fgpu: not implemented yet"); 1 }
+//! `fgpu doctor`: is a cap applied to programs started here, and if not, why and what to do.
+//!
+//! Split in two: [`gather`] collects facts from the system (files, environment, a trial
+//! load of the shim in a child process, the driver libraries loaded in another child
+//! without the shim preloaded); [`assess`] turns facts into findings and is unit-tested
+//! with made-up facts.
+
+use crate::cli::DoctorArgs;
+use crate::elf::{self, ElfInfo};
+use crate::ledgers::{self, Origin};
+use crate::shimpath::{self, ShimError};
+use fgpu_core::config::{Config, ConfigError, LimitSource, CONFIG_PATH};
+use fgpu_core::ledger::{Ledger, LedgerError};
+use fgpu_core::limit::{format_bytes, Amount, LimitSpec};
+use serde::{Deserialize, Serialize};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+pub const LD_SO_PRELOAD: &str = "/etc/ld.so.preload";
+
+/// Symbols whose definition marks a library as a CUDA / NVML interposer.
+pub const INTERPOSER_SYMBOLS: [&str; 3] = ["cuMemAlloc_v2", "cuMemAlloc", "nvmlDeviceGetMemoryInfo"];
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Level {
+    Ok,
+    Info,
+    Warn,
+    Fail,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Finding {
+    /// shim, preload, cap, driver, ledger, pidns or interposer.
+    pub check: &'static str,
+    pub level: Level,
+    pub message: String,
+    /// What to do about it, for warnings and failures.
+    pub advice: Option<String>,
+}
+
+fn finding(check: &'static str, level: Level, message: impl Into<String>, advice: Option<String>) -> Finding {
+    Finding { check, level, message: message.into(), advice }
+}
+
+/// What `fgpu __driver-probe` reports (as JSON) about the driver libraries.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct DriverProbe {
+    pub cuda: LibraryProbe,
+    pub nvml: LibraryProbe,
+    pub devices: Vec<ProbedDevice>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct LibraryProbe {
+    pub loaded: bool,
+    pub error: Option<String>,
+    /// cuDriverGetVersion (e.g. 12080), or NVML's CUDA driver version.
+    pub cuda_version: Option<i32>,
+    /// nvmlSystemGetDriverVersion (e.g. "535.104.05").
+    pub driver_version: Option<String>,
+    pub device_count: Option<u32>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct ProbedDevice {
+    pub index: u32,
+    pub uuid: String,
+    pub name: String,
+    pub total_bytes: u64,
+}
+
+/// One library named in `LD_PRELOAD` or /etc/ld.so.preload.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PreloadEntry {
+    pub path: String,
+    /// "LD_PRELOAD" or "/etc/ld.so.preload".
+    pub source: &'static str,
+    pub exists: bool,
+    pub is_fgpu: bool,
+    /// Defines CUDA or NVML entry points (and is not fgpu).
+    pub interposes: bool,
+}
+
+#[derive(Debug)]
+pub enum LedgerFact {
+    Missing { dir: PathBuf, dir_problem: Option<String> },
+    Healthy { devices: usize, processes: usize },
+    Broken(String),
+}
+
+/// Everything [`assess`] looks at.
+pub struct Facts {
+    pub shim: Result<shimpath::Found, ShimError>,
+    pub shim_elf: Option<Result<ElfInfo, String>>,
+    pub own_machine: Option<u16>,
+    pub glibc: Option<String>,
+    /// Outcome of starting `sh -c true` with the shim preloaded: Err holds what went wrong.
+    pub shim_trial: Option<Result<(), String>>,
+    pub preloads: Vec<PreloadEntry>,
+    pub config: Result<Config, ConfigError>,
+    pub driver: Result<DriverProbe, String>,
+    pub ledger_path: PathBuf,
+    pub ledger_origin: Origin,
+    pub ledger: LedgerFact,
+    pub host_pidns: bool,
+}
+
+fn describe_amount(a: Amount) -> String {
+    match a {
+        Amount::Bytes(b) => format_bytes(b),
+        Amount::Percent(p) => format!("{p}% of the GPU's memory"),
+    }
+}
+
+/// "8 GiB on every GPU", "16 GiB on gpu-1a2b, 4 GiB on every other GPU".
+pub fn describe_spec(spec: &LimitSpec) -> String {
+    let mut parts: Vec<String> = spec.per_device.iter().map(|(k, a)| format!("{} on GPU-{}", describe_amount(*a), k.trim_start_matches("gpu-"))).collect();
+    if let Some(d) = spec.default {
+        parts.push(format!("{} on every {}GPU", describe_amount(d), if spec.per_device.is_empty() { "" } else { "other " }));
+    }
+    parts.join(", ")
+}
+
+pub fn assess(f: &Facts) -> Vec<Finding> {
+    let mut out = Vec::new();
+
+    // 1. The shim itself.
+    let shim_ok = match &f.shim {
+        Err(e) => {
+            out.push(finding("shim", Level::Fail, format!("The shim cannot be found: {e}"), Some("Install libfgpu.so beside the fgpu binary (or in ../lib/fgpu), or set FGPU_SHIM to its path.".into())));
+            false
+        }
+        Ok(found) => {
+            let path = found.path.display();
+            let here = f.own_machine.map(elf::machine_name).unwrap_or_else(|| "this machine".into());
+            let glibc = f.glibc.clone().unwrap_or_else(|| "unknown".into());
+            match (&f.shim_elf, &f.shim_trial) {
+                (Some(Err(e)), _) => {
+                    out.push(finding("shim", Level::Fail, format!("{path} is not a loadable shared library: {e}."), Some("Reinstall fgpu; the file is damaged or is not libfgpu.so.".into())));
+                    false
+                }
+                (Some(Ok(info)), _) if !info.class64 || Some(info.machine) != f.own_machine => {
+                    let built = if info.class64 { elf::machine_name(info.machine) } else { format!("{} (32-bit)", elf::machine_name(info.machine)) };
+                    out.push(finding("shim", Level::Fail, format!("{path} is built for {built}, but this machine runs {here}: it cannot be loaded here."), Some(format!("Install the {here} build of fgpu."))));
+                    false
+                }
+                (Some(Ok(info)), _) if newer_glibc(info, f.glibc.as_deref()).is_some() => {
+                    let need = newer_glibc(info, f.glibc.as_deref()).unwrap_or_default();
+                    out.push(finding("shim", Level::Fail, format!("{path} needs glibc {need}, but this system has glibc {glibc}: it cannot be loaded here."), Some("Install the fgpu build made for older glibc (the release is built against glibc 2.17), or build it on this system.".into())));
+                    false
+                }
+                (_, Some(Err(why))) => {
+                    out.push(finding("shim", Level::Fail, format!("{path} does not load here: {why}"), Some("Reinstall fgpu, or build it on this system.".into())));
+                    false
+                }
+                (elf_info, _) => {
+                    let need = elf_info.as_ref().and_then(|r| r.as_ref().ok()).and_then(elf::newest_glibc_needed);
+                    let need = need.map(|n| format!(", needs glibc {n}; this system has {glibc}")).unwrap_or_default();
+                    let how = if found.from_env { " (from FGPU_SHIM)" } else { "" };
+                    out.push(finding("shim", Level::Ok, format!("The shim {path}{how} loads here ({here}{need})."), None));
+                    true
+                }
+            }
+        }
+    };
+
+    // 2. Is it preloaded?
+    let mut preloaded = false;
+    for p in f.preloads.iter().filter(|p| !p.exists) {
+        out.push(finding(
+            "preload",
+            if p.is_fgpu { Level::Fail } else { Level::Warn },
+            format!("{} names {}, which does not exist; the dynamic loader skips it with an error in every program.", p.source, p.path),
+            Some(format!("Correct or remove the entry in {}.", p.source)),
+        ));
+    }
+    for p in f.preloads.iter().filter(|p| p.exists && p.is_fgpu) {
+        preloaded = true;
+        let scope = if p.source == LD_SO_PRELOAD { "for every program on this system" } else { "for programs started from this environment" };
+        out.push(finding("preload", Level::Ok, format!("{} is preloaded {scope} (through {}).", p.path, p.source), None));
+    }
+    if !preloaded {
+        out.push(finding(
+            "preload",
+            Level::Warn,
+            "libfgpu.so is not preloaded here: programs started from this environment are not capped unless they are started with `fgpu run`.",
+            Some("Start jobs with `fgpu run --limit SIZE -- COMMAND`, or set LD_PRELOAD to the shim's path (in a container image, write it to /etc/ld.so.preload).".into()),
+        ));
+    }
+
+    // 3. Which cap applies.
+    match &f.config {
+        Err(e) => out.push(finding("cap", Level::Fail, format!("The cap is not valid, so none applies: {e}"), Some(config_advice(e)))),
+        Ok(config) if !config.is_capped() => out.push(finding(
+            "cap",
+            Level::Fail,
+            format!("No cap is configured: FGPU_LIMIT is not set and {CONFIG_PATH} sets no limit."),
+            Some(format!("Use `fgpu run --limit 8G -- COMMAND`, or export FGPU_LIMIT=8G with the shim preloaded, or write `limit = 8G` to {CONFIG_PATH} (owned by root, mode 644).")),
+        )),
+        Ok(config) => {
+            let from = match config.limit_source() {
+                Some(LimitSource::File) => format!("from {CONFIG_PATH}: {}", describe_spec(config.file_limit.as_ref().unwrap())),
+                Some(LimitSource::Env) => format!("from FGPU_LIMIT in the environment: {}", describe_spec(config.env_limit.as_ref().unwrap())),
+                _ => format!(
+                    "from both {CONFIG_PATH} ({}) and FGPU_LIMIT ({}); on each GPU the smaller applies",
+                    describe_spec(config.file_limit.as_ref().unwrap()),
+                    describe_spec(config.env_limit.as_ref().unwrap())
+                ),
+            };
+            if preloaded {
+                out.push(finding("cap", Level::Ok, format!("The cap comes {from}."), None));
+            } else {
+                out.push(finding(
+                    "cap",
+                    Level::Fail,
+                    format!("A cap is configured ({from}), but libfgpu.so is not preloaded here, so nothing enforces it."),
+                    Some("Preload the shim (LD_PRELOAD or /etc/ld.so.preload), or start the job with `fgpu run`.".into()),
+                ));
+            }
+            if let Ok(driver) = &f.driver {
+                for d in &driver.devices {
+                    match config.cap_for(&d.uuid, d.total_bytes) {
+                        Some(cap) => out.push(finding("cap", Level::Info, format!("GPU {} ({}, {}, {}): capped at {}.", d.index, d.name, d.uuid, format_bytes(d.total_bytes), format_bytes(cap)), None)),
+                        None => out.push(finding(
+                            "cap",
+                            Level::Warn,
+                            format!("GPU {} ({}) is not capped: no entry of the limit matches its UUID and there is no `*=SIZE` entry.", d.index, d.uuid),
+                            Some("Add `*=SIZE` to the limit, or an entry for this GPU's UUID.".into()),
+                        )),
+                    }
+                }
+            }
+        }
+    }
+
+    // 4. The driver.
+    match &f.driver {
+        Err(e) => out.push(finding("driver", Level::Warn, format!("The driver libraries could not be checked: {e}"), None)),
+        Ok(d) => {
+            if d.cuda.loaded {
+                let version = d.cuda.cuda_version.map(|v| format!(", CUDA driver API {}.{}", v / 1000, (v % 1000) / 10)).unwrap_or_default();
+                let count = d.cuda.device_count.map(|c| format!(", {c} GPU{}", if c == 1 { "" } else { "s" })).unwrap_or_default();
+                match &d.cuda.error {
+                    None => out.push(finding("driver", Level::Ok, format!("libcuda.so.1 loads{version}{count}."), None)),
+                    Some(e) => out.push(finding("driver", Level::Warn, format!("libcuda.so.1 loads{version}, but {e}."), Some("Check that the GPU is visible here (nvidia-smi; in a container: --gpus or the NVIDIA container toolkit).".into()))),
+                }
+            } else {
+                out.push(finding(
+                    "driver",
+                    Level::Warn,
+                    format!("libcuda.so.1 cannot be loaded: {}. No CUDA program can run here, capped or not.", d.cuda.error.as_deref().unwrap_or("unknown error")),
+                    Some("Install the NVIDIA driver, or in a container make the GPU available (--gpus, the NVIDIA container toolkit).".into()),
+                ));
+            }
+            if d.nvml.loaded {
+                let version = d.nvml.driver_version.as_ref().map(|v| format!(", driver {v}")).unwrap_or_default();
+                let count = d.nvml.device_count.map(|c| format!(", {c} GPU{}", if c == 1 { "" } else { "s" })).unwrap_or_default();
+                match &d.nvml.error {
+                    None => out.push(finding("driver", Level::Ok, format!("libnvidia-ml.so.1 loads{version}{count}."), None)),
+                    Some(e) => out.push(finding("driver", Level::Warn, format!("libnvidia-ml.so.1 loads{version}, but {e}."), None)),
+                }
+            } else {
+                out.push(finding(
+                    "driver",
+                    Level::Warn,
+                    format!("libnvidia-ml.so.1 cannot be loaded: {}. nvidia-smi and monitoring tools will not work here.", d.nvml.error.as_deref().unwrap_or("unknown error")),
+                    None,
+                ));
+            }
+        }
+    }
+
+    // 5. The ledger.
+    let origin = match f.ledger_origin {
+        Origin::Env => "from FGPU_LEDGER",
+        Origin::ConfigFile => "from /etc/fgpu/fgpu.conf",
+        _ => "the default",
+    };
+    let lp = f.ledger_path.display();
+    match &f.ledger {
+        LedgerFact::Healthy { devices, processes } => out.push(finding("ledger", Level::Ok, format!("The ledger {lp} ({origin}) is healthy: {devices} GPU(s), {processes} live process(es)."), None)),
+        LedgerFact::Missing { dir_problem: None, .. } => out.push(finding("ledger", Level::Ok, format!("The ledger {lp} ({origin}) does not exist yet; the first capped process creates it."), None)),
+        LedgerFact::Missing { dir, dir_problem: Some(p) } => out.push(finding(
+            "ledger",
+            Level::Fail,
+            format!("The ledger {lp} ({origin}) does not exist and capped processes cannot create it: {p}."),
+            Some(format!("Make {} writable for the users who run GPU jobs, or set FGPU_LEDGER to a writable place.", dir.display())),
+        )),
+        LedgerFact::Broken(e) => out.push(finding("ledger", Level::Fail, format!("The ledger cannot be used: {e}"), Some("Stop the capped processes that use it, then remove the file; or set FGPU_LEDGER to another file.".into()))),
+    }
+
+    // 6. PID namespace.
+    if f.host_pidns {
+        out.push(finding("pidns", Level::Info, "This is the host PID namespace: PIDs that fgpu status shows are host PIDs, the same as nvidia-smi shows.", None));
+    } else {
+        out.push(finding(
+            "pidns",
+            Level::Info,
+            "This is not the host PID namespace (a container): fgpu status shows PIDs as seen here; nvidia-smi on the host shows other (host) PIDs. Run `fgpu status --all` as root on the host to see both.",
+            None,
+        ));
+    }
+
+    // 7. Other interposers.
+    let others: Vec<&PreloadEntry> = f.preloads.iter().filter(|p| p.interposes).collect();
+    if others.is_empty() {
+        out.push(finding("interposer", Level::Ok, "No other CUDA interposer is preloaded.", None));
+    }
+    for p in others {
+        let what = if Path::new(&p.path).file_name().is_some_and(|n| n.as_bytes().starts_with(b"libvgpu")) { " (HAMi-core)" } else { "" };
+        out.push(finding(
+            "interposer",
+            Level::Fail,
+            format!("{}{what}, preloaded through {}, also intercepts CUDA memory calls: allocations it handles itself may never reach fgpu, so fgpu's cap is not guaranteed.", p.path, p.source),
+            Some(format!("Use one of the two: remove {} from {}, or stop preloading fgpu.", p.path, p.source)),
+        ));
+    }
+
+    if !shim_ok {
+        // A preloaded shim that cannot load does nothing; say so with the cap finding.
+        for finding in out.iter_mut().filter(|x| x.check == "cap" && x.level == Level::Ok) {
+            finding.level = Level::Fail;
+            finding.message.push_str(" But the shim cannot be loaded (see above), so the cap does not apply.");
+        }
+    }
+    out
+}
+
+fn newer_glibc(info: &ElfInfo, running: Option<&str>) -> Option<String> {
+    let need = elf::newest_glibc_needed(info)?;
+    let have = elf::glibc_version(running?)?;
+    (elf::glibc_version(&need)? > have).then_some(need)
+}
+
+fn config_advice(e: &ConfigError) -> String {
+    match e {
+        ConfigError::BadLimitEnv { .. } => "Set FGPU_LIMIT to a size such as 8G, a percentage such as 50%, or GPU-<uuid>=8G,*=4G.".into(),
+        ConfigError::BadLogLevel { .. } => "Set FGPU_LOG to quiet, error, warn, info or debug.".into(),
+        ConfigError::Untrusted { .. } => format!("chown root:root {CONFIG_PATH} && chmod 644 {CONFIG_PATH}"),
+        _ => format!("Correct {CONFIG_PATH} (lines `limit = 8G`, `ledger = PATH`, `log = warn`)."),
+    }
+}
+
+// ---------------------------------------------------------------- gathering facts
+
+fn split_preload(text: &str) -> impl Iterator<Item = &str> {
+    text.split([':', ' ', '\n', '\t']).filter(|e| !e.is_empty())
+}
+
+/// Reads the entries of `LD_PRELOAD` and /etc/ld.so.preload.
+pub fn preload_entries(ld_preload: Option<&str>, ld_so_preload: Option<&str>, shim: Option<&Path>) -> Vec<PreloadEntry> {
+    let mut out = Vec::new();
+    let ld_so: String = ld_so_preload.unwrap_or("").lines().map(|l| l.split('#').next().unwrap_or("")).collect::<Vec<_>>().join("\n");
+    let sources = [("LD_PRELOAD", ld_preload.unwrap_or("")), (LD_SO_PRELOAD, ld_so.as_str())];
+    for (source, text) in sources {
+        for entry in split_preload(text) {
+            let path = Path::new(entry);
+            let exists = path.is_file();
+            let same_as_shim = shim.is_some_and(|s| std::fs::canonicalize(path).ok().as_deref() == Some(s));
+            let is_fgpu = same_as_shim || path.file_name() == Some(std::ffi::OsStr::new(shimpath::SHIM_NAME));
+            let interposes = exists
+                && !is_fgpu
+                && elf::read(path).map(|i| i.defined.iter().any(|s| INTERPOSER_SYMBOLS.contains(&s.as_str()))).unwrap_or(false);
+            out.push(PreloadEntry { path: entry.to_string(), source, exists, is_fgpu, interposes });
+        }
+    }
+    out
+}
+
+/// Starts `sh -c true` with the shim preloaded: ld.so prints an error and ignores the
+/// library when it cannot load it, so success means a clean exit with nothing on stderr.
+fn trial_load(shim: &Path) -> Result<(), String> {
+    let out = Command::new("/bin/sh")
+        .args(["-c", "true"])
+        .env("LD_PRELOAD", shim)
+        .env("FGPU_LOG", "quiet")
+        .env_remove("FGPU_LIMIT")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .map_err(|e| format!("cannot start /bin/sh to try it: {e}"))?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let shim_text = shim.display().to_string();
+    let relevant: Vec<&str> = stderr.lines().filter(|l| !out.status.success() || l.contains(&shim_text)).collect();
+    if out.status.success() && relevant.is_empty() {
+        Ok(())
+    } else if relevant.is_empty() {
+        Err(format!("a program started with it preloaded failed ({})", out.status))
+    } else {
+        Err(relevant.join(" ").trim().to_string())
+    }
+}
+
+/// Runs `fgpu __driver-probe` without the shim preloaded and reads its JSON.
+fn probe_driver() -> Result<DriverProbe, String> {
+    let exe = std::env::current_exe().map_err(|e| format!("cannot find the fgpu binary: {e}"))?;
+    let out = Command::new(exe)
+        .arg("__driver-probe")
+        .env_remove("LD_PRELOAD")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .map_err(|e| format!("cannot start the probe: {e}"))?;
+    if !out.status.success() {
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        return Err(format!("loading the driver libraries crashed the probe ({}): {}", out.status, stderr.trim()));
+    }
+    serde_json::from_slice(&out.stdout).map_err(|e| format!("the probe printed something unexpected: {e}"))
+}
+
+fn ledger_fact(path: &Path) -> LedgerFact {
+    match Ledger::open_existing(path) {
+        Ok(ledger) => {
+            let snap = ledger.snapshot(None);
+            LedgerFact::Healthy { devices: snap.devices.len(), processes: snap.processes.iter().filter(|p| p.alive).count() }
+        }
+        Err(LedgerError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
+            // The shim creates missing directories; the first existing ancestor must be writable.
+            let dir = path.parent().map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from("/"));
+            let existing = dir.ancestors().find(|a| a.exists()).unwrap_or(Path::new("/")).to_path_buf();
+            let writable = std::ffi::CString::new(existing.as_os_str().as_bytes())
+                // SAFETY: access(2) on a valid NUL-terminated path.
+                .map(|c| unsafe { libc::access(c.as_ptr(), libc::W_OK | libc::X_OK) } == 0)
+                .unwrap_or(false);
+            let dir_problem = (!writable).then(|| format!("{} is not writable by this user", existing.display()));
+            LedgerFact::Missing { dir: existing, dir_problem }
+        }
+        Err(e) => LedgerFact::Broken(e.to_string()),
+    }
+}
+
+pub fn gather() -> Facts {
+    let shim = shimpath::locate();
+    let shim_path = shim.as_ref().ok().map(|f| f.path.clone());
+    let shim_elf = shim_path.as_deref().map(elf::read);
+    let shim_trial = match (&shim_path, &shim_elf) {
+        (Some(p), Some(Ok(_))) => Some(trial_load(p)),
+        _ => None,
+    };
+    let ld_preload = std::env::var("LD_PRELOAD").ok();
+    let ld_so_preload = std::fs::read_to_string(LD_SO_PRELOAD).ok();
+    let (target, _) = ledgers::in_effect(&fgpu_core::config::OsSources);
+    Facts {
+        shim,
+        shim_elf,
+        own_machine: elf::own_machine(),
+        glibc: elf::running_glibc(),
+        shim_trial,
+        preloads: preload_entries(ld_preload.as_deref(), ld_so_preload.as_deref(), shim_path.as_deref()),
+        config: Config::load(),
+        driver: probe_driver(),
+        ledger: ledger_fact(&target.open_path),
+        ledger_path: target.path,
+        ledger_origin: target.origin,
+        host_pidns: fgpu_core::pidns::in_host_pidns(),
+    }
+}
+
+#[derive(Serialize)]
+struct DoctorJson<'a> {
+    schema: u32,
+    /// True when a cap applies to programs started here (the exit status is 0).
+    cap_applies: bool,
+    findings: &'a [Finding],
+}
+
+pub fn doctor(args: &DoctorArgs) -> i32 {
+    let findings = assess(&gather());
+    let failed = findings.iter().any(|f| f.level == Level::Fail);
+    if args.json {
+        let json = DoctorJson { schema: 1, cap_applies: !failed, findings: &findings };
+        println!("{}", serde_json::to_string_pretty(&json).expect("findings serialise"));
+    } else {
+        for f in &findings {
+            let tag = match f.level {
+                Level::Ok => "ok  ",
+                Level::Info => "info",
+                Level::Warn => "warn",
+                Level::Fail => "FAIL",
+            };
+            println!("{tag}  {}", f.message);
+            if let Some(advice) = &f.advice {
+                println!("      What to do: {advice}");
+            }
+        }
+        println!();
+        if failed {
+            println!("A cap would NOT apply to GPU programs started here (see FAIL above).");
+        } else {
+            println!("A cap applies to GPU programs started here.");
+        }
+    }
+    i32::from(failed)
+}
+
+// ---------------------------------------------------------------- the driver probe (child)
+
+type CuFnI32 = unsafe extern "C" fn(*mut i32) -> u32;
+type CuInit = unsafe extern "C" fn(u32) -> u32;
+type NvmlInit = unsafe extern "C" fn() -> u32;
+type NvmlString = unsafe extern "C" fn(*mut libc::c_char, u32) -> u32;
+type NvmlCount = unsafe extern "C" fn(*mut u32) -> u32;
+type NvmlHandle = unsafe extern "C" fn(u32, *mut *mut libc::c_void) -> u32;
+type NvmlDevString = unsafe extern "C" fn(*mut libc::c_void, *mut libc::c_char, u32) -> u32;
+#[repr(C)]
+struct NvmlMemory {
+    total: u64,
+    free: u64,
+    used: u64,
+}
+type NvmlMemoryInfo = unsafe extern "C" fn(*mut libc::c_void, *mut NvmlMemory) -> u32;
+
+fn c_buffer_to_string(buf: &[libc::c_char]) -> String {
+    let bytes: Vec<u8> = buf.iter().take_while(|c| **c != 0).map(|c| *c as u8).collect();
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
+fn probe_cuda() -> LibraryProbe {
+    let mut p = LibraryProbe::default();
+    // SAFETY: loading the CUDA driver runs its initialisers, which is what any CUDA program does.
+    let lib = match unsafe { libloading::Library::new("libcuda.so.1") } {
+        Ok(lib) => lib,
+        Err(e) => {
+            p.error = Some(e.to_string());
+            return p;
+        }
+    };
+    p.loaded = true;
+    // SAFETY: the signatures are those of the CUDA driver API (cuda.h).
+    unsafe {
+        if let Ok(get_version) = lib.get::<CuFnI32>(b"cuDriverGetVersion\0") {
+            let mut v = 0;
+            if get_version(&mut v) == 0 {
+                p.cuda_version = Some(v);
+            }
+        }
+        match lib.get::<CuInit>(b"cuInit\0") {
+            Ok(init) => {
+                let rc = init(0);
+                if rc != 0 {
+                    p.error = Some(format!("cuInit failed with CUDA error {rc}{}", if rc == 100 { " (no CUDA-capable device)" } else { "" }));
+                } else if let Ok(count) = lib.get::<CuFnI32>(b"cuDeviceGetCount\0") {
+                    let mut n = 0;
+                    if count(&mut n) == 0 {
+                        p.device_count = Some(n.max(0) as u32);
+                    }
+                }
+            }
+            Err(e) => p.error = Some(format!("it has no cuInit: {e}")),
+        }
+    }
+    p
+}
+
+fn probe_nvml(devices: &mut Vec<ProbedDevice>) -> LibraryProbe {
+    let mut p = LibraryProbe::default();
+    // SAFETY: as for libcuda: loading NVML runs its initialisers.
+    let lib = match unsafe { libloading::Library::new("libnvidia-ml.so.1") } {
+        Ok(lib) => lib,
+        Err(e) => {
+            p.error = Some(e.to_string());
+            return p;
+        }
+    };
+    p.loaded = true;
+    // SAFETY: the signatures are those of NVML (nvml.h); buffers are sized as NVML documents.
+    unsafe {
+        let init = lib.get::<NvmlInit>(b"nvmlInit_v2\0").or_else(|_| lib.get::<NvmlInit>(b"nvmlInit\0"));
+        let Ok(init) = init else {
+            p.error = Some("it has no nvmlInit".into());
+            return p;
+        };
+        let rc = init();
+        if rc != 0 {
+            p.error = Some(format!("nvmlInit failed with NVML error {rc}"));
+            return p;
+        }
+        if let Ok(f) = lib.get::<NvmlString>(b"nvmlSystemGetDriverVersion\0") {
+            let mut buf = [0 as libc::c_char; 96];
+            if f(buf.as_mut_ptr(), buf.len() as u32) == 0 {
+                p.driver_version = Some(c_buffer_to_string(&buf));
+            }
+        }
+        if let Ok(f) = lib.get::<CuFnI32>(b"nvmlSystemGetCudaDriverVersion_v2\0").or_else(|_| lib.get::<CuFnI32>(b"nvmlSystemGetCudaDriverVersion\0")) {
+            let mut v = 0;
+            if f(&mut v) == 0 {
+                p.cuda_version = Some(v);
+            }
+        }
+        let count = lib.get::<NvmlCount>(b"nvmlDeviceGetCount_v2\0").or_else(|_| lib.get::<NvmlCount>(b"nvmlDeviceGetCount\0"));
+        if let Ok(count) = count {
+            let mut n = 0;
+            if count(&mut n) == 0 {
+                p.device_count = Some(n);
+                let handle = lib.get::<NvmlHandle>(b"nvmlDeviceGetHandleByIndex_v2\0");
+                let uuid = lib.get::<NvmlDevString>(b"nvmlDeviceGetUUID\0");
+                let name = lib.get::<NvmlDevString>(b"nvmlDeviceGetName\0");
+                let memory = lib.get::<NvmlMemoryInfo>(b"nvmlDeviceGetMemoryInfo\0");
+                if let (Ok(handle), Ok(uuid)) = (handle, uuid) {
+                    for index in 0..n.min(64) {
+                        let mut dev = std::ptr::null_mut();
+                        if handle(index, &mut dev) != 0 {
+                            continue;
+                        }
+                        let mut d = ProbedDevice { index, ..Default::default() };
+                        let mut buf = [0 as libc::c_char; 96];
+                        if uuid(dev, buf.as_mut_ptr(), buf.len() as u32) == 0 {
+                            d.uuid = c_buffer_to_string(&buf);
+                        }
+                        if let Ok(name) = &name {
+                            let mut buf = [0 as libc::c_char; 96];
+                            if name(dev, buf.as_mut_ptr(), buf.len() as u32) == 0 {
+                                d.name = c_buffer_to_string(&buf);
+                            }
+                        }
+                        if let Ok(memory) = &memory {
+                            let mut m = NvmlMemory { total: 0, free: 0, used: 0 };
+                            if memory(dev, &mut m) == 0 {
+                                d.total_bytes = m.total;
+                            }
+                        }
+                        devices.push(d);
+                    }
+                }
+            }
+        }
+        if let Ok(shutdown) = lib.get::<NvmlInit>(b"nvmlShutdown\0") {
+            shutdown();
+        }
+    }
+    p
+}
+
+/// `fgpu __driver-probe`: prints a [`DriverProbe`] as JSON.
+pub fn driver_probe_main() -> i32 {
+    let mut probe = DriverProbe { cuda: probe_cuda(), ..Default::default() };
+    probe.nvml = probe_nvml(&mut probe.devices);
+    println!("{}", serde_json::to_string(&probe).expect("probe serialises"));
+    0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fgpu_core::limit::parse_limit;
+
+    fn good_facts() -> Facts {
+        let info = ElfInfo { class64: true, little_endian: true, machine: 62, needed_versions: vec![("libc.so.6".into(), "GLIBC_2.17".into())], defined: vec![] };
+        Facts {
+            shim: Ok(shimpath::Found { path: "/usr/lib/fgpu/libfgpu.so".into(), from_env: false }),
+            shim_elf: Some(Ok(info)),
+            own_machine: Some(62),
+            glibc: Some("2.36".into()),
+            shim_trial: Some(Ok(())),
+            preloads: vec![PreloadEntry { path: "/usr/lib/fgpu/libfgpu.so".into(), source: "LD_PRELOAD", exists: true, is_fgpu: true, interposes: false }],
+            config: Ok(Config { file_limit: None, env_limit: Some(parse_limit("8G").unwrap()), ledger: "/tmp/.fgpu-ledger".into(), log: fgpu_core::log::Level::Warn }),
+            driver: Ok(DriverProbe {
+                cuda: LibraryProbe { loaded: true, cuda_version: Some(12080), device_count: Some(1), ..Default::default() },
+                nvml: LibraryProbe { loaded: true, driver_version: Some("570.1".into()), device_count: Some(1), ..Default::default() },
+                devices: vec![ProbedDevice { index: 0, uuid: "GPU-12345678-0000-0000-0000-000000000000".into(), name: "H100".into(), total_bytes: 80 << 30 }],
+            }),
+            ledger_path: "/tmp/.fgpu-ledger".into(),
+            ledger_origin: Origin::Default,
+            ledger: LedgerFact::Missing { dir: "/tmp".into(), dir_problem: None },
+            host_pidns: true,
+        }
+    }
+
+    fn fails(f: &Facts) -> Vec<(&'static str, String)> {
+        assess(f).into_iter().filter(|x| x.level == Level::Fail).map(|x| (x.check, x.message)).collect()
+    }
+
+    #[test]
+    fn a_good_setup_passes_and_says_where_the_cap_comes_from() {
+        let f = good_facts();
+        assert!(fails(&f).is_empty(), "{:?}", fails(&f));
+        let all = assess(&f);
+        let cap = all.iter().find(|x| x.check == "cap").unwrap();
+        assert!(cap.message.contains("FGPU_LIMIT") && cap.message.contains("8 GiB on every GPU"), "{}", cap.message);
+        assert!(all.iter().any(|x| x.message.contains("capped at 8 GiB")));
+        assert!(all.iter().any(|x| x.message.contains("CUDA driver API 12.8")));
+        assert!(all.iter().any(|x| x.message.contains("driver 570.1")));
+    }
+
+    #[test]
+    fn each_failure_is_named() {
+        let mut f = good_facts();
+        f.shim = Err(ShimError::NotFound(vec!["/a/libfgpu.so".into()]));
+        assert!(fails(&f).iter().any(|(c, m)| *c == "shim" && m.contains("cannot be found")));
+
+        let mut f = good_facts();
+        if let Some(Ok(info)) = &mut f.shim_elf {
+            info.machine = 183;
+        }
+        assert!(fails(&f).iter().any(|(_, m)| m.contains("built for AArch64")), "{:?}", fails(&f));
+
+        let mut f = good_facts();
+        if let Some(Ok(info)) = &mut f.shim_elf {
+            info.needed_versions.push(("libc.so.6".into(), "GLIBC_2.38".into()));
+        }
+        assert!(fails(&f).iter().any(|(_, m)| m.contains("needs glibc 2.38") && m.contains("2.36")), "{:?}", fails(&f));
+
+        let mut f = good_facts();
+        f.shim_trial = Some(Err("ERROR: ld.so: object cannot be preloaded".into()));
+        let failed = fails(&f);
+        assert!(failed.iter().any(|(c, _)| *c == "shim"));
+        assert!(failed.iter().any(|(c, m)| *c == "cap" && m.contains("does not apply")), "{failed:?}");
+
+        let mut f = good_facts();
+        f.config = Ok(Config { file_limit: None, env_limit: None, ledger: "/x".into(), log: fgpu_core::log::Level::Warn });
+        assert!(fails(&f).iter().any(|(c, m)| *c == "cap" && m.contains("No cap")));
+
+        let mut f = good_facts();
+        f.config = Config::from_sources(&BadEnv);
+        assert!(fails(&f).iter().any(|(c, m)| *c == "cap" && m.contains("FGPU_LIMIT=\"lots\"")), "{:?}", fails(&f));
+
+        let mut f = good_facts();
+        f.preloads.clear();
+        assert!(fails(&f).iter().any(|(c, m)| *c == "cap" && m.contains("not preloaded")));
+
+        let mut f = good_facts();
+        f.ledger = LedgerFact::Broken("ledger /x: not an fgpu ledger (unknown header)".into());
+        assert!(fails(&f).iter().any(|(c, m)| *c == "ledger" && m.contains("not an fgpu ledger")));
+
+        let mut f = good_facts();
+        f.preloads.push(PreloadEntry { path: "/usr/lib/libvgpu.so".into(), source: LD_SO_PRELOAD, exists: true, is_fgpu: false, interposes: true });
+        assert!(fails(&f).iter().any(|(c, m)| *c == "interposer" && m.contains("HAMi-core")));
+    }
+
+    struct BadEnv;
+    impl fgpu_core::config::Sources for BadEnv {
+        fn env(&self, name: &str) -> Option<String> {
+            (name == "FGPU_LIMIT").then(|| "lots".to_string())
+        }
+        fn config_file(&self) -> Result<Option<fgpu_core::config::ConfigFile>, ConfigError> {
+            Ok(None)
+        }
+    }
+
+    #[test]
+    fn warnings_do_not_fail() {
+        let mut f = good_facts();
+        f.driver = Ok(DriverProbe {
+            cuda: LibraryProbe { error: Some("libcuda.so.1: cannot open shared object file".into()), ..Default::default() },
+            ..Default::default()
+        });
+        f.host_pidns = false;
+        assert!(fails(&f).is_empty());
+        let all = assess(&f);
+        assert!(all.iter().any(|x| x.level == Level::Warn && x.message.contains("libcuda.so.1 cannot be loaded")));
+        assert!(all.iter().any(|x| x.message.contains("not the host PID namespace")));
+    }
+
+    #[test]
+    fn describes_caps() {
+        assert_eq!(describe_spec(&parse_limit("8G").unwrap()), "8 GiB on every GPU");
+        assert_eq!(describe_spec(&parse_limit("GPU-1a=16G,*=25%").unwrap()), "16 GiB on GPU-1a, 25% of the GPU's memory on every other GPU");
+    }
+
+    #[test]
+    fn preload_entries_are_classified() {
+        let entries = preload_entries(Some("/nonexistent/libfgpu.so /usr/lib/x.so"), Some("# comment\n/nonexistent/libvgpu.so\n"), None);
+        assert_eq!(entries.len(), 3);
+        assert!(entries[0].is_fgpu && !entries[0].exists);
+        assert_eq!(entries[2].source, LD_SO_PRELOAD);
+        let f = Facts { preloads: entries, ..good_facts() };
+        let failed = fails(&f);
+        assert!(failed.iter().any(|(c, m)| *c == "preload" && m.contains("/nonexistent/libfgpu.so, which does not exist")), "{failed:?}");
+    }
+}

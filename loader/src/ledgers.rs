@@ -90,10 +90,13 @@ pub fn resolve(select: &LedgerSelection) -> Resolved {
         let scan = scan(Path::new("/proc"), std::process::id());
         let mut notes = Vec::new();
         if scan.denied > 0 {
-            notes.push(format!(
-                "{} processes could not be inspected (permission denied); run as root to see every ledger",
-                scan.denied
-            ));
+            // SAFETY: geteuid has no preconditions.
+            let hint = if unsafe { libc::geteuid() } == 0 {
+                "not even by root: they belong to a more privileged namespace"
+            } else {
+                "run as root to see every ledger"
+            };
+            notes.push(format!("{} process(es) could not be inspected (permission denied; {hint})", scan.denied));
         }
         return Resolved { targets: scan.targets, notes };
     }

@@ -216,19 +216,15 @@ pub fn render_text(report: &StatusReport, width: usize) -> String {
 }
 
 fn render_ledger(out: &mut String, l: &LedgerReport, width: usize) {
+    let pids: Vec<String> = l.mapped_by.iter().map(|p| p.to_string()).collect();
     let source = match l.source {
-        "argument" => "given with --ledger",
-        "environment" => "from FGPU_LEDGER",
-        "config-file" => "from /etc/fgpu/fgpu.conf",
-        "default" => "the default",
-        _ => "in use",
+        "argument" => "given with --ledger".to_string(),
+        "environment" => "from FGPU_LEDGER".to_string(),
+        "config-file" => "from /etc/fgpu/fgpu.conf".to_string(),
+        "default" => "the default".to_string(),
+        _ => format!("mapped by PID {}", pids.join(", ")),
     };
-    let _ = write!(out, "Ledger {} ({source})", l.path);
-    if !l.mapped_by.is_empty() {
-        let pids: Vec<String> = l.mapped_by.iter().map(|p| p.to_string()).collect();
-        let _ = write!(out, ", mapped by PID {}", pids.join(", "));
-    }
-    out.push('\n');
+    let _ = writeln!(out, "Ledger {} ({source})", l.path);
     match l.state {
         LedgerState::Missing => {
             out.push_str("  Not created yet: no capped process has used this ledger.\n");
@@ -260,19 +256,23 @@ fn render_ledger(out: &mut String, l: &LedgerReport, width: usize) {
     if l.processes.is_empty() {
         out.push_str("  No process is using the ledger.\n");
     } else {
-        let _ = writeln!(out, "  {:>8} {:>9} {:>4} {:>11} {:>11}  NAME", "PID", "HOST PID", "GPU", "MEMORY", "CONTEXT");
+        // Processes in another PID namespace: also show the PID they see themselves.
+        let ns_column = l.processes.iter().any(|p| p.pid != Some(p.pid_in_namespace));
+        let ns = |text: &str| if ns_column { format!(" {text:>7}") } else { String::new() };
+        let _ = writeln!(out, "  {:>8}{} {:>9} {:>4} {:>11} {:>11}  NAME", "PID", ns("NS PID"), "HOST PID", "GPU", "MEMORY", "CONTEXT");
         for p in &l.processes {
             let pid = match p.pid {
                 Some(pid) => pid.to_string(),
                 None => format!("({})", p.pid_in_namespace),
             };
+            let ns_pid = ns(&p.pid_in_namespace.to_string());
             if p.devices.is_empty() {
-                let _ = writeln!(out, "  {:>8} {:>9} {:>4} {:>11} {:>11}  {}", pid, opt(p.host_pid), "-", "0 B", "-", p.name);
+                let _ = writeln!(out, "  {:>8}{ns_pid} {:>9} {:>4} {:>11} {:>11}  {}", pid, opt(p.host_pid), "-", "0 B", "-", p.name);
             }
             for d in &p.devices {
                 let _ = writeln!(
                     out,
-                    "  {:>8} {:>9} {:>4} {:>11} {:>11}  {}",
+                    "  {:>8}{ns_pid} {:>9} {:>4} {:>11} {:>11}  {}",
                     pid,
                     opt(p.host_pid),
                     d.index,
@@ -287,13 +287,12 @@ fn render_ledger(out: &mut String, l: &LedgerReport, width: usize) {
         }
     }
     for p in &l.reclaimed {
-        let _ = writeln!(
-            out,
-            "  Reclaimed: PID {} ({}) had exited; the {} it still held went back to the cap.",
-            p.pid.unwrap_or(p.pid_in_namespace),
-            p.name,
-            format_bytes(p.used_bytes)
-        );
+        let pid = p.pid.unwrap_or(p.pid_in_namespace);
+        if p.used_bytes > 0 {
+            let _ = writeln!(out, "  Reclaimed: PID {pid} ({}) had exited; the {} it still held went back to the cap.", p.name, format_bytes(p.used_bytes));
+        } else {
+            let _ = writeln!(out, "  Reclaimed: PID {pid} ({}) had exited, holding nothing; its entry was removed.", p.name);
+        }
     }
 }
 

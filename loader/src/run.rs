@@ -196,7 +196,12 @@ pub fn run(args: RunArgs) -> i32 {
         Ok(child) => child,
         Err(e) => {
             crate::signals::restore_defaults();
-            eprintln!("fgpu run: {}: {}", program.to_string_lossy(), e);
+            let why = match e.kind() {
+                std::io::ErrorKind::NotFound => "command not found".to_string(),
+                std::io::ErrorKind::PermissionDenied => "permission denied".to_string(),
+                _ => e.to_string(),
+            };
+            eprintln!("fgpu run: {}: {why}", program.to_string_lossy());
             return spawn_failure_code(&e);
         }
     };
