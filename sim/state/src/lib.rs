@@ -599,8 +599,9 @@ impl SimState {
     /// Bytes of device `i` in use by live processes (dead ones are skipped, not reclaimed).
     pub fn device_used(&self, i: usize) -> u64 {
         let mut sum = 0u64;
+        let key = owner_key();
         for s in 0..MAX_PROCESSES {
-            if self.slot_alive(s).is_some() {
+            if self.slot_alive(s, key).is_some() {
                 sum = sum.saturating_add(self.slot(s).used[i.min(MAX_DEVICES - 1)].load(Ordering::Acquire));
             }
         }
@@ -614,13 +615,12 @@ impl SimState {
 
     /// `Some(visible_pid)` when slot `s` is held by a live process (`visible_pid` is the
     /// holder's pid in the caller's namespace, 0 if not visible or if it is the caller).
-    fn slot_alive(&self, s: usize) -> Option<u32> {
+    fn slot_alive(&self, s: usize, key: u64) -> Option<u32> {
         let slot = self.slot(s);
         let st = slot.state.load(Ordering::Acquire);
         if st_kind(st) != ST_LIVE {
             return None;
         }
-        let key = owner_key();
         if st_tag(st) == tag_of(key) && slot.owner_key.load(Ordering::Acquire) == key {
             return Some(getpid());
         }
@@ -637,8 +637,9 @@ impl SimState {
         let n = self.device_count();
         let init_ns = in_init_pid_namespace();
         let mut out = Vec::new();
+        let key = owner_key();
         for s in 0..MAX_PROCESSES {
-            let Some(visible) = self.slot_alive(s) else { continue };
+            let Some(visible) = self.slot_alive(s, key) else { continue };
             let slot = self.slot(s);
             let mut host = slot.host_pid.load(Ordering::Acquire);
             if host == 0 && init_ns && visible != 0 {
