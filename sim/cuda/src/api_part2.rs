@@ -60,7 +60,7 @@ fn memset(dst: u64, value: u32, elem: usize, n: usize) -> CUresult {
     if bytes == 0 {
         return CUDA_SUCCESS;
     }
-    if dst % elem as u64 != 0 {
+    if !dst.is_multiple_of(elem as u64) {
         return CUDA_ERROR_INVALID_VALUE;
     }
     if tri!(dev_range(dst, bytes as u64)) {

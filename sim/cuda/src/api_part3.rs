@@ -67,7 +67,7 @@ pub unsafe extern "C" fn cuMemCreate(
 ) -> CUresult {
     guard(|| {
         let d = tri!(driver());
-        if handle.is_null() || flags != 0 || size == 0 || size as u64 % driver::GRANULARITY != 0 {
+        if handle.is_null() || flags != 0 || size == 0 || !(size as u64).is_multiple_of(driver::GRANULARITY) {
             return CUDA_ERROR_INVALID_VALUE;
         }
         let dev = tri!(check_prop(d, prop));
@@ -118,7 +118,7 @@ pub unsafe extern "C" fn cuMemAddressReserve(
     guard(|| {
         let d = tri!(driver());
         let gran = driver::GRANULARITY;
-        if ptr.is_null() || flags != 0 || size == 0 || size as u64 % gran != 0 {
+        if ptr.is_null() || flags != 0 || size == 0 || !(size as u64).is_multiple_of(gran) {
             return CUDA_ERROR_INVALID_VALUE;
         }
         let align = if alignment == 0 { gran } else { alignment as u64 };
@@ -163,7 +163,7 @@ pub unsafe extern "C" fn cuMemMap(
         let d = tri!(driver());
         let (size, offset) = (size as u64, offset as u64);
         let gran = driver::GRANULARITY;
-        if flags != 0 || size == 0 || size % gran != 0 || offset % gran != 0 || ptr % gran != 0 {
+        if flags != 0 || size == 0 || size % gran != 0 || offset % gran != 0 || !ptr.is_multiple_of(gran) {
             return CUDA_ERROR_INVALID_VALUE;
         }
         let mut g = d.lock();

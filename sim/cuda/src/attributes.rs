@@ -7,7 +7,7 @@ use fgpu_sim_state::SimState;
 const ATTRIBUTE_MAX: i32 = 144;
 
 pub fn value(state: &SimState, phys: usize, attr: i32) -> Option<i32> {
-    if attr < 1 || attr >= ATTRIBUTE_MAX {
+    if !(1..ATTRIBUTE_MAX).contains(&attr) {
         return None;
     }
     let pci = state.device_pci(phys);

@@ -89,7 +89,7 @@ fn dev(h: NvmlDevice) -> Result<(SimState, usize), NvmlReturn> {
     let s = ready()?;
     let base = HANDLES.as_ptr() as usize;
     let p = h as usize;
-    if p < base || (p - base) % 8 != 0 || (p - base) / 8 >= s.device_count() {
+    if p < base || !(p - base).is_multiple_of(8) || (p - base) / 8 >= s.device_count() {
         return Err(NVML_ERROR_INVALID_ARGUMENT);
     }
     Ok((s, (p - base) / 8))

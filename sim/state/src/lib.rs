@@ -745,7 +745,7 @@ impl SimState {
                 self.reclaim_dead_locked();
             }
         }
-        Err(io::Error::new(io::ErrorKind::Other, "simulated driver: process table full"))
+        Err(io::Error::other("simulated driver: process table full"))
     }
 
     /// Takes `bytes` of device `dev` for the process in `slot`. Never lets the device's

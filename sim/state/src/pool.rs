@@ -16,7 +16,7 @@ pub const POOL_GRANULE: u64 = 2 << 20;
 /// Round `v` up to a multiple of `g` (a power of two), saturating.
 pub fn round_up(v: u64, g: u64) -> u64 {
     debug_assert!(g.is_power_of_two());
-    v.checked_add(g - 1).map(|x| x & !(g - 1)).unwrap_or(u64::MAX & !(g - 1))
+    v.checked_add(g - 1).map(|x| x & !(g - 1)).unwrap_or(!(g - 1))
 }
 
 /// Counters of one pool.
