@@ -20,19 +20,13 @@ fi
 
 # Debian's nvidia-smi lives in the non-free component: enable it if absent.
 if ! apt-cache policy nvidia-smi 2>/dev/null | grep -q 'Candidate: [0-9]'; then
-    changed=0
     if [ -f /etc/apt/sources.list.d/debian.sources ]; then
-        if ! grep -q '^Components:.*non-free\( \|$\)' /etc/apt/sources.list.d/debian.sources; then
-            sed -i 's/^Components: main$/Components: main contrib non-free non-free-firmware/' \
-                /etc/apt/sources.list.d/debian.sources
-            changed=1
-        fi
+        sed -i 's/^Components: main$/Components: main contrib non-free non-free-firmware/' \
+            /etc/apt/sources.list.d/debian.sources
     fi
-    if [ -f /etc/apt/sources.list ] && grep -q '^deb .* main$' /etc/apt/sources.list; then
+    if [ -f /etc/apt/sources.list ]; then
         sed -i 's/^\(deb .* main\)$/\1 contrib non-free non-free-firmware/' /etc/apt/sources.list
-        changed=1
     fi
-    [ "$changed" = 1 ] || true
     apt-get update -qq >/dev/null
 fi
 
