@@ -47,7 +47,9 @@ Examples:
   fgpu run --limit 8G --ledger /shared/team-a.ledger -- ./job    (share one cap across runs)
 
 The command and every process it starts share one cap: each `fgpu run` gets a fresh
-ledger of its own, removed when the command ends, unless --ledger names one.
+ledger of its own (a private directory under $XDG_RUNTIME_DIR or $TMPDIR), removed when
+the command ends, or kept with a message while processes it started still run; --ledger
+names a shared one instead.
 libfgpu.so is looked for next to fgpu, in ../lib/fgpu and ../lib relative to it, in
 /usr/local/lib/fgpu and /usr/lib/fgpu; FGPU_SHIM=PATH overrides the search.
 

@@ -145,7 +145,8 @@ pub fn exporter(args: &ExporterArgs) -> i32 {
         let resolved = ledgers::resolve(&args.select);
         resolved.targets.first().map(|t| format!("ledger {}", t.path.display())).unwrap_or_default()
     };
-    eprintln!("fgpu exporter: serving metrics of {what} at http://{}/metrics", args.listen);
+    let bound = server.server_addr().to_ip().unwrap_or(args.listen);
+    eprintln!("fgpu exporter: serving metrics of {what} at http://{bound}/metrics");
     let mut state = ExporterState::default();
     for request in server.incoming_requests() {
         let path = request.url().split('?').next().unwrap_or("").to_string();

@@ -166,9 +166,8 @@ pub fn read(target: &Target) -> LedgerReport {
     match Ledger::open_existing(&target.open_path) {
         Ok(ledger) => {
             let before = ledger.snapshot(None);
-            if before.processes.iter().any(|p| !p.alive) {
-                ledger.reclaim_dead(None);
-            }
+            // Also repairs counters a process killed mid-update left behind once nobody is live.
+            ledger.reclaim_dead(None);
             let after = ledger.snapshot(None);
             LedgerReport::from_snapshots(target, &before, &after)
         }
