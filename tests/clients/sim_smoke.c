@@ -120,6 +120,7 @@ int main(int argc, char **argv) {
     EXPECT(f0 - fr == (1u << 30));
     CHECK(cuMemFree(p), 0);
     CHECK(cuMemFree(p), 1);
+    CHECK(cuMemFree(0), 0); /* free(NULL) semantics */
     CHECK(cuMemAlloc(&p, total), 2); /* CUDA_ERROR_OUT_OF_MEMORY */
     const char *en = NULL; CHECK(cuGetErrorName(2, &en), 0);
     EXPECT(en && strcmp(en, "CUDA_ERROR_OUT_OF_MEMORY") == 0);

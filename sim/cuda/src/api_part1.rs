@@ -585,6 +585,10 @@ pub unsafe extern "C" fn cuMemAllocPitch(
 #[inline]
 fn mem_free(ptr: u64) -> CUresult {
     let d = tri!(driver());
+    if ptr == 0 {
+        // free(NULL) semantics, like the real driver.
+        return CUDA_SUCCESS;
+    }
     let mut g = d.lock();
     match g.allocs.get(&ptr) {
         Some(_) => {
@@ -730,6 +734,10 @@ pub unsafe extern "C" fn cuMemHostAlloc(pp: *mut *mut c_void, bytesize: usize, f
 pub unsafe extern "C" fn cuMemFreeHost(p: *mut c_void) -> CUresult {
     guard(|| {
         let d = tri!(driver());
+        if p.is_null() {
+            // free(NULL) semantics, like the real driver.
+            return CUDA_SUCCESS;
+        }
         let mut g = d.lock();
         match g.host.remove(&(p as usize)) {
             Some(len) => {
