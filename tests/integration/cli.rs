@@ -417,9 +417,14 @@ fn doctor_passes_under_fgpu_run_and_says_why() {
     assert_finding(&run, &value, "preload", "ok", "through LD_PRELOAD");
     assert_finding(&run, &value, "cap", "ok", "from FGPU_LIMIT in the environment: 2 GiB on every GPU");
     assert_finding(&run, &value, "driver", "ok", "libcuda.so.1 loads, CUDA driver API 12.8, 1 GPU");
+    assert_finding(&run, &value, "driver", "ok", "libnvidia-ml.so.1 loads, driver ");
+    assert_finding(&run, &value, "cap", "info", "capped at 2 GiB");
     assert_finding(&run, &value, "ledger", "ok", "does not exist yet");
     assert_finding(&run, &value, "pidns", "info", "This is the host PID namespace");
     assert_finding(&run, &value, "interposer", "ok", "No other CUDA interposer");
+    // A per-device limit that matches no visible GPU leaves it uncapped: a warning.
+    let (run, value) = doctor(fgpu(&env).args(["run", "--device", "GPU-ffffffff=1G", "--"]).arg(fgpu_bin()));
+    assert_finding(&run, &value, "cap", "warn", "is not capped: no entry of the limit matches its UUID");
     // The plain text says the same in sentences.
     let text = fgpu(&env).args(["run", "--limit", "2G", "--"]).arg(fgpu_bin()).arg("doctor").success();
     assert!(text.stdout().contains("A cap applies to GPU programs started here."), "{text}");
