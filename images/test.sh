@@ -126,6 +126,8 @@ cleanup() {
     ids=$(docker ps -aq --filter "label=fgpu-test=1" 2>/dev/null)
     [ -n "$ids" ] && docker rm -f $ids >/dev/null 2>&1
     [ -n "${http_pid:-}" ] && kill "$http_pid" 2>/dev/null
+    # Earlier builds of the test images, left untagged by this run's builds.
+    docker image prune -f --filter label=io.fgpu.version >/dev/null 2>&1
     return 0
 }
 trap cleanup EXIT
@@ -494,6 +496,11 @@ if holder=$(hold a /tmp/holder1.out 5000); then
     expect fgpu-status-lists-holder "fgpu status: $(echo "$status" | head -n 3 | tr '\n' ' ')" \
         grep -qw "$holder" "$WORK/run/out/fgpu-status-a.txt"
 
+    nv=$(dx a -- fgpu-client nvml 2>&1)
+    echo "$nv" >"$WORK/run/out/nvml-a.txt"
+    expect nvml-lists-own-process-without-pid-host "NVML processes: $(grep nvml_process "$WORK/run/out/nvml-a.txt" | tr '\n' ' ')" \
+        grep -q "^nvml_process=$holder " "$WORK/run/out/nvml-a.txt"
+
     # The holder killed inside the container: its share comes back.
     dx a -- sh -c "kill -9 $holder"
     expect exec-killed-process-share-reclaimed "alloc 7000 MiB after kill -9 of the holder still fails" \
@@ -577,7 +584,7 @@ port=$("$VENV/bin/python" -c 'import socket; s=socket.socket(); s.bind(("127.0.0
 (cd "$CACHE/wheels" && exec "$VENV/bin/python" -m http.server --bind 127.0.0.1 "$port") >"$WORK/http.log" 2>&1 &
 http_pid=$!
 wait_until 10 "$VENV/bin/python" -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:$port/simple/')" 2>/dev/null
-if docker build --network=host -f images/examples/Dockerfile \
+if docker build --force-rm --network=host -f images/examples/Dockerfile \
     --build-arg "FGPU_IMAGE=$IMG" --build-arg PYTHON_PACKAGES=nvidia-ml-py \
     --build-arg "PIP_INDEX_URL=http://127.0.0.1:$port/simple/" \
     -t "$EXAMPLE_IMG" images/examples >"$WORK/example-build.log" 2>&1; then

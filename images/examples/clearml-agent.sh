@@ -9,9 +9,9 @@
 # A task may name its own image built FROM a fractional-gpu image
 # (images/examples/Dockerfile); the cap comes with it.
 #
-# --pid=host lets nvidia-smi inside the container list the container's own processes
-# (NVML reports host PIDs); the cap holds with or without it. --ipc=host is for PyTorch
-# DataLoader shared memory; the caps of different containers stay independent with it.
+# --pid=host and --ipc=host are how ClearML runs its fractional GPU images; fgpu needs
+# neither: the cap and NVML's process lists are the container's own with or without them,
+# and the caps of different containers stay independent with --ipc=host (docs/images.md).
 # The same arguments can go in clearml.conf as agent.extra_docker_arguments.
 #
 #   sh images/examples/clearml-agent.sh 10
