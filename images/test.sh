@@ -378,6 +378,7 @@ alloc_rc() {
 alloc_ok() { test "$(alloc_rc "$@")" = 0; }
 host_used_le() { local u; u=$(host_used_mib); test -n "$u" && test "$u" -le "$1"; }
 field() { sed -n "s/^$1=//p" | head -n 1; }
+quiet() { "$@" >/dev/null 2>&1; }
 # wait_until SECONDS CMD...: polls CMD every 0.2 s.
 wait_until() {
     local end=$((SECONDS + $1))
@@ -406,6 +407,10 @@ expect image-ledger-shared "/var/lib/fgpu is not 1777 with a 0666 ledger" \
     test "$(dx a -- stat -c '%a %U' /var/lib/fgpu /var/lib/fgpu/ledger | tr '\n' ' ')" = "1777 root 666 root "
 expect image-fgpu-on-path "fgpu is not on the PATH" \
     test "$(dx a -- sh -c 'command -v fgpu')" = /usr/local/bin/fgpu
+# Before any GPU use the image's ledger is the empty root-owned file.
+status=$(dx a -u 65534:65534 -- fgpu status 2>&1)
+expect fgpu-status-before-first-use "fgpu status (exit $?): $(echo "$status" | tr '\n' ' ')" \
+    quiet dx a -u 65534:65534 -- fgpu status
 
 # ------------------------------------------------------------------ the simulated GPU
 
