@@ -6,7 +6,9 @@
 //!    honoured only if owned by root and not writable by group or others. Images use it to
 //!    bake a cap in that the workload cannot raise.
 //! 2. The environment: `FGPU_LIMIT`, `FGPU_LEDGER`, `FGPU_LOG`. `FGPU_LIMIT` can lower the
-//!    file's cap, never raise it: per device the smaller of the two applies.
+//!    file's cap, never raise it: per device the smaller of the two applies. When the file
+//!    sets a limit, `FGPU_LEDGER` is ignored: the file (or the default) names the ledger, so
+//!    no process can leave the container's shared cap for a ledger of its own.
 //!
 //! Reading is split from the OS ([`Sources`]) so the rules are unit-tested.
 
@@ -110,8 +112,10 @@ impl Config {
             })?;
             config.env_limit = Some(spec);
         }
+        // A cap baked into the file also fixes the ledger: a workload that could name its own
+        // ledger would get a fresh, empty share of the cap and escape the container's.
         if let Some(value) = sources.env(ENV_LEDGER) {
-            if !value.is_empty() {
+            if !value.is_empty() && config.file_limit.is_none() {
                 config.ledger = PathBuf::from(value);
             }
         }
@@ -239,6 +243,17 @@ mod tests {
         let file_only = load(&[], file).unwrap();
         assert_eq!(file_only.cap_for("GPU-1", 80 * GIB), Some(8 * GIB));
         assert_eq!(file_only.ledger, PathBuf::from("/var/lib/fgpu/ledger"));
+    }
+
+    #[test]
+    fn a_file_cap_pins_the_ledger() {
+        let file = Some(("limit = 8G\nledger = /var/lib/fgpu/ledger\n", true));
+        let config = load(&[(ENV_LEDGER, "/tmp/mine")], file).unwrap();
+        assert_eq!(config.ledger, PathBuf::from("/var/lib/fgpu/ledger"));
+        let default_ledger = load(&[(ENV_LEDGER, "/tmp/mine")], Some(("limit = 8G", true))).unwrap();
+        assert_eq!(default_ledger.ledger, PathBuf::from(DEFAULT_LEDGER));
+        let no_file_cap = load(&[(ENV_LEDGER, "/tmp/mine")], Some(("log = info", true))).unwrap();
+        assert_eq!(no_file_cap.ledger, PathBuf::from("/tmp/mine"));
     }
 
     #[test]

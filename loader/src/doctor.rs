@@ -426,6 +426,10 @@ fn ledger_fact(path: &Path) -> LedgerFact {
             let dir_problem = (!writable).then(|| format!("{} is not writable by this user", existing.display()));
             LedgerFact::Missing { dir: existing, dir_problem }
         }
+        Err(LedgerError::Empty { .. }) => {
+            let dir = path.parent().map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from("/"));
+            LedgerFact::Missing { dir, dir_problem: None }
+        }
         Err(e) => LedgerFact::Broken(e.to_string()),
     }
 }

@@ -174,6 +174,8 @@ pub fn read(target: &Target) -> LedgerReport {
         Err(LedgerError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
             LedgerReport::empty(target, LedgerState::Missing, None)
         }
+        // Images ship the ledger as an empty file; the first capped process fills it in.
+        Err(LedgerError::Empty { .. }) => LedgerReport::empty(target, LedgerState::Missing, None),
         Err(e) => LedgerReport::empty(target, LedgerState::Error, Some(e.to_string())),
     }
 }

@@ -33,8 +33,10 @@ pub enum Mode {
 
 static MODE: AtomicPtr<Mode> = AtomicPtr::new(null_mut());
 static INIT: Mutex<()> = Mutex::new(());
-/// The ledger descriptor, so a forked child can drop its inherited copy.
+/// The ledger descriptor and mapping, so a forked child can drop its inherited copies.
 static LEDGER_FD: AtomicI32 = AtomicI32::new(-1);
+static LEDGER_MAP: AtomicPtr<u8> = AtomicPtr::new(null_mut());
+static LEDGER_MAP_LEN: AtomicUsize = AtomicUsize::new(0);
 
 /// The state of this process, built on first use.
 pub fn mode() -> &'static Mode {
@@ -57,6 +59,9 @@ fn init_slow() -> &'static Mode {
     let mode: &'static Mode = Box::leak(Box::new(build()));
     if let Mode::On(active) = mode {
         LEDGER_FD.store(active.ledger.raw_fd(), Ordering::Relaxed);
+        let (base, len) = active.ledger.mapping();
+        LEDGER_MAP_LEN.store(len, Ordering::Relaxed);
+        LEDGER_MAP.store(base, Ordering::Relaxed);
     }
     register_fork_handler();
     MODE.store(mode as *const Mode as *mut Mode, Ordering::Release);
@@ -99,8 +104,9 @@ fn register_fork_handler() {
 }
 
 /// A forked child is a new process: it must not share its parent's slot (it would keep the
-/// parent looking alive) or its accounting. Drop the inherited ledger descriptor and start
-/// over on the child's first CUDA call.
+/// parent looking alive) or its accounting. Drop the inherited ledger descriptor and mapping
+/// (either one keeps the parent's liveness lock alive) and start over on the child's first
+/// CUDA call. Only async-signal-safe calls here.
 extern "C" fn after_fork_in_child() {
     MODE.store(null_mut(), Ordering::Release);
     let fd = LEDGER_FD.swap(-1, Ordering::Relaxed);
@@ -108,6 +114,12 @@ extern "C" fn after_fork_in_child() {
         // SAFETY: closes the child's copy of the ledger descriptor; the leaked parent state
         // that also names it is never used again in the child.
         unsafe { libc::close(fd) };
+    }
+    let map = LEDGER_MAP.swap(null_mut(), Ordering::Relaxed);
+    if !map.is_null() {
+        // SAFETY: unmaps the child's copy of the ledger mapping; nothing in the child uses
+        // the parent's state (MODE was reset above) and so nothing reads through it again.
+        unsafe { libc::munmap(map.cast(), LEDGER_MAP_LEN.load(Ordering::Relaxed)) };
     }
     if INIT.is_locked() {
         // SAFETY: the thread that held INIT does not exist in the child; nobody will unlock it.

@@ -41,7 +41,7 @@ fn every_resolution_path_is_refused_past_the_cap() {
 
 #[test]
 fn old_runtimes_and_per_thread_streams_get_matching_wrappers() {
-    let env = Env::new("versions");
+    let env = Env::new("versions").driver_version("13000");
     for version in ["11040", "12000", "13000"] {
         for ptds in [false, true] {
             let mut args = vec!["--version", version];
@@ -71,8 +71,10 @@ fn rtld_next_resolves_relative_to_the_real_caller() {
     let program = dir.join("rtld_next");
     let mut cc = std::process::Command::new("cc");
     cc.arg("-o").arg(&program).arg(&source).arg(format!("-L{}", dir.display()));
-    cc.args(["-l:libfgpu_rtld_first.so", "-l:libfgpu_rtld_second.so", "-ldl"]).arg(format!("-Wl,-rpath,{}", dir.display()));
+    cc.args(["-Wl,--no-as-needed", "-l:libfgpu_rtld_first.so", "-l:libfgpu_rtld_second.so", "-ldl"]).arg(format!("-Wl,-rpath,{}", dir.display()));
     Cmd(cc).success();
+    let bare = env.command(&program).success();
+    assert_eq!(bare.stdout().trim(), "next=2", "the program itself is right\n{bare}");
     let run = env.command(&program).shim().limit("8G").success();
     assert_eq!(run.stdout().trim(), "next=2", "{run}");
 }

@@ -5,5 +5,6 @@
 
 mod allocation_kinds;
 mod bad_input;
+mod cli;
 mod entry_paths;
 mod sharing;

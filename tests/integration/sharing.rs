@@ -41,17 +41,19 @@ fn a_reused_pid_cannot_inherit_a_share() {
 }
 
 #[test]
-fn fork_children_are_counted_as_themselves() {
+fn a_forked_child_does_not_keep_its_dead_parent_counted() {
+    // The child inherits the parent's ledger descriptor; if it kept it, the parent's slot
+    // would look alive after the parent is killed. The shim drops it in the child.
     let env = Env::new("fork");
-    // The parent initialises the shim (device query) before forking; the child creates
-    // its own context and allocates; once it exits its share is gone.
-    let mut parent = env.client(&["init", "total", "fork", "200M", "hold"]).shim().limit("1G").spawn();
+    let mut parent = env.client(&["init", "primary", "alloc", "1G", "forksleep", "20000", "hold"]).shim().limit("2G").spawn();
+    let forked = parent.wait_for("forked");
+    let child: i32 = field(&forked, "pid").unwrap().parse().unwrap();
     parent.wait_for("holding");
-    let run = parent.finish();
-    assert!(run.stdout().contains("child alloc rc=0"), "{run}");
-    let ledger = env.ledger();
-    ledger.reclaim_dead(None);
-    assert_eq!(ledger.snapshot(None).devices[0].used, 0);
+    parent.kill(libc::SIGKILL);
+    let after = env.client(&["init", "primary", "alloc", "1G"]).shim().limit("2G").success();
+    // SAFETY: signalling the orphaned child we caused to exist.
+    unsafe { libc::kill(child, libc::SIGKILL) };
+    assert_eq!(after.rc("alloc"), 0, "the dead parent's 1 GiB is reclaimed while its child lives\n{after}");
 }
 
 #[test]

@@ -105,6 +105,7 @@ pub struct Env {
     pub sim_memory: String,
     pub context_overhead: String,
     pub devices: u32,
+    pub driver_version: String,
 }
 
 impl Env {
@@ -119,6 +120,7 @@ impl Env {
             sim_memory: "80G".into(),
             context_overhead: "300M".into(),
             devices: 1,
+            driver_version: "12080".into(),
         }
     }
 
@@ -129,6 +131,11 @@ impl Env {
 
     pub fn context_overhead(mut self, size: &str) -> Self {
         self.context_overhead = size.into();
+        self
+    }
+
+    pub fn driver_version(mut self, version: &str) -> Self {
+        self.driver_version = version.into();
         self
     }
 
@@ -149,6 +156,7 @@ impl Env {
             .env("FGPU_SIM_MEMORY", &self.sim_memory)
             .env("FGPU_SIM_CONTEXT_OVERHEAD", &self.context_overhead)
             .env("FGPU_SIM_DEVICES", self.devices.to_string())
+            .env("FGPU_SIM_DRIVER_VERSION", &self.driver_version)
             .env_remove("LD_PRELOAD")
             .env_remove("FGPU_LIMIT")
             .env_remove("FGPU_LOG")
@@ -172,6 +180,15 @@ impl Env {
     /// The ledger, opened the way `fgpu status` opens it.
     pub fn ledger(&self) -> fgpu_core::ledger::Ledger {
         fgpu_core::ledger::Ledger::open_existing(&self.ledger).expect("open ledger")
+    }
+}
+
+impl Drop for Env {
+    fn drop(&mut self) {
+        // Kept on failure (and with FGPU_TEST_KEEP=1) for a look at the ledger and sim state.
+        if !std::thread::panicking() && std::env::var_os("FGPU_TEST_KEEP").is_none() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
     }
 }
 
@@ -231,14 +248,25 @@ impl Cmd {
     /// Starts in the background with stdin piped (closing it ends a `hold`).
     pub fn spawn(mut self) -> Background {
         let description = self.describe();
-        let child = self
+        let mut child = self
             .0
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
             .unwrap_or_else(|e| panic!("cannot start {description}: {e}"));
-        Background { description, child: Some(child), lines: Vec::new() }
+        let stdout = child.stdout.take().unwrap();
+        let (sender, receiver) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            use std::io::BufRead;
+            for line in std::io::BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if sender.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Background { description, child: Some(child), lines: Vec::new(), receiver }
     }
 }
 
@@ -297,11 +325,12 @@ impl std::fmt::Display for Run {
     }
 }
 
-/// A process running in the background, read line by line.
+/// A process running in the background; its stdout is read line by line by a thread.
 pub struct Background {
     pub description: String,
     pub child: Option<Child>,
     pub lines: Vec<String>,
+    receiver: std::sync::mpsc::Receiver<String>,
 }
 
 impl Background {
@@ -309,24 +338,21 @@ impl Background {
         self.child.as_ref().unwrap().id()
     }
 
-    /// Reads stdout until a line starts with `prefix` (or the process ends / times out).
+    /// Reads stdout until a line starts with `prefix`; panics if the process ends first or
+    /// nothing comes for 30 s.
     pub fn wait_for(&mut self, prefix: &str) -> String {
-        use std::io::BufRead;
-        let child = self.child.as_mut().unwrap();
-        let stdout = child.stdout.as_mut().unwrap();
-        let mut reader = std::io::BufReader::new(stdout);
-        let deadline = Instant::now() + Duration::from_secs(30);
         loop {
-            let mut line = String::new();
-            let n = reader.read_line(&mut line).unwrap();
-            if n == 0 || Instant::now() > deadline {
-                let out = self.finish();
-                panic!("{} ended before printing {prefix:?}\n{out}", self.description);
-            }
-            let line = line.trim_end().to_string();
-            self.lines.push(line.clone());
-            if line.starts_with(prefix) {
-                return line;
+            match self.receiver.recv_timeout(Duration::from_secs(30)) {
+                Ok(line) => {
+                    self.lines.push(line.clone());
+                    if line.starts_with(prefix) {
+                        return line;
+                    }
+                }
+                Err(_) => {
+                    let out = self.finish();
+                    panic!("{} did not print {prefix:?}\n{out}", out.description);
+                }
             }
         }
     }
@@ -344,13 +370,30 @@ impl Background {
     pub fn finish(&mut self) -> Run {
         let mut child = self.child.take().expect("already finished");
         drop(child.stdin.take());
-        let output = child.wait_with_output().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let status = loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                break status;
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                break child.wait().unwrap();
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        while let Ok(line) = self.receiver.recv_timeout(Duration::from_millis(200)) {
+            self.lines.push(line);
+        }
+        let mut stderr = Vec::new();
+        if let Some(mut e) = child.stderr.take() {
+            use std::io::Read;
+            let _ = e.read_to_end(&mut stderr);
+        }
         let mut stdout = self.lines.join("\n").into_bytes();
         if !stdout.is_empty() {
             stdout.push(b'\n');
         }
-        stdout.extend_from_slice(&output.stdout);
-        Run { description: self.description.clone(), output: Output { stdout, ..output } }
+        Run { description: self.description.clone(), output: Output { status, stdout, stderr } }
     }
 }
 

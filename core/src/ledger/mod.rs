@@ -41,6 +41,8 @@ pub enum LedgerError {
     Version { path: PathBuf, found: u32, expected: u32 },
     #[error("ledger {path}: corrupt: {what}; remove it once no capped process uses it")]
     Corrupt { path: PathBuf, what: String },
+    #[error("ledger {path}: not initialised yet (empty file; the first capped process fills it in)")]
+    Empty { path: PathBuf },
     #[error("ledger {path}: all {MAX_SLOTS} process slots are in use")]
     Full { path: PathBuf },
     #[error("ledger {path}: all {MAX_DEVICES} device entries are in use")]
@@ -137,6 +139,12 @@ impl Ledger {
         self.file.as_raw_fd()
     }
 
+    /// The mapping (address, length). A forked child must unmap its copy too: a mapping
+    /// keeps the open file description, and with it the parent's liveness lock, alive.
+    pub fn mapping(&self) -> (*mut u8, usize) {
+        (self.base.as_ptr(), FILE_SIZE)
+    }
+
     /// Checks the header of an existing file; `Ok(false)` if it is empty (never initialised).
     fn validate(file: &File, path: &Path, must_exist: bool) -> Result<bool, LedgerError> {
         let io_err = |op, source| LedgerError::Io { path: path.to_path_buf(), op, source };
@@ -146,7 +154,7 @@ impl Ledger {
         let magic = u64::from_le_bytes(head[0..8].try_into().unwrap());
         if size == 0 || (read >= 8 && magic == 0 && !must_exist) {
             if must_exist {
-                return Err(LedgerError::Corrupt { path: path.to_path_buf(), what: "the file is empty".into() });
+                return Err(LedgerError::Empty { path: path.to_path_buf() });
             }
             return Ok(false);
         }

@@ -326,7 +326,35 @@ process_list_hook!(nvmlDeviceGetMPSComputeRunningProcesses, NvmlProcessInfoV1, L
 process_list_hook!(nvmlDeviceGetMPSComputeRunningProcesses_v2, NvmlProcessInfoV2, ListKind::Other, v2);
 process_list_hook!(nvmlDeviceGetMPSComputeRunningProcesses_v3, NvmlProcessInfoV2, ListKind::Other, v2);
 
-/// Keeps only samples of the ledger's processes, with PIDs as the caller sees them.
+/// The driver's whole list, read into our own buffer: a size query, then the call, again
+/// while the list grows. The caller's buffer is sized for the container's entries only, so
+/// the driver never writes into it directly.
+fn fetch_all<T: Copy + Default>(real: impl Fn(*mut T, *mut c_uint) -> NvmlReturn) -> Result<Vec<T>, NvmlReturn> {
+    let mut n: c_uint = 0;
+    let rc = real(std::ptr::null_mut(), &mut n);
+    if rc == NVML_SUCCESS {
+        return Ok(Vec::new());
+    }
+    for _ in 0..4 {
+        if rc != NVML_ERROR_INSUFFICIENT_SIZE && rc != NVML_SUCCESS {
+            return Err(rc);
+        }
+        let mut entries = vec![T::default(); n as usize * 2 + 8];
+        let mut got = entries.len() as c_uint;
+        match real(entries.as_mut_ptr(), &mut got) {
+            NVML_SUCCESS => {
+                entries.truncate((got as usize).min(entries.len()));
+                return Ok(entries);
+            }
+            NVML_ERROR_INSUFFICIENT_SIZE => n = got,
+            other => return Err(other),
+        }
+    }
+    Err(NVML_ERROR_INSUFFICIENT_SIZE)
+}
+
+/// Keeps only samples of the ledger's processes, with PIDs as the caller sees them. The
+/// size query answers the container's count, not the card's.
 ///
 /// # Safety
 /// `nvmlDeviceGetProcessUtilization` contract.
@@ -337,56 +365,87 @@ pub unsafe extern "C" fn nvmlDeviceGetProcessUtilization(
     count: *mut c_uint,
     last_seen: u64,
 ) -> NvmlReturn {
-    let rc = crate::call_real!(
-        nvmlDeviceGetProcessUtilization: fn(NvmlDevice, *mut NvmlProcessUtilizationSample, *mut c_uint, u64) -> NvmlReturn,
-        device, samples, count, last_seen
-    )
-    .unwrap_or(NVML_ERROR_FUNCTION_NOT_FOUND);
-    if rc != NVML_SUCCESS || samples.is_null() || count.is_null() {
-        return rc;
-    }
-    super::guard(rc, || {
-        let Mode::On(active) = state::mode() else { return rc };
-        let map = host_pid_map(&active.ledger.snapshot(active.slot_if_joined()));
-        // SAFETY: the driver filled *count samples into the caller's buffer.
-        let all = unsafe { std::slice::from_raw_parts_mut(samples, *count as usize) };
-        let mut kept = 0;
-        for i in 0..all.len() {
-            if let Some((_, here)) = map.iter().find(|(host, _)| *host == all[i].pid) {
-                all[kept] = NvmlProcessUtilizationSample { pid: *here, ..all[i] };
-                kept += 1;
+    let real = |s: *mut NvmlProcessUtilizationSample, c: *mut c_uint| {
+        crate::call_real!(
+            nvmlDeviceGetProcessUtilization: fn(NvmlDevice, *mut NvmlProcessUtilizationSample, *mut c_uint, u64) -> NvmlReturn,
+            device, s, c, last_seen
+        )
+        .unwrap_or(NVML_ERROR_FUNCTION_NOT_FOUND)
+    };
+    super::guard(NVML_ERROR_UNKNOWN, || {
+        let Mode::On(active) = state::mode() else { return real(samples, count) };
+        if count.is_null() {
+            return real(samples, count);
+        }
+        let all = match fetch_all(real) {
+            Ok(all) => all,
+            Err(rc) => {
+                if rc == NVML_ERROR_NOT_FOUND {
+                    // SAFETY: count is non-null.
+                    unsafe { *count = 0 };
+                }
+                return rc;
             }
+        };
+        let map = host_pid_map(&active.ledger.snapshot(active.slot_if_joined()));
+        let kept: Vec<NvmlProcessUtilizationSample> = all
+            .iter()
+            .filter_map(|s| map.iter().find(|(host, _)| *host == s.pid).map(|(_, here)| NvmlProcessUtilizationSample { pid: *here, ..*s }))
+            .collect();
+        if kept.is_empty() {
+            // What the driver answers when it has no sample.
+            // SAFETY: count is non-null.
+            unsafe { *count = 0 };
+            return NVML_ERROR_NOT_FOUND;
         }
         // SAFETY: count is non-null.
-        unsafe { *count = kept as c_uint };
-        rc
+        let capacity = unsafe { *count } as usize;
+        // SAFETY: as above.
+        unsafe { *count = kept.len() as c_uint };
+        if samples.is_null() || capacity < kept.len() {
+            return NVML_ERROR_INSUFFICIENT_SIZE;
+        }
+        // SAFETY: the caller's buffer holds `capacity` >= kept.len() samples.
+        unsafe { std::ptr::copy_nonoverlapping(kept.as_ptr(), samples, kept.len()) };
+        NVML_SUCCESS
     })
 }
 
+/// The ledger's processes among the driver's accounting PIDs, as the caller sees them. The
+/// size query answers the container's count, not the card's.
+///
 /// # Safety
 /// `nvmlDeviceGetAccountingPids` contract.
 #[no_mangle]
 pub unsafe extern "C" fn nvmlDeviceGetAccountingPids(device: NvmlDevice, count: *mut c_uint, pids: *mut c_uint) -> NvmlReturn {
-    let rc = crate::call_real!(nvmlDeviceGetAccountingPids: fn(NvmlDevice, *mut c_uint, *mut c_uint) -> NvmlReturn, device, count, pids)
-        .unwrap_or(NVML_ERROR_FUNCTION_NOT_FOUND);
-    if rc != NVML_SUCCESS || pids.is_null() || count.is_null() {
-        return rc;
-    }
-    super::guard(rc, || {
-        let Mode::On(active) = state::mode() else { return rc };
-        let map = host_pid_map(&active.ledger.snapshot(active.slot_if_joined()));
-        // SAFETY: the driver filled *count PIDs into the caller's buffer.
-        let all = unsafe { std::slice::from_raw_parts_mut(pids, *count as usize) };
-        let mut kept = 0;
-        for i in 0..all.len() {
-            if let Some((_, here)) = map.iter().find(|(host, _)| *host == all[i]) {
-                all[kept] = *here;
-                kept += 1;
-            }
+    let real = |p: *mut c_uint, c: *mut c_uint| {
+        crate::call_real!(nvmlDeviceGetAccountingPids: fn(NvmlDevice, *mut c_uint, *mut c_uint) -> NvmlReturn, device, c, p)
+            .unwrap_or(NVML_ERROR_FUNCTION_NOT_FOUND)
+    };
+    super::guard(NVML_ERROR_UNKNOWN, || {
+        let Mode::On(active) = state::mode() else { return real(pids, count) };
+        if count.is_null() {
+            return real(pids, count);
         }
+        let all = match fetch_all(real) {
+            Ok(all) => all,
+            Err(rc) => return rc,
+        };
+        let map = host_pid_map(&active.ledger.snapshot(active.slot_if_joined()));
+        let kept: Vec<c_uint> = all.iter().filter_map(|pid| map.iter().find(|(host, _)| host == pid).map(|(_, here)| *here)).collect();
         // SAFETY: count is non-null.
-        unsafe { *count = kept as c_uint };
-        rc
+        let capacity = unsafe { *count } as usize;
+        // SAFETY: as above.
+        unsafe { *count = kept.len() as c_uint };
+        if kept.is_empty() {
+            return NVML_SUCCESS;
+        }
+        if pids.is_null() || capacity < kept.len() {
+            return NVML_ERROR_INSUFFICIENT_SIZE;
+        }
+        // SAFETY: the caller's buffer holds `capacity` >= kept.len() PIDs.
+        unsafe { std::ptr::copy_nonoverlapping(kept.as_ptr(), pids, kept.len()) };
+        NVML_SUCCESS
     })
 }
 

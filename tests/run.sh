@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# Every test of fgpu, on a fresh machine with no GPU: installs what the tests need (Debian
+# packages, a Python venv with the real NVML/CUDA clients, the real nvidia-smi, Docker for
+# the image tests), builds the workspace, and runs
+#   1. cargo test: unit tests of every crate and the integration tests against the
+#      simulated driver (tests/integration),
+#   2. the container tests of the images (images/test.sh),
+#   3. the real-GPU script's dry run and self-test (tests/gpu/run.sh),
+#   4. the benchmark in quick mode, to prove it runs (figures: docs/benchmarks.md).
+# Ends with one "N passed, M failed" line over the suites.
+#
+#   bash tests/run.sh              everything (as root, as CI runs it)
+#   FGPU_SKIP_IMAGES=1 bash tests/run.sh   without the Docker image tests
+set -uo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$root" || exit 1
+start=$(date +%s)
+step() { printf '\n== [%ds] %s\n' "$(($(date +%s) - start))" "$*"; }
+passed=0
+failed=0
+failed_names=()
+suite() { # name, command...
+    local name=$1
+    shift
+    step "$name"
+    if "$@"; then
+        passed=$((passed + 1))
+    else
+        failed=$((failed + 1))
+        failed_names+=("$name")
+        echo "FAILED SUITE: $name"
+    fi
+}
+
+step "system packages"
+pkgs=()
+command -v cc >/dev/null || pkgs+=(gcc libc6-dev)
+command -v tmux >/dev/null || pkgs+=(tmux)
+command -v promtool >/dev/null || pkgs+=(prometheus)
+command -v unshare >/dev/null || pkgs+=(util-linux)
+command -v objdump >/dev/null || pkgs+=(binutils)
+if [ ${#pkgs[@]} -gt 0 ]; then
+    if [ "$(id -u)" -eq 0 ]; then
+        export DEBIAN_FRONTEND=noninteractive
+        apt-get update -qq && apt-get install -y -qq --no-install-recommends "${pkgs[@]}" >/dev/null \
+            || { echo "cannot install ${pkgs[*]}"; exit 1; }
+        # promtool comes with Debian's prometheus package, which starts a server we do not want.
+        systemctl stop prometheus 2>/dev/null || pkill -x prometheus 2>/dev/null || true
+    else
+        echo "missing ${pkgs[*]}: install them or run as root"
+        exit 1
+    fi
+fi
+
+step "python clients (.venv: pynvml, gpustat, nvitop, cuda-bindings)"
+if [ ! -x .venv/bin/python ] || ! .venv/bin/python -c 'import pynvml, gpustat, nvitop, cuda.bindings' 2>/dev/null; then
+    python3 -m venv .venv && .venv/bin/pip install -q --disable-pip-version-check -r tests/python/requirements.txt \
+        || { echo "cannot set up .venv"; exit 1; }
+fi
+export FGPU_TEST_PYTHON=$root/.venv/bin/python
+
+step "the real nvidia-smi (Debian non-free, without its NVML)"
+if smi=$(bash scripts/get-nvidia-smi.sh "$root/target/nvidia-smi" | tail -n 1) && [ -x "$smi" ]; then
+    export FGPU_TEST_NVIDIA_SMI=$smi
+    echo "$smi"
+else
+    echo "cannot fetch nvidia-smi"
+    exit 1
+fi
+
+step "build"
+cargo build --release --workspace --all-targets || exit 1
+
+suite "cargo test (unit + integration against the simulated driver)" cargo test --release --workspace
+if [ "${FGPU_SKIP_IMAGES:-0}" != 1 ]; then
+    suite "container images (images/test.sh)" bash images/test.sh
+fi
+suite "real-GPU script: dry run" bash tests/gpu/run.sh --dry-run
+suite "real-GPU script: self-test against fake frameworks" bash tests/gpu/run.sh --self-test
+suite "benchmark (quick run; figures in docs/benchmarks.md)" target/release/fgpu-bench --quick
+
+step "summary ($(($(date +%s) - start)) s)"
+for name in "${failed_names[@]}"; do echo "failed: $name"; done
+echo "suites: $passed passed, $failed failed"
+[ "$failed" -eq 0 ]
