@@ -42,6 +42,10 @@ typedef struct {
 typedef struct { int location_type; int location_id; unsigned long long flags; } CUmemAccessDesc_;
 typedef struct { CUmemLocation location; unsigned long long flags; } CUmemAccessDesc;
 typedef struct { size_t Width, Height; int Format; unsigned NumChannels; } CUDA_ARRAY_DESCRIPTOR;
+typedef struct {
+    int allocType; int handleTypes; CUmemLocation location; void *win32SecurityAttributes;
+    size_t maxSize; unsigned short usage; unsigned char reserved[54];
+} CUmemPoolProps;
 typedef struct { size_t Width, Height, Depth; int Format; unsigned NumChannels, Flags; } CUDA_ARRAY3D_DESCRIPTOR;
 
 #define FNS(X) \
@@ -66,6 +70,9 @@ typedef struct { size_t Width, Height, Depth; int Format; unsigned NumChannels, 
     X(cuDeviceGetMemPool, "cuDeviceGetMemPool", CUresult, (CUmemoryPool *, CUdevice)) \
     X(cuMemPoolTrimTo, "cuMemPoolTrimTo", CUresult, (CUmemoryPool, size_t)) \
     X(cuMemPoolSetAttribute, "cuMemPoolSetAttribute", CUresult, (CUmemoryPool, int, void *)) \
+    X(cuMemPoolCreate, "cuMemPoolCreate", CUresult, (CUmemoryPool *, const CUmemPoolProps *)) \
+    X(cuMemPoolDestroy, "cuMemPoolDestroy", CUresult, (CUmemoryPool)) \
+    X(cuMemAllocFromPoolAsync, "cuMemAllocFromPoolAsync", CUresult, (CUdeviceptr *, size_t, CUmemoryPool, CUstream)) \
     X(cuMemCreate, "cuMemCreate", CUresult, (CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *, unsigned long long)) \
     X(cuMemRelease, "cuMemRelease", CUresult, (CUmemGenericAllocationHandle)) \
     X(cuMemAddressReserve, "cuMemAddressReserve", CUresult, (CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long)) \
@@ -141,6 +148,7 @@ static size_t parse_size(const char *s) {
 static CUdeviceptr ptrs[4096]; static int nptrs;
 static CUdeviceptr aptrs[4096]; static int naptrs;
 static CUarray arrays[256]; static int narrays;
+static CUmemoryPool pools[64]; static int npools;
 static CUarray mipmaps[256]; static int nmipmaps;
 static CUcontext ctxs[64]; static int nctxs;
 static struct { CUmemGenericAllocationHandle h; CUdeviceptr va; size_t size; } vmms[256]; static int nvmms;
@@ -173,6 +181,14 @@ int main(int argc, char **argv) {
         else if (!strcmp(op, "freeasync")) { rc = naptrs ? CALL(cuMemFreeAsync)(aptrs[--naptrs], NULL) : 1; printf("freeasync rc=%d\n", rc); }
         else if (!strcmp(op, "sync")) { rc = CALL(cuStreamSynchronize)(NULL); printf("sync rc=%d\n", rc); }
         else if (!strcmp(op, "ctxsync")) { rc = CALL(cuCtxSynchronize)(); printf("ctxsync rc=%d\n", rc); }
+        else if (!strcmp(op, "pool")) { /* an explicit pool, threshold 0, one allocation from it */
+            CUmemPoolProps props; memset(&props, 0, sizeof props); props.allocType = 1; props.location.type = 1; props.location.id = dev;
+            size_t n = parse_size(argv[++i]); CUdeviceptr p = 0; rc = CALL(cuMemPoolCreate)(&pools[npools], &props);
+            if (!rc) { rc = CALL(cuMemAllocFromPoolAsync)(&p, n, pools[npools], NULL); npools++; }
+            if (!rc) aptrs[naptrs++] = p;
+            printf("pool %zu rc=%d\n", n, rc);
+        }
+        else if (!strcmp(op, "pooldestroy")) { rc = npools ? CALL(cuMemPoolDestroy)(pools[--npools]) : 1; printf("pooldestroy rc=%d\n", rc); }
         else if (!strcmp(op, "keep")) { /* pool release threshold: keep everything (PyTorch's setting) */
             CUmemoryPool pool; unsigned long long v = ~0ULL; rc = CALL(cuDeviceGetMemPool)(&pool, dev); if (!rc) rc = CALL(cuMemPoolSetAttribute)(pool, 4, &v); printf("keep rc=%d\n", rc); }
         else if (!strcmp(op, "trim")) { CUmemoryPool pool; rc = CALL(cuDeviceGetMemPool)(&pool, dev); if (!rc) rc = CALL(cuMemPoolTrimTo)(pool, parse_size(argv[++i])); else i++; printf("trim rc=%d\n", rc); }

@@ -68,6 +68,11 @@ fn stream_ordered_pools_count_what_they_keep() {
     // Threshold at the maximum (PyTorch's setting): the pool keeps it until trimmed.
     counted("async-kept", &["keep", "async", "500M", "freeasync", "sync"]);
     returned("async-trimmed", &["keep", "async", "500M", "freeasync", "sync", "trim", "0"]);
+    // An explicit pool (cuMemPoolCreate + cuMemAllocFromPoolAsync), and its destruction.
+    counted("from-pool", &["pool", "500M"]);
+    counted("from-pool-unsynced", &["pool", "500M", "freeasync"]);
+    returned("from-pool-synced", &["pool", "500M", "freeasync", "sync"]);
+    returned("from-pool-destroyed", &["pool", "500M", "freeasync", "pooldestroy"]);
     // A pool that already holds free memory serves from it without new reservations.
     let env = Env::new("async-reuse");
     let run = env.client(&["init", "primary", "keep", "async", "600M", "freeasync", "sync", "async", "600M"]).shim().limit("1G").success();

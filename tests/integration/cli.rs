@@ -34,10 +34,6 @@ fn private_dirs_left(env: &Env) -> Vec<String> {
         .collect()
 }
 
-fn tool(name: &str) -> bool {
-    Command::new("sh").args(["-c", &format!("command -v {name} >/dev/null")]).status().map(|s| s.success()).unwrap_or(false)
-}
-
 // ------------------------------------------------------------------------------ fgpu run
 
 /// A shell script for `fgpu run`: a client that holds memory in the background (a
@@ -549,28 +545,13 @@ fn doctor_reports_a_broken_ledger_a_missing_driver_and_another_interposer() {
     }
 }
 
-/// Runs `script` in a private mount namespace where /etc is an overlay the test may write.
-fn with_private_etc(env: &Env, script: &str) -> Option<Cmd> {
-    if !is_root() || !tool("unshare") {
-        println!("SKIPPED: needs root and unshare(1) to give the test its own /etc");
-        return None;
-    }
-    let ov = env.dir.join("etc-overlay");
-    let setup = format!(
-        "set -e; mkdir -p {ov}; mount -t tmpfs fgpu-test {ov}; mkdir {ov}/up {ov}/work; \
-         mount -t overlay overlay -o lowerdir=/etc,upperdir={ov}/up,workdir={ov}/work /etc; {script}",
-        ov = ov.display()
-    );
-    Some(env.command("unshare").args(["--mount", "sh", "-c", &setup]))
-}
-
 #[test]
 fn doctor_reads_the_config_file_and_ld_so_preload() {
     let env = Env::new("cli-doctor-etc");
     let fgpu_cmd = format!("TMPDIR={} {} doctor --json", env.dir.display(), fgpu_bin().display());
     let shim = shim_path().display().to_string();
     // The shim preloaded for everything through /etc/ld.so.preload, the cap from the file.
-    let Some(cmd) = with_private_etc(&env, &format!("mkdir -p /etc/fgpu; printf 'limit = 3G\\n' > /etc/fgpu/fgpu.conf; chmod 644 /etc/fgpu/fgpu.conf; echo {shim} > /etc/ld.so.preload; {fgpu_cmd}")) else { return };
+    let Some(cmd) = env.with_private_etc(&format!("mkdir -p /etc/fgpu; printf 'limit = 3G\\n' > /etc/fgpu/fgpu.conf; chmod 644 /etc/fgpu/fgpu.conf; echo {shim} > /etc/ld.so.preload; {fgpu_cmd}")) else { return };
     let run = cmd.run();
     let value = json(&run);
     assert_eq!(value["cap_applies"], true, "{run}");
@@ -579,21 +560,21 @@ fn doctor_reads_the_config_file_and_ld_so_preload() {
     assert_finding(&run, &value, "cap", "info", "capped at 3 GiB");
 
     // Both: the smaller applies, and the doctor says so.
-    let cmd = with_private_etc(&env, &format!("mkdir -p /etc/fgpu; echo 'limit = 3G' > /etc/fgpu/fgpu.conf; echo {shim} > /etc/ld.so.preload; FGPU_LIMIT=1G {fgpu_cmd}")).unwrap();
+    let cmd = env.with_private_etc(&format!("mkdir -p /etc/fgpu; echo 'limit = 3G' > /etc/fgpu/fgpu.conf; echo {shim} > /etc/ld.so.preload; FGPU_LIMIT=1G {fgpu_cmd}")).unwrap();
     let run = cmd.run();
     let value = json(&run);
     assert_finding(&run, &value, "cap", "ok", "on each GPU the smaller applies");
     assert_finding(&run, &value, "cap", "info", "capped at 1 GiB");
 
     // A bad line in the file: the configuration error verbatim.
-    let cmd = with_private_etc(&env, &format!("mkdir -p /etc/fgpu; echo 'limt = 3G' > /etc/fgpu/fgpu.conf; echo {shim} > /etc/ld.so.preload; {fgpu_cmd}")).unwrap();
+    let cmd = env.with_private_etc(&format!("mkdir -p /etc/fgpu; echo 'limt = 3G' > /etc/fgpu/fgpu.conf; echo {shim} > /etc/ld.so.preload; {fgpu_cmd}")).unwrap();
     let run = cmd.run();
     let value = json(&run);
     assert_eq!(run.output.status.code(), Some(1), "{run}");
     assert_finding(&run, &value, "cap", "fail", "/etc/fgpu/fgpu.conf:1: \"limt = 3G\" is not a `key = value` line");
 
     // A file others may write: not trusted.
-    let cmd = with_private_etc(&env, &format!("mkdir -p /etc/fgpu; echo 'limit = 3G' > /etc/fgpu/fgpu.conf; chmod 666 /etc/fgpu/fgpu.conf; echo {shim} > /etc/ld.so.preload; {fgpu_cmd}")).unwrap();
+    let cmd = env.with_private_etc(&format!("mkdir -p /etc/fgpu; echo 'limit = 3G' > /etc/fgpu/fgpu.conf; chmod 666 /etc/fgpu/fgpu.conf; echo {shim} > /etc/ld.so.preload; {fgpu_cmd}")).unwrap();
     let run = cmd.run();
     let value = json(&run);
     assert_finding(&run, &value, "cap", "fail", "refusing to trust its cap");
@@ -603,7 +584,7 @@ fn doctor_reads_the_config_file_and_ld_so_preload() {
     std::fs::write(&src, "int cuMemAlloc_v2(void *p, unsigned long n) { (void)p; (void)n; return 2; }\n").unwrap();
     let vgpu = env.dir.join("libvgpu.so");
     Cmd(Command::new("cc")).args(["-shared", "-fPIC", "-o"]).arg(&vgpu).arg(&src).success();
-    let cmd = with_private_etc(&env, &format!("printf '{shim}\\n{}\\n' > /etc/ld.so.preload; FGPU_LIMIT=1G {fgpu_cmd}", vgpu.display())).unwrap();
+    let cmd = env.with_private_etc(&format!("printf '{shim}\\n{}\\n' > /etc/ld.so.preload; FGPU_LIMIT=1G {fgpu_cmd}", vgpu.display())).unwrap();
     let run = cmd.run();
     let value = json(&run);
     assert_finding(&run, &value, "interposer", "fail", "preloaded through /etc/ld.so.preload");

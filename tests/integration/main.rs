@@ -6,5 +6,8 @@
 mod allocation_kinds;
 mod bad_input;
 mod cli;
+mod config_file;
+mod cuda_bindings;
 mod entry_paths;
+mod nvml;
 mod sharing;

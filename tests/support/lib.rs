@@ -172,6 +172,23 @@ impl Env {
         cmd
     }
 
+    /// `sh -c script` in a private mount namespace where /etc is an overlay the test may
+    /// write (root only; `None` with a printed reason otherwise, a failure under CI).
+    pub fn with_private_etc(&self, script: &str) -> Option<Cmd> {
+        if !is_root() || !tool("unshare") {
+            assert!(std::env::var_os("CI").is_none(), "CI runs as root with unshare(1): this test must run there");
+            println!("SKIPPED: needs root and unshare(1) to give the test its own /etc");
+            return None;
+        }
+        let ov = self.dir.join("etc-overlay");
+        let setup = format!(
+            "set -e; mkdir -p {ov}; mount -t tmpfs fgpu-test {ov}; mkdir {ov}/up {ov}/work; \
+             mount -t overlay overlay -o lowerdir=/etc,upperdir={ov}/up,workdir={ov}/work /etc; {script}",
+            ov = ov.display()
+        );
+        Some(self.command("unshare").args(["--mount", "sh", "-c", &setup]))
+    }
+
     /// The simulated driver's ground truth.
     pub fn sim(&self) -> fgpu_sim_state::SimState {
         fgpu_sim_state::SimState::open(&self.sim_state).expect("open simulated driver state")
@@ -413,6 +430,26 @@ pub fn eventually(what: &str, timeout: Duration, mut condition: impl FnMut() -> 
         assert!(Instant::now() < deadline, "timed out waiting for: {what}");
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// The Python of the test venv (FGPU_TEST_PYTHON, set by tests/run.sh), if it can import
+/// `module`. Missing under CI is a failure; elsewhere the test prints why it skipped.
+pub fn python_with(module: &str) -> Option<PathBuf> {
+    let found = std::env::var_os("FGPU_TEST_PYTHON").map(PathBuf::from).or_else(|| {
+        let venv = workspace().join(".venv/bin/python");
+        venv.exists().then_some(venv)
+    });
+    let usable = found.filter(|p| Command::new(p).args(["-c", &format!("import {module}")]).output().map(|o| o.status.success()).unwrap_or(false));
+    if usable.is_none() {
+        assert!(std::env::var_os("CI").is_none(), "no Python with {module}: tests/run.sh installs it (.venv)");
+        println!("SKIPPED: no Python with {module} (run tests/run.sh to create .venv)");
+    }
+    usable
+}
+
+/// Whether a program is on PATH.
+pub fn tool(name: &str) -> bool {
+    Command::new("sh").args(["-c", &format!("command -v {name} >/dev/null")]).status().map(|s| s.success()).unwrap_or(false)
 }
 
 /// Whether we run as root (namespace and mount tests need it).

@@ -26,8 +26,9 @@ use std::ptr::NonNull;
 use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
 use thiserror::Error;
 
-/// How often, at most, a process scans the ledger for dead processes on its own.
-pub const SCAN_INTERVAL_NS: u64 = 1_000_000_000;
+/// How often, at most, the processes of a ledger scan it for dead processes when they only
+/// report usage (allocations that would be refused always scan first).
+pub const SCAN_INTERVAL_NS: u64 = 100_000_000;
 
 #[derive(Debug, Error)]
 pub enum LedgerError {
