@@ -132,7 +132,7 @@ pub fn parse_amount(text: &str) -> Result<Amount, LimitError> {
             .trim()
             .parse()
             .map_err(|_| LimitError::BadPercent(text.to_string()))?;
-        if !(value > 0.0 && value <= 100.0) || !value.is_finite() {
+        if !(value > 0.0 && value <= 100.0 && value.is_finite()) {
             return Err(LimitError::BadPercent(text.to_string()));
         }
         return Ok(Amount::Percent(value));
@@ -203,7 +203,7 @@ pub fn format_bytes(bytes: u64) -> String {
     const UNITS: [(&str, u64); 4] = [("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)];
     for (name, size) in UNITS {
         if bytes >= size {
-            if bytes % size == 0 {
+            if bytes.is_multiple_of(size) {
                 return format!("{} {name}", bytes / size);
             }
             return format!("{:.2} {name}", bytes as f64 / size as f64);

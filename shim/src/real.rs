@@ -195,13 +195,16 @@ pub extern "C" fn fgpu_init_real_dlsym() -> *mut c_void {
 }
 
 /// Calls the real `dlsym`.
-pub fn real_dlsym(handle: *mut c_void, name: *const c_char) -> *mut c_void {
+///
+/// # Safety
+/// `dlsym(3)`'s contract: `handle` from `dlopen` (or a pseudo-handle), `name` NUL-terminated.
+pub unsafe fn real_dlsym(handle: *mut c_void, name: *const c_char) -> *mut c_void {
     let f = fgpu_init_real_dlsym();
     if f.is_null() {
         return null_mut();
     }
-    // SAFETY: `f` is glibc's dlsym (resolved above), whose C signature DlsymFn matches;
-    // callers pass a NUL-terminated name.
+    // SAFETY: `f` is glibc's dlsym (resolved above), whose C signature DlsymFn matches; the
+    // caller upholds dlsym's contract for the arguments.
     unsafe { std::mem::transmute::<*mut c_void, DlsymFn>(f)(handle, name) }
 }
 
@@ -241,7 +244,8 @@ pub fn get(sym: Sym) -> *mut c_void {
     if handle.is_null() {
         return null_mut();
     }
-    let found = real_dlsym(handle, sym.c_name().as_ptr().cast());
+    // SAFETY: a live dlopen handle and a NUL-terminated name from the symbol table.
+    let found = unsafe { real_dlsym(handle, sym.c_name().as_ptr().cast()) };
     if !found.is_null() && Some(found) != sym.wrapper() {
         cell.store(found, Ordering::Release);
         return found;
@@ -266,7 +270,8 @@ pub fn identify(address: *mut c_void) -> Option<Sym> {
 }
 
 /// Calls a real driver function: `call_real!(Sym, fn(args) -> ret, args...)`. Evaluates to
-/// `None` when the driver lacks the symbol.
+/// `None` when the driver lacks the symbol. Call sites pass plain values (forwarded
+/// arguments, pointers to locals), so evaluating them inside the unsafe call is harmless.
 #[macro_export]
 macro_rules! call_real {
     ($sym:ident : fn($($ty:ty),*) -> $ret:ty $(, $arg:expr)* ) => {{

@@ -21,7 +21,8 @@ use std::sync::OnceLock;
 /// Highest CUDA device ordinal fgpu tracks per process.
 pub const MAX_ORDINALS: usize = 64;
 
-/// What the shim does in this process.
+/// What the shim does in this process (one per process, leaked: the size of `On` is moot).
+#[allow(clippy::large_enum_variant)]
 pub enum Mode {
     /// No cap is configured: every call passes straight through.
     Off,

@@ -100,7 +100,7 @@ const _: () = {
     assert!(std::mem::size_of::<DeviceEntry>() == 128);
     assert!(std::mem::size_of::<Slot>() == 320);
     assert!(DEVICES_OFFSET + MAX_DEVICES * std::mem::size_of::<DeviceEntry>() <= SLOTS_OFFSET);
-    assert!(FILE_SIZE % 4096 == 0);
+    assert!(FILE_SIZE.is_multiple_of(4096));
     assert!(std::mem::offset_of!(Slot, used) == 64);
     assert!(std::mem::offset_of!(DeviceEntry, used) == 32);
 };

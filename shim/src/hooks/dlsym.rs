@@ -80,7 +80,8 @@ pub unsafe extern "C" fn dlsym(handle: *mut c_void, symbol: *const c_char) -> *m
 
 /// Every lookup that is not `RTLD_NEXT` lands here.
 extern "C" fn dlsym_hook(handle: *mut c_void, symbol: *const c_char) -> *mut c_void {
-    let found = real::real_dlsym(handle, symbol);
+    // SAFETY: forwarded unchanged from our caller, who owes dlsym's contract.
+    let found = unsafe { real::real_dlsym(handle, symbol) };
     if found.is_null() || symbol.is_null() {
         return found;
     }
