@@ -16,6 +16,9 @@
 // `call_real!` (real.rs) evaluates its forwarded arguments inside the FFI call's unsafe
 // block; every call site passes plain values (caller arguments, pointers to locals).
 #![allow(clippy::macro_metavars_in_unsafe)]
+// Driver handles (NVML devices, CUDA contexts, pools) are opaque tokens passed back to the
+// driver, never dereferenced by fgpu; functions taking them need not be `unsafe`.
+#![allow(clippy::not_unsafe_ptr_arg_deref)]
 
 pub mod abi;
 pub mod hooks;
