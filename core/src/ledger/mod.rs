@@ -386,7 +386,11 @@ impl Ledger {
             match entry.used.compare_exchange_weak(used, new, AcqRel, Relaxed) {
                 Ok(_) => {
                     self.slot(id).used[device.0].fetch_add(bytes, Relaxed);
-                    entry.peak.fetch_max(new, Relaxed);
+                    // A read first: most reservations do not set a new peak, and a plain load
+                    // keeps the cache line shared instead of writing it on every allocation.
+                    if new > entry.peak.load(Relaxed) {
+                        entry.peak.fetch_max(new, Relaxed);
+                    }
                     return Ok(());
                 }
                 Err(actual) => used = actual,
