@@ -18,6 +18,8 @@ use fgpu_core::uuid::{format_gpu_uuid, parse_gpu_uuid};
 use std::ffi::{c_char, c_uint};
 
 /// Calls into the real NVML that fgpu itself needs (context measurement, UUIDs).
+// NVML device handles are opaque tokens handed back to NVML, never dereferenced here.
+#[allow(clippy::not_unsafe_ptr_arg_deref)]
 pub mod query {
     use super::*;
     use crate::state::Dev;
@@ -122,7 +124,9 @@ pub mod query {
 fn container_view(active: &Active, device: NvmlDevice, real_total: u64) -> Option<(Option<DeviceId>, u64, u64)> {
     let uuid = query::device_uuid(device)?;
     let mut cap = active.config.cap_for(&format_gpu_uuid(&uuid), real_total)?;
-    active.ledger.reclaim_if_due(active.slot_if_joined());
+    // Not the rate-limited scan: a process that has just exited must already be gone from
+    // `used`, as it is from the process list (the driver frees its memory at exit).
+    active.ledger.reclaim_dead(active.slot_if_joined());
     let id = active.ledger.find_device(uuid);
     let used = match id {
         Some(id) => {
@@ -250,7 +254,7 @@ unsafe fn process_list<T>(
     }
     let uuid = query::device_uuid(device);
     let id = uuid.and_then(|u| active.ledger.find_device(u));
-    active.ledger.reclaim_if_due(active.slot_if_joined());
+    active.ledger.reclaim_dead(active.slot_if_joined());
     let snapshot = active.ledger.snapshot(active.slot_if_joined());
     let listed = match (kind, id) {
         (ListKind::Compute, Some(id)) => {
