@@ -1,1 +1,944 @@
-fn main() {}
+//! fgpu-bench: what the shim costs, measured against the same simulated driver without it,
+//! in one run. See docs/benchmarks.md.
+//!
+//! Every figure is a median over runs that alternate baseline and shim (A B B A ...), so
+//! noise on the machine hits both sides alike; every run gets its own simulated-driver
+//! state file and ledger. Nothing here is a pass/fail test: the verdicts compare ratios
+//! and differences taken in the same run against the targets of the design.
+
+use serde_json::{json, Value};
+use std::ffi::OsString;
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Instant;
+
+const USAGE: &str = "\
+usage: fgpu-bench [--quick] [--json] [--release-dir DIR]
+
+Measures libfgpu.so against the simulated driver, without and with the shim:
+  alloc/free pair, 1 process   ns per cuMemAlloc+cuMemFree through cuGetProcAddress
+  alloc/free, 4 processes      total pairs/s of 4 processes at once
+  /bin/true start-up           wall time of a spawn, shim preloaded or not
+  first-call initialisation    first cuDeviceTotalMem after cuInit (the shim builds its state)
+
+  --quick            fewer and shorter runs (a few seconds; proves it works)
+  --json             one JSON document on stdout instead of the table
+  --release-dir DIR  where libfgpu.so and the simulated driver are
+                     (default: the directory of this executable)
+
+Build first: cargo build --release -p fgpu-bench -p fgpu-shim -p fgpu-sim-cuda -p fgpu-sim-nvml";
+
+const ALLOC_PAIRS_C: &str = include_str!("../clients/alloc_pairs.c");
+const FIRST_CALL_C: &str = include_str!("../clients/first_call.c");
+const EMPTY_PRELOAD_C: &str = include_str!("../clients/empty_preload.c");
+
+/// The cap the shim runs with, and the simulated GPU's memory: far apart, so a client can
+/// tell from the total it sees whether the shim was in effect.
+const LIMIT: &str = "8G";
+const LIMIT_BYTES: u64 = 8 << 30;
+const SIM_MEMORY: &str = "80G";
+const SIM_MEMORY_BYTES: u64 = 80 << 30;
+/// Bytes per allocation in the alloc/free loops.
+const ALLOC_SIZE: u64 = 1 << 20;
+const PROCESSES: usize = 4;
+
+/// Targets from the design (issue 2, "Benchmark").
+const TARGET_PAIR_ADDED_NS: f64 = 50.0;
+const TARGET_MULTI_RATIO: f64 = 0.90;
+const TARGET_STARTUP_RATIO: f64 = 1.05;
+const TARGET_INIT_ADDED_US: f64 = 1000.0;
+
+struct Plan {
+    name: &'static str,
+    single_rounds: usize,
+    single_ms: u64,
+    multi_rounds: usize,
+    multi_ms: u64,
+    startup_spawns: usize,
+    init_runs: usize,
+}
+
+const FULL: Plan = Plan {
+    name: "full",
+    single_rounds: 12,
+    single_ms: 400,
+    multi_rounds: 10,
+    multi_ms: 600,
+    startup_spawns: 500,
+    init_runs: 60,
+};
+const QUICK: Plan = Plan {
+    name: "quick",
+    single_rounds: 3,
+    single_ms: 150,
+    multi_rounds: 3,
+    multi_ms: 200,
+    startup_spawns: 100,
+    init_runs: 15,
+};
+
+type Error = String;
+
+fn main() {
+    let mut quick = false;
+    let mut json_out = false;
+    let mut release_dir: Option<PathBuf> = None;
+    let mut args = std::env::args_os().skip(1);
+    while let Some(arg) = args.next() {
+        match arg.to_str() {
+            Some("--quick") => quick = true,
+            Some("--json") => json_out = true,
+            Some("--release-dir") => match args.next() {
+                Some(dir) => release_dir = Some(PathBuf::from(dir)),
+                None => fail("--release-dir needs a directory"),
+            },
+            Some("-h" | "--help") => {
+                println!("{USAGE}");
+                return;
+            }
+            _ => fail(&format!("unknown argument {arg:?}\n{USAGE}")),
+        }
+    }
+    let release_dir = release_dir.unwrap_or_else(|| {
+        std::env::current_exe()
+            .ok()
+            .and_then(|p| p.parent().map(Path::to_path_buf))
+            .unwrap_or_else(|| PathBuf::from("target/release"))
+    });
+    let plan = if quick { &QUICK } else { &FULL };
+    match run(plan, &release_dir) {
+        Ok(report) => {
+            if json_out {
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&report.to_json()).expect("JSON")
+                );
+            } else {
+                report.print();
+            }
+        }
+        Err(e) => fail(&e),
+    }
+}
+
+fn fail(message: &str) -> ! {
+    eprintln!("fgpu-bench: {message}");
+    std::process::exit(2);
+}
+
+// ---------------------------------------------------------------------------------------
+// Set-up: the libraries, the clients, a private temp directory.
+
+struct Setup {
+    shim: PathBuf,
+    sim_lib: PathBuf,
+    alloc_pairs: PathBuf,
+    first_call: PathBuf,
+    empty_preload: PathBuf,
+    tmp: TempDir,
+    runs: std::cell::Cell<u64>,
+}
+
+struct TempDir(PathBuf);
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+impl Setup {
+    fn new(release_dir: &Path) -> Result<Setup, Error> {
+        let need = |name: &str| -> Result<PathBuf, Error> {
+            let path = release_dir.join(name);
+            if path.exists() {
+                Ok(std::fs::canonicalize(&path).unwrap_or(path))
+            } else {
+                Err(format!(
+                    "{} is missing; build first: cargo build --release -p fgpu-bench -p fgpu-shim -p fgpu-sim-cuda -p fgpu-sim-nvml",
+                    path.display()
+                ))
+            }
+        };
+        let shim = need("libfgpu.so")?;
+        let sim_cuda = need("libfgpu_sim_cuda.so")?;
+        let sim_nvml = need("libfgpu_sim_nvml.so")?;
+
+        let clients = release_dir.join("bench-clients");
+        std::fs::create_dir_all(&clients).map_err(|e| format!("{}: {e}", clients.display()))?;
+        let alloc_pairs = compile(&clients, "alloc_pairs", ALLOC_PAIRS_C, &["-ldl"])?;
+        let first_call = compile(&clients, "first_call", FIRST_CALL_C, &["-ldl"])?;
+        let empty_preload = compile(
+            &clients,
+            "libfgpu_bench_empty.so",
+            EMPTY_PRELOAD_C,
+            &["-shared", "-fPIC"],
+        )?;
+
+        let tmp = std::env::temp_dir().join(format!("fgpu-bench-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&tmp);
+        std::fs::create_dir_all(&tmp).map_err(|e| format!("{}: {e}", tmp.display()))?;
+        let tmp = TempDir(tmp);
+        let sim_lib = tmp.0.join("lib");
+        std::fs::create_dir_all(&sim_lib).map_err(|e| e.to_string())?;
+        for (target, soname) in [
+            (&sim_cuda, "libcuda.so.1"),
+            (&sim_nvml, "libnvidia-ml.so.1"),
+        ] {
+            std::os::unix::fs::symlink(target, sim_lib.join(soname))
+                .map_err(|e| format!("symlink {soname}: {e}"))?;
+        }
+        Ok(Setup {
+            shim,
+            sim_lib,
+            alloc_pairs,
+            first_call,
+            empty_preload,
+            tmp,
+            runs: std::cell::Cell::new(0),
+        })
+    }
+
+    /// A fresh directory for one run: its own simulated-driver state and ledger.
+    fn run_dir(&self) -> Result<PathBuf, Error> {
+        let n = self.runs.get();
+        self.runs.set(n + 1);
+        let dir = self.tmp.0.join(format!("run-{n}"));
+        std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        Ok(dir)
+    }
+
+    /// A command with a clean environment: no preload or fgpu setting inherited from
+    /// whoever runs the benchmark, the same variables on both sides but `LD_PRELOAD`.
+    fn command(&self, program: &Path, run_dir: &Path, shim: bool) -> Command {
+        let mut cmd = Command::new(program);
+        cmd.env_clear();
+        for (key, value) in std::env::vars_os() {
+            if keep_var(&key) {
+                cmd.env(key, value);
+            }
+        }
+        cmd.env("LD_LIBRARY_PATH", &self.sim_lib)
+            .env("FGPU_SIM_STATE", run_dir.join("sim-state"))
+            .env("FGPU_SIM_MEMORY", SIM_MEMORY)
+            .env("FGPU_SIM_CONTEXT_OVERHEAD", "300M")
+            .env("FGPU_LIMIT", LIMIT)
+            .env("FGPU_LEDGER", run_dir.join("ledger"));
+        if shim {
+            cmd.env("LD_PRELOAD", &self.shim);
+        }
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        cmd
+    }
+}
+
+fn keep_var(key: &OsString) -> bool {
+    let key = key.to_string_lossy();
+    !(key.starts_with("LD_") || key.starts_with("FGPU_") || key == "CUDA_VISIBLE_DEVICES")
+}
+
+/// Writes the embedded C source next to the build outputs and compiles it when it changed.
+fn compile(dir: &Path, name: &str, source: &str, flags: &[&str]) -> Result<PathBuf, Error> {
+    let src = dir.join(format!("{}.c", name.trim_end_matches(".so")));
+    let bin = dir.join(name);
+    let same = std::fs::read_to_string(&src)
+        .map(|s| s == source)
+        .unwrap_or(false);
+    if same && bin.exists() {
+        return Ok(bin);
+    }
+    std::fs::write(&src, source).map_err(|e| format!("{}: {e}", src.display()))?;
+    let partial = dir.join(format!(".{name}.{}", std::process::id()));
+    let out = Command::new("cc")
+        .args(["-O2", "-Wall", "-o"])
+        .arg(&partial)
+        .arg(&src)
+        .args(flags)
+        .output()
+        .map_err(|e| format!("cannot run cc to build the benchmark clients: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "cc {} failed:\n{}",
+            src.display(),
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    std::fs::rename(&partial, &bin).map_err(|e| e.to_string())?;
+    Ok(bin)
+}
+
+/// CLOCK_MONOTONIC in nanoseconds, the clock the C clients use.
+fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime(2) writes the timespec we own.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// "key value key value ..." from a client's output line.
+fn fields(line: &str) -> impl Fn(&str) -> Result<u64, Error> + '_ {
+    move |key: &str| {
+        let mut words = line.split_whitespace();
+        while let Some(word) = words.next() {
+            if word == key {
+                return words
+                    .next()
+                    .and_then(|v| v.parse().ok())
+                    .ok_or_else(|| format!("bad value for {key} in {line:?}"));
+            }
+        }
+        Err(format!("no {key} in client output {line:?}"))
+    }
+}
+
+fn finish(child: Child, what: &str) -> Result<String, Error> {
+    let out = child
+        .wait_with_output()
+        .map_err(|e| format!("{what}: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "{what} failed ({}):\n{}{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// The shim must have been in effect exactly when asked for, or the comparison is void.
+fn check_total(total: u64, shim: bool, what: &str) -> Result<(), Error> {
+    let want = if shim { LIMIT_BYTES } else { SIM_MEMORY_BYTES };
+    if total != want {
+        return Err(format!(
+            "{what} {} the shim saw a device of {total} bytes, expected {want}: the shim was {}in effect",
+            if shim { "with" } else { "without" },
+            if shim { "not " } else { "" }
+        ));
+    }
+    Ok(())
+}
+
+/// ABBA order: round 0 = baseline first, round 1 = shim first, ...
+fn order(round: usize) -> [bool; 2] {
+    if round.is_multiple_of(2) {
+        [false, true]
+    } else {
+        [true, false]
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// The measurements.
+
+/// Samples of one metric, without and with the shim.
+#[derive(Default)]
+struct Samples {
+    without: Vec<f64>,
+    with: Vec<f64>,
+}
+
+impl Samples {
+    fn push(&mut self, shim: bool, v: f64) {
+        if shim {
+            self.with.push(v)
+        } else {
+            self.without.push(v)
+        }
+    }
+}
+
+/// One process, alloc/free pairs for `ms`: nanoseconds of the thread's CPU time per pair
+/// (immune to being descheduled by other work), and wall-clock nanoseconds per pair.
+fn single(setup: &Setup, plan: &Plan) -> Result<(Samples, Samples), Error> {
+    let mut s = Samples::default();
+    let mut wall = Samples::default();
+    for round in 0..plan.single_rounds {
+        for shim in order(round) {
+            let dir = setup.run_dir()?;
+            let child = setup
+                .command(&setup.alloc_pairs, &dir, shim)
+                .args([ALLOC_SIZE.to_string(), plan.single_ms.to_string()])
+                .spawn()
+                .map_err(|e| format!("alloc_pairs: {e}"))?;
+            let out = finish(child, "alloc_pairs")?;
+            let f = fields(out.trim());
+            check_total(f("total_mem")?, shim, "alloc_pairs")?;
+            let pairs = f("pairs")? as f64;
+            s.push(shim, f("cpu_ns")? as f64 / pairs);
+            wall.push(shim, (f("end_ns")? - f("start_ns")?) as f64 / pairs);
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+    }
+    Ok((s, wall))
+}
+
+/// `PROCESSES` clients sharing one simulated GPU (and, with the shim, one ledger), started
+/// together: total pairs per second over the wall-clock window.
+fn multi(setup: &Setup, plan: &Plan) -> Result<Samples, Error> {
+    let mut s = Samples::default();
+    for round in 0..plan.multi_rounds {
+        for shim in order(round) {
+            let dir = setup.run_dir()?;
+            let mut children = Vec::new();
+            for _ in 0..PROCESSES {
+                let mut cmd = setup.command(&setup.alloc_pairs, &dir, shim);
+                cmd.args([
+                    ALLOC_SIZE.to_string(),
+                    plan.multi_ms.to_string(),
+                    "sync".into(),
+                ])
+                .stdin(Stdio::piped());
+                children.push(cmd.spawn().map_err(|e| format!("alloc_pairs: {e}"))?);
+            }
+            let mut readers = Vec::new();
+            for child in children.iter_mut() {
+                let mut reader = BufReader::new(child.stdout.take().expect("piped"));
+                let mut line = String::new();
+                reader.read_line(&mut line).map_err(|e| e.to_string())?;
+                if line.trim() != "ready" {
+                    let _ = child.kill();
+                    let err = child.stderr.take().map(|mut e| {
+                        let mut text = String::new();
+                        let _ = std::io::Read::read_to_string(&mut e, &mut text);
+                        text
+                    });
+                    return Err(format!(
+                        "alloc_pairs (4 processes) did not get ready: {line}{}",
+                        err.unwrap_or_default()
+                    ));
+                }
+                readers.push(reader);
+            }
+            // Everyone sleeps until the same instant, then runs for the same time.
+            let start = monotonic_ns() + 20_000_000;
+            for child in children.iter_mut() {
+                let mut stdin = child.stdin.take().expect("piped");
+                writeln!(stdin, "{start}").map_err(|e| e.to_string())?;
+            }
+            let (mut pairs, mut end) = (0u64, start);
+            for (mut child, mut reader) in children.into_iter().zip(readers) {
+                let mut line = String::new();
+                reader.read_line(&mut line).map_err(|e| e.to_string())?;
+                let status = child.wait().map_err(|e| e.to_string())?;
+                if !status.success() {
+                    let mut text = String::new();
+                    if let Some(mut e) = child.stderr.take() {
+                        let _ = std::io::Read::read_to_string(&mut e, &mut text);
+                    }
+                    return Err(format!(
+                        "alloc_pairs (4 processes) failed ({status}): {text}"
+                    ));
+                }
+                let f = fields(line.trim());
+                check_total(f("total_mem")?, shim, "alloc_pairs")?;
+                pairs += f("pairs")?;
+                end = end.max(f("end_ns")?);
+            }
+            // Millions of pairs per second.
+            s.push(shim, pairs as f64 * 1e3 / (end - start) as f64);
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+    }
+    Ok(s)
+}
+
+/// `/bin/true` spawned and waited for, without the shim, with the shim preloaded (and
+/// `FGPU_LIMIT` set, as in an image with the shim in /etc/ld.so.preload), and with an empty
+/// library preloaded (what any preload costs here). The three alternate in every order.
+/// Microseconds per start-up; also whether any of them created the ledger or a file.
+struct Startup {
+    shim: Samples,
+    empty: Samples,
+    quiet: bool,
+}
+
+fn startup(setup: &Setup, plan: &Plan) -> Result<Startup, Error> {
+    const PERMUTATIONS: [[usize; 3]; 6] = [
+        [0, 1, 2],
+        [1, 2, 0],
+        [2, 0, 1],
+        [2, 1, 0],
+        [1, 0, 2],
+        [0, 2, 1],
+    ];
+    let dir = setup.run_dir()?;
+    let truth = Path::new("/bin/true");
+    // 0: plain, 1: the shim, 2: the empty library.
+    let mut commands = [0, 1, 2].map(|variant| {
+        let mut cmd = setup.command(truth, &dir, variant == 1);
+        cmd.env_remove("LD_LIBRARY_PATH")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        if variant == 2 {
+            cmd.env("LD_PRELOAD", &setup.empty_preload);
+        }
+        cmd
+    });
+    // Warm the page cache and the loader's paths on every side first.
+    for cmd in commands.iter_mut() {
+        for _ in 0..10 {
+            cmd.status().map_err(|e| format!("/bin/true: {e}"))?;
+        }
+    }
+    let mut times: [Vec<f64>; 3] = Default::default();
+    for i in 0..plan.startup_spawns {
+        for variant in PERMUTATIONS[i % PERMUTATIONS.len()] {
+            let t = Instant::now();
+            let status = commands[variant]
+                .status()
+                .map_err(|e| format!("/bin/true: {e}"))?;
+            let us = t.elapsed().as_secs_f64() * 1e6;
+            if !status.success() {
+                return Err(format!("/bin/true (variant {variant}) failed: {status}"));
+            }
+            times[variant].push(us);
+        }
+    }
+    let quiet = std::fs::read_dir(&dir)
+        .map(|d| d.count() == 0)
+        .unwrap_or(false);
+    let _ = std::fs::remove_dir_all(&dir);
+    let [plain, shim, empty] = times;
+    Ok(Startup {
+        shim: Samples {
+            without: plain.clone(),
+            with: shim,
+        },
+        empty: Samples {
+            without: plain,
+            with: empty,
+        },
+        quiet,
+    })
+}
+
+/// First-call cost: the first cuDeviceTotalMem after cuInit (where the shim reads its
+/// configuration, creates the ledger, joins it and registers the device), and the time
+/// from spawning the process to the end of that call.
+struct Init {
+    first_us: Samples,
+    later_ns: Samples,
+    ready_us: Samples,
+}
+
+fn init(setup: &Setup, plan: &Plan) -> Result<Init, Error> {
+    let mut r = Init {
+        first_us: Samples::default(),
+        later_ns: Samples::default(),
+        ready_us: Samples::default(),
+    };
+    for i in 0..plan.init_runs {
+        for shim in order(i) {
+            let dir = setup.run_dir()?;
+            let mut cmd = setup.command(&setup.first_call, &dir, shim);
+            let spawned = monotonic_ns();
+            let child = cmd
+                .arg(spawned.to_string())
+                .spawn()
+                .map_err(|e| format!("first_call: {e}"))?;
+            let out = finish(child, "first_call")?;
+            let f = fields(out.trim());
+            check_total(f("total_mem")?, shim, "first_call")?;
+            r.first_us.push(shim, f("first_ns")? as f64 / 1e3);
+            r.later_ns.push(shim, f("later_ns")? as f64);
+            r.ready_us.push(shim, f("ready_ns")? as f64 / 1e3);
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+    }
+    Ok(r)
+}
+
+// ---------------------------------------------------------------------------------------
+// Statistics and the report.
+
+fn median(v: &[f64]) -> f64 {
+    quantile(v, 0.5)
+}
+
+fn quantile(v: &[f64], q: f64) -> f64 {
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    let mut v = v.to_vec();
+    v.sort_by(|a, b| a.total_cmp(b));
+    let pos = q * (v.len() - 1) as f64;
+    let (lo, hi) = (pos.floor() as usize, pos.ceil() as usize);
+    v[lo] + (v[hi] - v[lo]) * (pos - lo as f64)
+}
+
+/// Interquartile range relative to the median, in percent: how noisy a side was.
+fn spread(v: &[f64]) -> f64 {
+    100.0 * (quantile(v, 0.75) - quantile(v, 0.25)) / median(v)
+}
+
+enum Kind {
+    /// Shim minus baseline must stay at or under the target.
+    AddedAtMost(f64),
+    /// Shim / baseline must be at least the target.
+    RatioAtLeast(f64),
+    /// Shim / baseline must be at most the target.
+    RatioAtMost(f64),
+    /// Shown for information.
+    Info,
+}
+
+struct Metric {
+    key: &'static str,
+    label: &'static str,
+    unit: &'static str,
+    samples: Samples,
+    kind: Kind,
+    /// The target as the design states it.
+    target: &'static str,
+}
+
+impl Metric {
+    fn without(&self) -> f64 {
+        median(&self.samples.without)
+    }
+    fn with(&self) -> f64 {
+        median(&self.samples.with)
+    }
+    /// Median of the per-round ratios: each shim run against the baseline run next to it.
+    fn ratio(&self) -> f64 {
+        let r: Vec<f64> = self
+            .samples
+            .without
+            .iter()
+            .zip(&self.samples.with)
+            .map(|(a, b)| b / a)
+            .collect();
+        median(&r)
+    }
+    /// Median of the per-round differences, paired as for [`Metric::ratio`].
+    fn added(&self) -> f64 {
+        let d: Vec<f64> = self
+            .samples
+            .without
+            .iter()
+            .zip(&self.samples.with)
+            .map(|(a, b)| b - a)
+            .collect();
+        median(&d)
+    }
+    fn meets(&self) -> Option<bool> {
+        match self.kind {
+            Kind::AddedAtMost(t) => Some(self.added() <= t),
+            Kind::RatioAtLeast(t) => Some(self.ratio() >= t),
+            Kind::RatioAtMost(t) => Some(self.ratio() <= t),
+            Kind::Info => None,
+        }
+    }
+    fn difference_text(&self) -> String {
+        let ratio = self.ratio();
+        match self.kind {
+            Kind::RatioAtLeast(_) | Kind::RatioAtMost(_) => format!("{ratio:.3}x"),
+            Kind::AddedAtMost(_) | Kind::Info => {
+                let added = self.added();
+                let sign = if added < 0.0 { "-" } else { "+" };
+                let mut text = format!("{sign}{} {}", fmt_num(added.abs()), self.unit);
+                if ratio < 100.0 {
+                    text += &format!(" ({ratio:.2}x)");
+                }
+                text
+            }
+        }
+    }
+}
+
+fn fmt_num(v: f64) -> String {
+    match v.abs() {
+        a if a >= 1000.0 => format!("{v:.0}"),
+        a if a >= 100.0 => format!("{v:.1}"),
+        a if a >= 1.0 => format!("{v:.2}"),
+        _ => format!("{v:.3}"),
+    }
+}
+
+struct Report {
+    plan: &'static str,
+    date: String,
+    machine: String,
+    cpus: usize,
+    metrics: Vec<Metric>,
+    startup_quiet: bool,
+    seconds: f64,
+    /// One-minute load average before and after the run.
+    load: (f64, f64),
+}
+
+fn run(plan: &'static Plan, release_dir: &Path) -> Result<Report, Error> {
+    let started = Instant::now();
+    let load_before = loadavg();
+    let setup = Setup::new(release_dir)?;
+    let cpus = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
+    let (single, single_wall) = single(&setup, plan)?;
+    let multi = multi(&setup, plan)?;
+    let start = startup(&setup, plan)?;
+    let init = init(&setup, plan)?;
+    let metrics = vec![
+        Metric {
+            key: "alloc_free_pair_ns",
+            label: "alloc/free pair, 1 process",
+            unit: "ns",
+            samples: single,
+            kind: Kind::AddedAtMost(TARGET_PAIR_ADDED_NS),
+            target: "<= +50 ns",
+        },
+        Metric {
+            key: "alloc_free_pair_wall_ns",
+            label: "  same, wall clock (info)",
+            unit: "ns",
+            samples: single_wall,
+            kind: Kind::Info,
+            target: "-",
+        },
+        Metric {
+            key: "alloc_free_4proc_mpairs_per_s",
+            label: "alloc/free, 4 processes",
+            unit: "Mpairs/s",
+            samples: multi,
+            kind: Kind::RatioAtLeast(TARGET_MULTI_RATIO),
+            target: ">= 0.90x",
+        },
+        Metric {
+            key: "bin_true_startup_us",
+            label: "/bin/true start-up",
+            unit: "us",
+            samples: start.shim,
+            kind: Kind::RatioAtMost(TARGET_STARTUP_RATIO),
+            target: "<= 1.05x",
+        },
+        Metric {
+            key: "bin_true_empty_preload_us",
+            label: "  empty .so preloaded instead (info)",
+            unit: "us",
+            samples: start.empty,
+            kind: Kind::Info,
+            target: "-",
+        },
+        Metric {
+            key: "first_call_us",
+            label: "first-call initialisation",
+            unit: "us",
+            samples: init.first_us,
+            kind: Kind::AddedAtMost(TARGET_INIT_ADDED_US),
+            target: "< 1 ms added",
+        },
+        Metric {
+            key: "later_call_ns",
+            label: "  same call, later (info)",
+            unit: "ns",
+            samples: init.later_ns,
+            kind: Kind::Info,
+            target: "-",
+        },
+        Metric {
+            key: "spawn_to_first_answer_us",
+            label: "  spawn to first answer (info)",
+            unit: "us",
+            samples: init.ready_us,
+            kind: Kind::Info,
+            target: "-",
+        },
+    ];
+    Ok(Report {
+        plan: plan.name,
+        date: utc_date(),
+        machine: machine(),
+        cpus,
+        metrics,
+        startup_quiet: start.quiet,
+        seconds: started.elapsed().as_secs_f64(),
+        load: (load_before, loadavg()),
+    })
+}
+
+impl Report {
+    fn print(&self) {
+        println!(
+            "fgpu-bench ({} run, {}, {} CPUs: {})",
+            self.plan, self.date, self.cpus, self.machine
+        );
+        println!(
+            "simulated driver, cap {LIMIT} of {SIM_MEMORY}, {} MiB per allocation; medians of interleaved runs, difference/ratio = median over paired runs",
+            ALLOC_SIZE >> 20
+        );
+        if self.load.0.max(self.load.1) >= 0.5 {
+            println!(
+                "note: load average {:.2} before, {:.2} after: other work was running and adds noise to both sides",
+                self.load.0, self.load.1
+            );
+        }
+        if self.cpus < PROCESSES {
+            println!(
+                "note: {PROCESSES} processes share {} CPUs in the 4-process figure",
+                self.cpus
+            );
+        }
+        println!();
+        let header = [
+            "metric",
+            "without shim",
+            "with shim",
+            "difference",
+            "target",
+            "verdict",
+        ];
+        let rows: Vec<[String; 6]> = self
+            .metrics
+            .iter()
+            .map(|m| {
+                [
+                    m.label.to_string(),
+                    format!("{} {}", fmt_num(m.without()), m.unit),
+                    format!("{} {}", fmt_num(m.with()), m.unit),
+                    m.difference_text(),
+                    m.target.to_string(),
+                    match m.meets() {
+                        Some(true) => "meets".into(),
+                        Some(false) => "misses".into(),
+                        None => "".into(),
+                    },
+                ]
+            })
+            .collect();
+        let mut width = header.map(str::len);
+        for row in &rows {
+            for (w, cell) in width.iter_mut().zip(row) {
+                *w = (*w).max(cell.chars().count());
+            }
+        }
+        let line = |cells: &[String]| {
+            let mut out = String::new();
+            for (i, (cell, w)) in cells.iter().zip(width).enumerate() {
+                if i == 0 {
+                    out += &format!("{cell:<w$}");
+                } else {
+                    out += &format!("  {cell:>w$}");
+                }
+            }
+            println!("{}", out.trim_end());
+        };
+        line(&header.map(String::from));
+        line(&width.map(|w| "-".repeat(w)));
+        for row in &rows {
+            line(row);
+        }
+        println!();
+        let noise: Vec<String> = self
+            .metrics
+            .iter()
+            .filter(|m| !matches!(m.kind, Kind::Info))
+            .map(|m| {
+                format!(
+                    "{} {:.1}%/{:.1}% (n={})",
+                    m.key,
+                    spread(&m.samples.without),
+                    spread(&m.samples.with),
+                    m.samples.with.len()
+                )
+            })
+            .collect();
+        println!("spread (IQR/median, without/with): {}", noise.join("; "));
+        println!(
+            "/bin/true under the shim created {}; run took {:.1} s",
+            if self.startup_quiet {
+                "no file"
+            } else {
+                "a FILE (ledger or state): it should not"
+            },
+            self.seconds
+        );
+    }
+
+    fn to_json(&self) -> Value {
+        let metrics: Vec<Value> = self
+            .metrics
+            .iter()
+            .map(|m| {
+                json!({
+                    "key": m.key,
+                    "label": m.label.trim(),
+                    "unit": m.unit,
+                    "without": m.without(),
+                    "with": m.with(),
+                    "difference": m.added(),
+                    "ratio": m.ratio(),
+                    "target": m.target,
+                    "meets": m.meets(),
+                    "spread_pct": { "without": spread(&m.samples.without), "with": spread(&m.samples.with) },
+                    "samples": { "without": m.samples.without, "with": m.samples.with },
+                })
+            })
+            .collect();
+        json!({
+            "plan": self.plan,
+            "date": self.date,
+            "machine": self.machine,
+            "cpus": self.cpus,
+            "limit": LIMIT,
+            "sim_memory": SIM_MEMORY,
+            "alloc_size": ALLOC_SIZE,
+            "processes": PROCESSES,
+            "metrics": metrics,
+            "startup_created_no_file": self.startup_quiet,
+            "seconds": self.seconds,
+            "load_average": { "before": self.load.0, "after": self.load.1 },
+        })
+    }
+}
+
+fn loadavg() -> f64 {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|s| s.split_whitespace().next().and_then(|v| v.parse().ok()))
+        .unwrap_or(f64::NAN)
+}
+
+fn machine() -> String {
+    let model = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split_once(':'))
+                .map(|(_, m)| m.trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown CPU".into());
+    let virt = std::fs::read_to_string("/proc/cpuinfo")
+        .map(|s| s.contains(" hypervisor"))
+        .unwrap_or(false);
+    if virt {
+        format!("{model}, virtual machine")
+    } else {
+        model
+    }
+}
+
+/// Today's date (UTC) as YYYY-MM-DD, from the civil-from-days algorithm.
+fn utc_date() -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let z = (secs / 86_400) as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + if month <= 2 { 1 } else { 0 };
+    format!("{year:04}-{month:02}-{day:02}")
+}
