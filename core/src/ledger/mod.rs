@@ -465,41 +465,46 @@ impl Ledger {
 
     /// Scans for slots whose owner died and returns their memory. Returns how many it freed.
     pub fn reclaim_dead(&self, own: Option<SlotId>) -> usize {
-        let used_before: Vec<u64> = (0..MAX_DEVICES).map(|d| self.device(DeviceId(d)).used.load(Acquire)).collect();
         let mut reclaimed = 0;
-        let mut any_live = false;
         for index in 0..MAX_SLOTS {
             let id = SlotId(index);
-            if self.slot(id).state.load(Acquire) != SLOT_LIVE {
+            if Some(id) == own || self.slot(id).state.load(Acquire) != SLOT_LIVE {
                 continue;
             }
-            if Some(id) == own {
-                any_live = true;
-                continue;
-            }
-            match lock::ofd_lock(self.file.as_fd(), alive_lock(index), false) {
-                Ok(true) => {
-                    if self.slot(id).state.load(Acquire) == SLOT_LIVE {
-                        self.reclaim_locked(id);
-                        reclaimed += 1;
-                    }
-                    lock::ofd_unlock(self.file.as_fd(), alive_lock(index));
+            if let Ok(true) = lock::ofd_lock(self.file.as_fd(), alive_lock(index), false) {
+                if self.slot(id).state.load(Acquire) == SLOT_LIVE {
+                    self.reclaim_locked(id);
+                    reclaimed += 1;
                 }
-                _ => any_live = true,
+                lock::ofd_unlock(self.file.as_fd(), alive_lock(index));
             }
         }
-        // With no live process left, every device must hold nothing. A counter that is not
-        // zero then is what a SIGKILL between two atomic steps left behind: clear it, but
-        // only if nobody reserved since we looked (the compare-exchange checks that).
-        if !any_live {
-            for (d, before) in used_before.into_iter().enumerate() {
-                if before != 0 {
-                    let _ = self.device(DeviceId(d)).used.compare_exchange(before, 0, AcqRel, Relaxed);
-                }
-            }
-        }
+        self.repair_if_empty(own);
         self.header().last_scan_ns.store(crate::log::monotonic_ns(), Relaxed);
         reclaimed
+    }
+
+    /// With no live process left, every device must hold nothing. A counter that is not zero
+    /// then is what a SIGKILL between two atomic steps of a reservation left behind: clear it,
+    /// but only if nobody reserved since we looked. Order matters: read the counter, *then*
+    /// check that no slot is live (a process goes live before it reserves), then
+    /// compare-and-swap the value read (which fails if anyone reserved in between).
+    fn repair_if_empty(&self, own: Option<SlotId>) {
+        if own.is_some() {
+            return;
+        }
+        let seen: Vec<u64> = (0..MAX_DEVICES).map(|d| self.device(DeviceId(d)).used.load(Acquire)).collect();
+        if seen.iter().all(|v| *v == 0) {
+            return;
+        }
+        if (0..MAX_SLOTS).any(|i| self.slot(SlotId(i)).state.load(Acquire) == SLOT_LIVE) {
+            return;
+        }
+        for (d, value) in seen.into_iter().enumerate() {
+            if value != 0 {
+                let _ = self.device(DeviceId(d)).used.compare_exchange(value, 0, AcqRel, Relaxed);
+            }
+        }
     }
 
     /// [`Ledger::reclaim_dead`], at most once per [`SCAN_INTERVAL_NS`] across all processes.

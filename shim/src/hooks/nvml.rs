@@ -248,7 +248,14 @@ unsafe fn process_list<T>(
     pid_and_memory: impl Fn(&T) -> (u32, u64),
     make: impl Fn(&Listed) -> T,
 ) -> NvmlReturn {
-    let Mode::On(active) = state::mode() else { return real(count, infos) };
+    let active = match state::mode() {
+        Mode::On(active) => active,
+        Mode::Off => return real(count, infos),
+        // Fail closed: a broken configuration shows no other tenant's processes either.
+        Mode::Closed(_) if count.is_null() => return NVML_ERROR_INVALID_ARGUMENT,
+        // SAFETY: count checked non-null; infos per the caller's contract.
+        Mode::Closed(_) => return unsafe { write_list(&[], count, infos, &make) },
+    };
     if count.is_null() {
         return NVML_ERROR_INVALID_ARGUMENT;
     }
