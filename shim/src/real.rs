@@ -151,6 +151,7 @@ symbols! {
         Nvml nvmlInit_v2;
         Nvml nvmlDeviceGetHandleByUUID;
         Nvml nvmlDeviceGetUUID;
+        Nvml nvmlSystemGetDriverVersion;
     }
 }
 

@@ -358,20 +358,26 @@ impl Active {
 }
 
 /// Live allocations by device pointer, split into shards so threads rarely contend.
+///
+/// A shard is held for one hash-map insert or remove, so it is a spin lock that yields
+/// while it waits (no wake-up bookkeeping, and its release is a plain store): the map is on
+/// every allocation's and free's path.
 pub struct AllocMap {
-    shards: [Mutex<HashMap<u64, Alloc, BuildHasherDefault<PointerHasher>>>; 32],
+    shards: [Shard; 64],
 }
+
+type Shard = spin::mutex::SpinMutex<HashMap<u64, Alloc, BuildHasherDefault<PointerHasher>>, spin::relax::Yield>;
 
 impl Default for AllocMap {
     fn default() -> Self {
-        AllocMap { shards: std::array::from_fn(|_| Mutex::new(HashMap::default())) }
+        AllocMap { shards: std::array::from_fn(|_| spin::mutex::SpinMutex::new(HashMap::default())) }
     }
 }
 
 impl AllocMap {
-    fn shard(&self, ptr: u64) -> &Mutex<HashMap<u64, Alloc, BuildHasherDefault<PointerHasher>>> {
+    fn shard(&self, ptr: u64) -> &Shard {
         let h = ptr.wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        &self.shards[(h >> 59) as usize]
+        &self.shards[(h >> 58) as usize]
     }
 
     pub fn insert(&self, ptr: u64, alloc: Alloc) {

@@ -56,6 +56,17 @@ pub struct NvmlProcessInfoV2 {
     pub compute_instance_id: c_uint,
 }
 
+/// `nvmlProcessInfo_t` as drivers 535.43 to 535.86 wrote it for the `_v3` calls.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub struct NvmlProcessInfoV3Cc {
+    pub pid: c_uint,
+    pub used_gpu_memory: u64,
+    pub gpu_instance_id: c_uint,
+    pub compute_instance_id: c_uint,
+    pub used_cc_protected_memory: u64,
+}
+
 /// `nvmlProcessUtilizationSample_t`.
 #[repr(C)]
 #[derive(Clone, Copy, Default)]
@@ -76,5 +87,6 @@ const _: () = {
     assert!(offset_of!(NvmlMemoryV2, total) == 8);
     assert!(size_of::<NvmlProcessInfoV1>() == 16);
     assert!(size_of::<NvmlProcessInfoV2>() == 24);
+    assert!(size_of::<NvmlProcessInfoV3Cc>() == 32);
     assert!(size_of::<NvmlProcessUtilizationSample>() == 32);
 };

@@ -310,32 +310,124 @@ fn v2(l: &Listed) -> NvmlProcessInfoV2 {
     NvmlProcessInfoV2 { pid: l.pid, used_gpu_memory: l.used, gpu_instance_id: NVML_NO_INSTANCE, compute_instance_id: NVML_NO_INSTANCE }
 }
 
+/// Drivers 535.43 to 535.86 wrote 32-byte `nvmlProcessInfo_t` entries for the `_v3` calls
+/// (with `usedGpuCcProtectedMemory`); every other driver writes 24 bytes. Answer in the
+/// layout the driver in this process uses, as its callers (nvitop checks the version) expect.
+fn v3_entries_are_wide() -> bool {
+    static WIDE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *WIDE.get_or_init(|| {
+        let mut buf = [0u8; 96];
+        let rc = crate::call_real!(nvmlSystemGetDriverVersion: fn(*mut c_char, c_uint) -> NvmlReturn, buf.as_mut_ptr().cast(), buf.len() as c_uint);
+        if rc != Some(NVML_SUCCESS) {
+            return false;
+        }
+        let end = buf.iter().position(|b| *b == 0).unwrap_or(buf.len());
+        wide_v3_driver(std::str::from_utf8(&buf[..end]).unwrap_or(""))
+    })
+}
+
+fn wide_v3_driver(version: &str) -> bool {
+    let mut parts = version.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
+    let (major, minor) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
+    major == 535 && (43..=86).contains(&minor)
+}
+
+fn v3_wide(l: &Listed) -> NvmlProcessInfoV3Cc {
+    NvmlProcessInfoV3Cc { pid: l.pid, used_gpu_memory: l.used, gpu_instance_id: NVML_NO_INSTANCE, compute_instance_id: NVML_NO_INSTANCE, used_cc_protected_memory: 0 }
+}
+
 macro_rules! process_list_hook {
     ($name:ident, $ty:ty, $kind:expr, $make:expr) => {
         /// # Safety
         /// NVML process-list contract.
         #[no_mangle]
         pub unsafe extern "C" fn $name(device: NvmlDevice, count: *mut c_uint, infos: *mut $ty) -> NvmlReturn {
-            let real = |c: *mut c_uint, i: *mut $ty| {
-                crate::call_real!($name: fn(NvmlDevice, *mut c_uint, *mut $ty) -> NvmlReturn, device, c, i).unwrap_or(NVML_ERROR_FUNCTION_NOT_FOUND)
-            };
-            super::guard(NVML_ERROR_UNKNOWN, || {
+            let real = |c, i| crate::call_real!($name: fn(NvmlDevice, *mut c_uint, *mut $ty) -> NvmlReturn, device, c, i);
+            // SAFETY: forwarded caller pointers per the NVML contract.
+            unsafe { list_in_layout::<$ty>(device, count, infos, $kind, real, $make) }
+        }
+    };
+    ($name:ident, v3, $kind:expr) => {
+        /// # Safety
+        /// NVML process-list contract (`_v3`: 24- or 32-byte entries, by driver).
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(device: NvmlDevice, count: *mut c_uint, infos: *mut NvmlProcessInfoV2) -> NvmlReturn {
+            if v3_entries_are_wide() {
+                let real = |c, i| crate::call_real!($name: fn(NvmlDevice, *mut c_uint, *mut NvmlProcessInfoV3Cc) -> NvmlReturn, device, c, i);
+                // SAFETY: on these drivers the caller's buffer holds 32-byte entries.
+                unsafe { list_in_layout(device, count, infos.cast::<NvmlProcessInfoV3Cc>(), $kind, real, v3_wide) }
+            } else {
+                let real = |c, i| crate::call_real!($name: fn(NvmlDevice, *mut c_uint, *mut NvmlProcessInfoV2) -> NvmlReturn, device, c, i);
                 // SAFETY: forwarded caller pointers per the NVML contract.
-                unsafe { process_list(device, count, infos, $kind, real, |e: &$ty| (e.pid, e.used_gpu_memory), $make) }
-            })
+                unsafe { list_in_layout(device, count, infos, $kind, real, v2) }
+            }
         }
     };
 }
 
+/// A process list in entry layout `T`, with the panic guard.
+///
+/// # Safety
+/// NVML process-list contract for `T`.
+unsafe fn list_in_layout<T: ProcessEntry>(
+    device: NvmlDevice,
+    count: *mut c_uint,
+    infos: *mut T,
+    kind: ListKind,
+    real: impl Fn(*mut c_uint, *mut T) -> Option<NvmlReturn>,
+    make: impl Fn(&Listed) -> T,
+) -> NvmlReturn {
+    let real = |c: *mut c_uint, i: *mut T| real(c, i).unwrap_or(NVML_ERROR_FUNCTION_NOT_FOUND);
+    super::guard(NVML_ERROR_UNKNOWN, || {
+        // SAFETY: forwarded caller pointers per the NVML contract.
+        unsafe { process_list(device, count, infos, kind, real, |e: &T| e.pid_and_memory(), make) }
+    })
+}
+
+/// The two fields every process-entry layout starts with.
+trait ProcessEntry {
+    fn pid_and_memory(&self) -> (u32, u64);
+}
+
+impl ProcessEntry for NvmlProcessInfoV1 {
+    fn pid_and_memory(&self) -> (u32, u64) {
+        (self.pid, self.used_gpu_memory)
+    }
+}
+
+impl ProcessEntry for NvmlProcessInfoV2 {
+    fn pid_and_memory(&self) -> (u32, u64) {
+        (self.pid, self.used_gpu_memory)
+    }
+}
+
+impl ProcessEntry for NvmlProcessInfoV3Cc {
+    fn pid_and_memory(&self) -> (u32, u64) {
+        (self.pid, self.used_gpu_memory)
+    }
+}
+
 process_list_hook!(nvmlDeviceGetComputeRunningProcesses, NvmlProcessInfoV1, ListKind::Compute, v1);
 process_list_hook!(nvmlDeviceGetComputeRunningProcesses_v2, NvmlProcessInfoV2, ListKind::Compute, v2);
-process_list_hook!(nvmlDeviceGetComputeRunningProcesses_v3, NvmlProcessInfoV2, ListKind::Compute, v2);
+process_list_hook!(nvmlDeviceGetComputeRunningProcesses_v3, v3, ListKind::Compute);
 process_list_hook!(nvmlDeviceGetGraphicsRunningProcesses, NvmlProcessInfoV1, ListKind::Other, v1);
 process_list_hook!(nvmlDeviceGetGraphicsRunningProcesses_v2, NvmlProcessInfoV2, ListKind::Other, v2);
-process_list_hook!(nvmlDeviceGetGraphicsRunningProcesses_v3, NvmlProcessInfoV2, ListKind::Other, v2);
+process_list_hook!(nvmlDeviceGetGraphicsRunningProcesses_v3, v3, ListKind::Other);
 process_list_hook!(nvmlDeviceGetMPSComputeRunningProcesses, NvmlProcessInfoV1, ListKind::Other, v1);
 process_list_hook!(nvmlDeviceGetMPSComputeRunningProcesses_v2, NvmlProcessInfoV2, ListKind::Other, v2);
-process_list_hook!(nvmlDeviceGetMPSComputeRunningProcesses_v3, NvmlProcessInfoV2, ListKind::Other, v2);
+process_list_hook!(nvmlDeviceGetMPSComputeRunningProcesses_v3, v3, ListKind::Other);
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn only_early_535_drivers_use_wide_v3_entries() {
+        assert!(super::wide_v3_driver("535.54.03"));
+        assert!(super::wide_v3_driver("535.43.02"));
+        assert!(!super::wide_v3_driver("535.104.05"));
+        assert!(!super::wide_v3_driver("570.26"));
+        assert!(!super::wide_v3_driver("530.30.02"));
+    }
+}
 
 /// The driver's whole list, read into our own buffer: a size query, then the call, again
 /// while the list grows. The caller's buffer is sized for the container's entries only, so
