@@ -297,7 +297,7 @@ impl Active {
     /// logged (rate-limited) and `CUDA_ERROR_OUT_OF_MEMORY` returned.
     pub fn reserve(&self, dev: &Dev, bytes: u64, call: &str) -> Result<(), CUresult> {
         let slot = self.slot().ok_or(CUDA_ERROR_OUT_OF_MEMORY)?;
-        if self.ledger.try_reserve(slot, dev.id, bytes, dev.limit).is_ok() {
+        if self.ledger.reserve(slot, dev.id, bytes, dev.limit).is_ok() {
             return Ok(());
         }
         // Before saying no, make sure no dead process is holding the memory. Bounded to one
@@ -307,7 +307,7 @@ impl Active {
         if now.saturating_sub(last) >= 10_000_000 && self.last_forced_scan.compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed).is_ok() {
             self.ledger.reclaim_dead(Some(slot));
         }
-        match self.ledger.try_reserve(slot, dev.id, bytes, dev.limit) {
+        match self.ledger.reserve(slot, dev.id, bytes, dev.limit) {
             Ok(()) => Ok(()),
             Err(refusal) => {
                 self.ledger.count_refusal(dev.id);
@@ -328,10 +328,10 @@ impl Active {
         }
     }
 
-    /// Returns bytes to the ledger.
+    /// Returns bytes to the ledger (through this process's credit).
     pub fn release(&self, dev: &Dev, bytes: u64) {
         if let Some(slot) = self.slot_if_joined() {
-            self.ledger.release(slot, dev.id, bytes);
+            self.ledger.unreserve(slot, dev.id, bytes);
         }
     }
 

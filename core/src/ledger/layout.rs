@@ -4,7 +4,7 @@
 //! ```text
 //! offset 0      Header        128 bytes
 //! offset 128    DeviceEntry   x MAX_DEVICES (128 bytes each)
-//! offset 4096   Slot          x MAX_SLOTS   (320 bytes each), one per live process
+//! offset 4096   Slot          x MAX_SLOTS   (448 bytes each), one per live process
 //! ```
 //!
 //! Locks (advisory `fcntl` locks on bytes past the end of the data; the kernel drops them
@@ -92,13 +92,16 @@ pub struct Slot {
     pub used: [AtomicU64; MAX_DEVICES],
     /// The part of `used` that is CUDA context memory.
     pub context: [AtomicU64; MAX_DEVICES],
+    /// The part of `used` reserved but not handed out yet: this process's credit, which it
+    /// spends and refills without touching the device's shared counter (see `Ledger::reserve`).
+    pub credit: [AtomicU64; MAX_DEVICES],
 }
 
 // The layout is an on-disk format: pin it at compile time.
 const _: () = {
     assert!(std::mem::size_of::<Header>() == 128);
     assert!(std::mem::size_of::<DeviceEntry>() == 128);
-    assert!(std::mem::size_of::<Slot>() == 320);
+    assert!(std::mem::size_of::<Slot>() == 448);
     assert!(DEVICES_OFFSET + MAX_DEVICES * std::mem::size_of::<DeviceEntry>() <= SLOTS_OFFSET);
     assert!(FILE_SIZE.is_multiple_of(4096));
     assert!(std::mem::offset_of!(Slot, used) == 64);

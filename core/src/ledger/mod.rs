@@ -26,6 +26,9 @@ use std::ptr::NonNull;
 use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
 use thiserror::Error;
 
+/// Credit a process reserves at once for its next allocations (see [`Ledger::reserve`]).
+pub const CREDIT_CHUNK: u64 = 16 << 20;
+
 /// How often, at most, the processes of a ledger scan it for dead processes when they only
 /// report usage (allocations that would be refused always scan first).
 pub const SCAN_INTERVAL_NS: u64 = 100_000_000;
@@ -345,6 +348,7 @@ impl Ledger {
         for d in 0..MAX_DEVICES {
             slot.used[d].store(0, Relaxed);
             slot.context[d].store(0, Relaxed);
+            slot.credit[d].store(0, Relaxed);
         }
         slot.state.store(SLOT_LIVE, Release);
         // Best effort: lets other PID namespaces see which PID owns the slot.
@@ -364,6 +368,7 @@ impl Ledger {
         for d in 0..MAX_DEVICES {
             let held = slot.used[d].swap(0, AcqRel);
             slot.context[d].store(0, Relaxed);
+            slot.credit[d].store(0, Relaxed);
             if held > 0 {
                 saturating_sub(&self.device(DeviceId(d)).used, held);
                 total += held;
@@ -396,6 +401,71 @@ impl Ledger {
                 Err(actual) => used = actual,
             }
         }
+    }
+
+    /// Reserves `bytes` for an allocation, as [`Ledger::try_reserve`] does, but through this
+    /// process's credit: memory it reserved earlier and has not handed out. Credit is spent
+    /// and refilled on the slot's own cache line, so most allocations never write the
+    /// device's counter, which every process of the ledger shares. Credit counts against the
+    /// cap like any reservation, so the cap holds exactly; and before refusing, the credit of
+    /// every other process is taken back, so an allocation that fits is never refused.
+    pub fn reserve(&self, id: SlotId, device: DeviceId, bytes: u64, limit: u64) -> Result<(), Refusal> {
+        if take_up_to(&self.slot(id).credit[device.0], bytes) == bytes {
+            return Ok(());
+        }
+        // The credit could not cover it (what it had is still there: take_up_to takes all or
+        // nothing). Reserve the request plus a chunk of new credit, else the request alone,
+        // net of the credit we have.
+        let credit = &self.slot(id).credit[device.0];
+        let have = credit.swap(0, AcqRel);
+        let need = bytes - have.min(bytes);
+        let refill = CREDIT_CHUNK.min(limit / 64);
+        if self.try_reserve(id, device, need + refill, limit).is_ok() {
+            credit.fetch_add(refill + have.saturating_sub(bytes), AcqRel);
+            return Ok(());
+        }
+        if self.try_reserve(id, device, need, limit).is_ok() {
+            return Ok(());
+        }
+        self.take_back_credit(device, Some(id));
+        self.try_reserve(id, device, need, limit).map_err(|refusal| {
+            credit.fetch_add(have, AcqRel);
+            Refusal { requested: bytes, used: refusal.used.saturating_sub(self.credit_total(device)), ..refusal }
+        })
+    }
+
+    /// Returns `bytes` of an allocation to this process's credit; credit beyond
+    /// 2 x [`CREDIT_CHUNK`] goes back to the device.
+    pub fn unreserve(&self, id: SlotId, device: DeviceId, bytes: u64) {
+        let credit = &self.slot(id).credit[device.0];
+        let now = credit.fetch_add(bytes, AcqRel) + bytes;
+        if now > 2 * CREDIT_CHUNK {
+            let excess = take_up_to(credit, now - CREDIT_CHUNK);
+            self.release(id, device, excess);
+        }
+    }
+
+    /// Gives every other process's unspent credit on a device back to the device.
+    fn take_back_credit(&self, device: DeviceId, own: Option<SlotId>) {
+        for index in 0..MAX_SLOTS {
+            let id = SlotId(index);
+            if Some(id) == own || self.slot(id).state.load(Acquire) != SLOT_LIVE {
+                continue;
+            }
+            let taken = self.slot(id).credit[device.0].swap(0, AcqRel);
+            if taken > 0 {
+                self.release(id, device, taken);
+            }
+        }
+    }
+
+    /// Unspent credit of all live processes on a device (reserved, not handed out).
+    fn credit_total(&self, device: DeviceId) -> u64 {
+        (0..MAX_SLOTS)
+            .map(SlotId)
+            .filter(|id| self.slot(*id).state.load(Acquire) == SLOT_LIVE)
+            .map(|id| self.slot(id).credit[device.0].load(Relaxed))
+            .sum()
     }
 
     /// Adds memory the driver already handed out (a correction upwards); no cap check.
@@ -444,18 +514,19 @@ impl Ledger {
         self.device(device).context_hint.store(bytes, Relaxed);
     }
 
-    /// What all processes of the ledger hold on a device.
+    /// What all processes of the ledger hold on a device (reserved minus unspent credit).
     pub fn used(&self, device: DeviceId) -> u64 {
-        self.device(device).used.load(Acquire)
+        self.device(device).used.load(Acquire).saturating_sub(self.credit_total(device))
     }
 
     pub fn cap(&self, device: DeviceId) -> u64 {
         self.device(device).cap.load(Relaxed)
     }
 
-    /// What one slot holds on a device.
+    /// What one slot holds on a device (without its unspent credit).
     pub fn slot_used(&self, id: SlotId, device: DeviceId) -> u64 {
-        self.slot(id).used[device.0].load(Relaxed)
+        let slot = self.slot(id);
+        slot.used[device.0].load(Relaxed).saturating_sub(slot.credit[device.0].load(Relaxed))
     }
 
     fn is_alive(&self, id: SlotId) -> bool {
@@ -537,7 +608,7 @@ impl Ledger {
                     id,
                     uuid,
                     cap: e.cap.load(Relaxed),
-                    used: e.used.load(Relaxed),
+                    used: e.used.load(Relaxed).saturating_sub(self.credit_total(id)),
                     peak: e.peak.load(Relaxed),
                     refusals: e.refusals.load(Relaxed),
                     total_memory: e.total_memory.load(Relaxed),
@@ -574,7 +645,7 @@ impl Ledger {
                 name: String::from_utf8_lossy(&comm[..name_len]).into_owned(),
                 alive,
                 started_unix_ms: slot.started_unix_ms.load(Relaxed),
-                used: (0..MAX_DEVICES).map(|d| slot.used[d].load(Relaxed)).collect(),
+                used: (0..MAX_DEVICES).map(|d| slot.used[d].load(Relaxed).saturating_sub(slot.credit[d].load(Relaxed))).collect(),
                 context: (0..MAX_DEVICES).map(|d| slot.context[d].load(Relaxed)).collect(),
             });
         }
@@ -588,7 +659,9 @@ pub struct DeviceView {
     pub id: DeviceId,
     pub uuid: [u8; 16],
     pub cap: u64,
+    /// Held by the ledger's processes (their unspent credit left out).
     pub used: u64,
+    /// The most ever reserved at once, credit included.
     pub peak: u64,
     pub refusals: u64,
     pub total_memory: u64,
@@ -623,6 +696,14 @@ pub struct Snapshot {
     pub path: PathBuf,
     pub devices: Vec<DeviceView>,
     pub processes: Vec<ProcessView>,
+}
+
+/// Takes exactly `bytes` from `cell` if it holds that much, else nothing. Returns what it took.
+fn take_up_to(cell: &std::sync::atomic::AtomicU64, bytes: u64) -> u64 {
+    match cell.fetch_update(AcqRel, Relaxed, |v| v.checked_sub(bytes)) {
+        Ok(_) => bytes,
+        Err(_) => 0,
+    }
 }
 
 fn saturating_sub(cell: &std::sync::atomic::AtomicU64, bytes: u64) -> u64 {

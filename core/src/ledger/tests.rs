@@ -180,3 +180,61 @@ fn snapshot_names_processes_in_our_namespace() {
     assert_eq!(p.used[device.0], 10 * MIB);
     assert_eq!(p.context[device.0], 4 * MIB);
 }
+
+#[test]
+fn credit_never_passes_the_cap_and_never_blocks_an_allocation_that_fits() {
+    let path = temp_path("credit");
+    let cap = 256 * MIB;
+    let a = Ledger::open_or_create(&path).unwrap();
+    let a_slot = a.join().unwrap();
+    let device = a.register_device(UUID, 80 << 30, cap, Some(a_slot)).unwrap().device;
+    // A takes 1 MiB and frees it: it keeps credit, which is not counted as used.
+    a.reserve(a_slot, device, MIB, cap).unwrap();
+    a.unreserve(a_slot, device, MIB);
+    assert!(a.device(device).used.load(Relaxed) > 0, "credit stays reserved");
+    assert_eq!(a.used(device), 0, "but is not shown as used");
+    // B needs all of the cap: A's idle credit is taken back rather than refusing B.
+    let b = Ledger::open_or_create(&path).unwrap();
+    let b_slot = b.join().unwrap();
+    b.reserve(b_slot, device, cap, cap).unwrap();
+    assert_eq!(b.used(device), cap);
+    let refusal = a.reserve(a_slot, device, MIB, cap).unwrap_err();
+    assert_eq!((refusal.requested, refusal.used), (MIB, cap));
+    b.unreserve(b_slot, device, cap);
+    // Racing processes through credit: the raw counter (credit included) never passes the cap.
+    let peak = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let threads: Vec<_> = (0..4)
+        .map(|t| {
+            let (path, peak) = (path.clone(), peak.clone());
+            std::thread::spawn(move || {
+                let ledger = Ledger::open_or_create(&path).unwrap();
+                let me = ledger.join().unwrap();
+                let mut held = Vec::new();
+                for i in 0..20_000u64 {
+                    let size = ((i * 7919 + t) % 13 + 1) * MIB;
+                    if ledger.reserve(me, device, size, cap).is_ok() {
+                        held.push(size);
+                    }
+                    peak.fetch_max(ledger.device(device).used.load(Relaxed), Relaxed);
+                    if held.len() > 6 || i % 3 == 0 {
+                        if let Some(size) = held.pop() {
+                            ledger.unreserve(me, device, size);
+                        }
+                    }
+                }
+                for size in held {
+                    ledger.unreserve(me, device, size);
+                }
+                assert_eq!(ledger.slot_used(me, device), 0);
+                ledger.leave(me);
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    assert!(peak.load(Relaxed) <= cap, "peak {} over cap {cap}", peak.load(Relaxed));
+    a.leave(a_slot);
+    b.leave(b_slot);
+    assert_eq!(a.device(device).used.load(Relaxed), 0, "every byte and every credit returned");
+}
