@@ -84,61 +84,47 @@ fn counted_destroy(handle: *mut c_void, destroy: impl FnOnce() -> CUresult) -> C
     rc
 }
 
-/// # Safety
-/// `cuArrayCreate_v2` contract.
-#[no_mangle]
-pub unsafe extern "C" fn cuArrayCreate_v2(handle: *mut CUarray, desc: *const CudaArrayDescriptor) -> CUresult {
-    let real = || crate::call_real!(cuArrayCreate_v2: fn(*mut CUarray, *const CudaArrayDescriptor) -> CUresult, handle, desc).unwrap_or(CUDA_ERROR_NOT_FOUND);
-    if handle.is_null() || desc.is_null() {
-        return real();
-    }
-    // SAFETY: non-null descriptor supplied by the caller.
-    let d = unsafe { *desc };
-    let estimate = extent_bytes(d.width as u64, d.height as u64, 0, d.format, d.num_channels as u64);
-    super::guard(CUDA_ERROR_OUT_OF_MEMORY, || counted_array("cuArrayCreate", handle, estimate, false, real))
+/// One exported array constructor: its descriptor type and how many bytes it describes.
+macro_rules! array_create_hook {
+    ($(#[$doc:meta])* $name:ident, $desc:ty, $call:literal, |$d:ident| $estimate:expr) => {
+        $(#[$doc])*
+        ///
+        /// # Safety
+        /// The driver's contract for this entry point: `handle` writable, `desc` readable.
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(handle: *mut CUarray, desc: *const $desc) -> CUresult {
+            let real = || crate::call_real!($name: fn(*mut CUarray, *const $desc) -> CUresult, handle, desc).unwrap_or(CUDA_ERROR_NOT_FOUND);
+            if handle.is_null() || desc.is_null() {
+                return real();
+            }
+            // SAFETY: non-null descriptor supplied by the caller.
+            let $d = unsafe { *desc };
+            let estimate = $estimate;
+            super::guard(CUDA_ERROR_OUT_OF_MEMORY, || counted_array($call, handle, estimate, false, real))
+        }
+    };
 }
 
-/// # Safety
-/// Pre-3.2 `cuArrayCreate` contract.
-#[no_mangle]
-pub unsafe extern "C" fn cuArrayCreate(handle: *mut CUarray, desc: *const CudaArrayDescriptorV1) -> CUresult {
-    let real = || crate::call_real!(cuArrayCreate: fn(*mut CUarray, *const CudaArrayDescriptorV1) -> CUresult, handle, desc).unwrap_or(CUDA_ERROR_NOT_FOUND);
-    if handle.is_null() || desc.is_null() {
-        return real();
-    }
-    // SAFETY: non-null descriptor supplied by the caller.
-    let d = unsafe { *desc };
-    let estimate = extent_bytes(d.width as u64, d.height as u64, 0, d.format, d.num_channels as u64);
-    super::guard(CUDA_ERROR_OUT_OF_MEMORY, || counted_array("cuArrayCreate", handle, estimate, false, real))
-}
-
-/// # Safety
-/// `cuArray3DCreate_v2` contract.
-#[no_mangle]
-pub unsafe extern "C" fn cuArray3DCreate_v2(handle: *mut CUarray, desc: *const CudaArray3dDescriptor) -> CUresult {
-    let real = || crate::call_real!(cuArray3DCreate_v2: fn(*mut CUarray, *const CudaArray3dDescriptor) -> CUresult, handle, desc).unwrap_or(CUDA_ERROR_NOT_FOUND);
-    if handle.is_null() || desc.is_null() {
-        return real();
-    }
-    // SAFETY: non-null descriptor supplied by the caller.
-    let d = unsafe { *desc };
-    let estimate = extent_bytes(d.width as u64, d.height as u64, d.depth as u64, d.format, d.num_channels as u64);
-    super::guard(CUDA_ERROR_OUT_OF_MEMORY, || counted_array("cuArray3DCreate", handle, estimate, false, real))
-}
-
-/// # Safety
-/// Pre-3.2 `cuArray3DCreate` contract.
-#[no_mangle]
-pub unsafe extern "C" fn cuArray3DCreate(handle: *mut CUarray, desc: *const CudaArray3dDescriptorV1) -> CUresult {
-    let real = || crate::call_real!(cuArray3DCreate: fn(*mut CUarray, *const CudaArray3dDescriptorV1) -> CUresult, handle, desc).unwrap_or(CUDA_ERROR_NOT_FOUND);
-    if handle.is_null() || desc.is_null() {
-        return real();
-    }
-    // SAFETY: non-null descriptor supplied by the caller.
-    let d = unsafe { *desc };
-    let estimate = extent_bytes(d.width as u64, d.height as u64, d.depth as u64, d.format, d.num_channels as u64);
-    super::guard(CUDA_ERROR_OUT_OF_MEMORY, || counted_array("cuArray3DCreate", handle, estimate, false, real))
-}
+array_create_hook!(
+    /// `cuArrayCreate_v2`.
+    cuArrayCreate_v2, CudaArrayDescriptor, "cuArrayCreate",
+    |d| extent_bytes(d.width as u64, d.height as u64, 0, d.format, d.num_channels as u64)
+);
+array_create_hook!(
+    /// Pre-3.2 `cuArrayCreate` (32-bit extents).
+    cuArrayCreate, CudaArrayDescriptorV1, "cuArrayCreate",
+    |d| extent_bytes(d.width as u64, d.height as u64, 0, d.format, d.num_channels as u64)
+);
+array_create_hook!(
+    /// `cuArray3DCreate_v2`.
+    cuArray3DCreate_v2, CudaArray3dDescriptor, "cuArray3DCreate",
+    |d| extent_bytes(d.width as u64, d.height as u64, d.depth as u64, d.format, d.num_channels as u64)
+);
+array_create_hook!(
+    /// Pre-3.2 `cuArray3DCreate` (32-bit extents).
+    cuArray3DCreate, CudaArray3dDescriptorV1, "cuArray3DCreate",
+    |d| extent_bytes(d.width as u64, d.height as u64, d.depth as u64, d.format, d.num_channels as u64)
+);
 
 /// # Safety
 /// `cuMipmappedArrayCreate` contract.

@@ -138,6 +138,27 @@ fn container_view(active: &Active, device: NvmlDevice, real_total: u64) -> Optio
     Some((id, cap, used))
 }
 
+/// How a memory answer from the driver is to be rewritten.
+enum MemoryAnswer {
+    /// No cap for this device, or no cap at all: the driver's answer stands.
+    Keep,
+    /// Failing closed: nothing is free.
+    NothingFree,
+    /// The container's view.
+    Container { total: u64, free: u64, used: u64 },
+}
+
+fn memory_answer(device: NvmlDevice, real_total: u64) -> MemoryAnswer {
+    match state::mode() {
+        Mode::On(active) => match container_view(active, device, real_total) {
+            Some((_, cap, used)) => MemoryAnswer::Container { total: cap, free: cap.saturating_sub(used), used },
+            None => MemoryAnswer::Keep,
+        },
+        Mode::Closed(_) => MemoryAnswer::NothingFree,
+        Mode::Off => MemoryAnswer::Keep,
+    }
+}
+
 /// # Safety
 /// `nvmlDeviceGetMemoryInfo` contract.
 #[no_mangle]
@@ -146,17 +167,13 @@ pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo(device: NvmlDevice, memory: *mu
     if rc != NVML_SUCCESS || memory.is_null() {
         return rc;
     }
+    // SAFETY: the driver just filled *memory, a caller-provided nvmlMemory_t.
+    let m = unsafe { &mut *memory };
     super::guard(rc, || {
-        // SAFETY: the driver just filled *memory.
-        let m = unsafe { &mut *memory };
-        match state::mode() {
-            Mode::On(active) => {
-                if let Some((_, cap, used)) = container_view(active, device, m.total) {
-                    *m = NvmlMemory { total: cap, free: cap.saturating_sub(used), used };
-                }
-            }
-            Mode::Closed(_) => m.free = 0,
-            Mode::Off => {}
+        match memory_answer(device, m.total) {
+            MemoryAnswer::Keep => {}
+            MemoryAnswer::NothingFree => m.free = 0,
+            MemoryAnswer::Container { total, free, used } => *m = NvmlMemory { total, free, used },
         }
         rc
     })
@@ -170,17 +187,13 @@ pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo_v2(device: NvmlDevice, memory: 
     if rc != NVML_SUCCESS || memory.is_null() {
         return rc;
     }
+    // SAFETY: the driver just filled *memory, a caller-provided nvmlMemory_v2_t.
+    let m = unsafe { &mut *memory };
     super::guard(rc, || {
-        // SAFETY: the driver just filled *memory.
-        let m = unsafe { &mut *memory };
-        match state::mode() {
-            Mode::On(active) => {
-                if let Some((_, cap, used)) = container_view(active, device, m.total) {
-                    (m.total, m.reserved, m.free, m.used) = (cap, 0, cap.saturating_sub(used), used);
-                }
-            }
-            Mode::Closed(_) => m.free = 0,
-            Mode::Off => {}
+        match memory_answer(device, m.total) {
+            MemoryAnswer::Keep => {}
+            MemoryAnswer::NothingFree => m.free = 0,
+            MemoryAnswer::Container { total, free, used } => (m.total, m.reserved, m.free, m.used) = (total, 0, free, used),
         }
         rc
     })
