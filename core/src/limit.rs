@@ -5,7 +5,7 @@
 //! ```text
 //! limit   := amount | entry ("," entry)*
 //! entry   := key "=" amount
-//! key     := "*" | "GPU-" hex-and-dashes      (a UUID or a prefix of one)
+//! key     := "*" | ("GPU-" | "MIG-") hex-and-dashes   (a UUID or a prefix of one)
 //! amount  := size | number "%"
 //! size    := number [unit]
 //! unit    := ("K" | "M" | "G" | "T") ["i"] ["B"]  |  "B"
@@ -33,7 +33,7 @@ pub enum LimitError {
     Overflow(String),
     #[error("{0:?} is not a percentage between 0 and 100")]
     BadPercent(String),
-    #[error("{0:?} is not a device key: use '*' or a GPU UUID such as GPU-1a2b3c4d (a prefix is enough)")]
+    #[error("{0:?} is not a device key: use '*' or a GPU or MIG UUID such as GPU-1a2b3c4d (a prefix is enough)")]
     BadKey(String),
     #[error("device {0:?} is given twice")]
     DuplicateKey(String),
@@ -62,15 +62,17 @@ impl Amount {
 pub struct LimitSpec {
     /// Applies to devices that no entry names.
     pub default: Option<Amount>,
-    /// `(lower-case UUID prefix including "gpu-", amount)`.
+    /// `(lower-case UUID prefix without its "GPU-"/"MIG-", amount)`.
     pub per_device: Vec<(String, Amount)>,
 }
 
 impl LimitSpec {
-    /// The cap in bytes for the device with this UUID string (`GPU-...`) and physical memory,
-    /// or `None` when this spec does not cap that device. The longest matching prefix wins.
+    /// The cap in bytes for the device with this UUID string (`GPU-...`, or `MIG-...` for a
+    /// MIG instance) and physical memory, or `None` when this spec does not cap that device.
+    /// The longest matching prefix wins.
     pub fn cap_for(&self, uuid: &str, total: u64) -> Option<u64> {
-        let uuid = uuid.to_ascii_lowercase();
+        let lower = uuid.to_ascii_lowercase();
+        let uuid = uuid_body(&lower);
         self.per_device
             .iter()
             .filter(|(key, _)| uuid.starts_with(key.as_str()))
@@ -112,16 +114,24 @@ pub fn parse_limit(text: &str) -> Result<LimitSpec, LimitError> {
             continue;
         }
         let lower = key.to_ascii_lowercase();
-        let body = lower.strip_prefix("gpu-").ok_or_else(|| LimitError::BadKey(key.to_string()))?;
+        if !(lower.starts_with("gpu-") || lower.starts_with("mig-")) {
+            return Err(LimitError::BadKey(key.to_string()));
+        }
+        let body = uuid_body(&lower);
         if body.is_empty() || !body.chars().all(|c| c.is_ascii_hexdigit() || c == '-') {
             return Err(LimitError::BadKey(key.to_string()));
         }
-        if spec.per_device.iter().any(|(k, _)| *k == lower) {
+        if spec.per_device.iter().any(|(k, _)| k == body) {
             return Err(LimitError::DuplicateKey(key.to_string()));
         }
-        spec.per_device.push((lower, amount));
+        spec.per_device.push((body.to_string(), amount));
     }
     Ok(spec)
+}
+
+/// A lower-case UUID without its `gpu-` or `mig-` prefix: both name the same 16 bytes.
+fn uuid_body(lower: &str) -> &str {
+    lower.strip_prefix("gpu-").or_else(|| lower.strip_prefix("mig-")).unwrap_or(lower)
 }
 
 /// Parses one amount: a size or a percentage.
@@ -259,6 +269,9 @@ mod tests {
         assert_eq!(spec.cap_for("GPU-1a2b3c4d-0000", 80 * GIB), Some(4 * GIB));
         assert_eq!(spec.cap_for("GPU-1a2bffff-0000", 80 * GIB), Some(8 * GIB));
         assert_eq!(spec.cap_for("GPU-99999999-0000", 80 * GIB), Some(2 * GIB));
+        let mig = parse_limit("MIG-77aa=3G").unwrap();
+        assert_eq!(mig.cap_for("MIG-77aa0000-1111", 80 * GIB), Some(3 * GIB));
+        assert_eq!(mig.cap_for("GPU-77aa0000-1111", 80 * GIB), Some(3 * GIB), "the same bytes, however printed");
         let only = parse_limit("GPU-1a2b=50%").unwrap();
         assert_eq!(only.cap_for("GPU-1a2b", 80 * GIB), Some(40 * GIB));
         assert_eq!(only.cap_for("GPU-ffff", 80 * GIB), None);

@@ -248,8 +248,11 @@ mod tests {
 
     #[test]
     fn maps_lines() {
-        let m = parse_maps_line("7f0a1c000000-7f0a1c051000 rw-s 00000000 fd:01 1234567                    /tmp/my ledger (deleted)").unwrap();
-        assert_eq!((m.start, m.end, m.shared, m.inode), (0x7f0a1c000000, 0x7f0a1c051000, true, 1234567));
+        // A mapping of exactly one ledger's size.
+        let end = 0x7f0a1c000000 + fgpu_core::ledger::layout::FILE_SIZE as u64;
+        let line = format!("7f0a1c000000-{end:x} rw-s 00000000 fd:01 1234567                    /tmp/my ledger (deleted)");
+        let m = parse_maps_line(&line).unwrap();
+        assert_eq!((m.start, m.end, m.shared, m.inode), (0x7f0a1c000000, end, true, 1234567));
         assert_eq!(m.dev, "fd:01");
         assert_eq!(m.path, "/tmp/my ledger");
         assert!(m.deleted);
