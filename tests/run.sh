@@ -71,7 +71,7 @@ fi
 step "build"
 cargo build --release --workspace --all-targets || exit 1
 
-suite "cargo test (unit + integration against the simulated driver)" cargo test --release --workspace
+suite "cargo test (unit + integration against the simulated driver)" cargo test --release --workspace --no-fail-fast
 if [ "${FGPU_SKIP_IMAGES:-0}" != 1 ]; then
     suite "container images (images/test.sh)" bash images/test.sh
 fi

@@ -5,6 +5,10 @@
 //!   the cap, so racing threads and processes can never pass the cap together. The owning
 //!   slot is credited afterwards; every crash window errs towards counting too much, never
 //!   too little, and [`Ledger::reclaim_dead`] repairs the counters once the ledger is empty.
+//! * **Credit**: most allocations are served from memory their process reserved ahead
+//!   ([`Ledger::reserve`]), so they touch only the process's own slot, not the device
+//!   counter every process shares. Credit counts against the cap; "used" figures leave it
+//!   out; before any refusal all other processes' credit is taken back.
 //! * **Liveness** comes from a lock per slot that the kernel drops when the owner dies
 //!   (see `lock.rs`): no PIDs are compared, so PID reuse and PID namespaces do not matter,
 //!   and no lock that a killed process could leave held guards the data.
