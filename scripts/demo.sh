@@ -49,5 +49,5 @@ kill "$holder" 2>/dev/null || true
 wait "$holder" 2>/dev/null || true
 
 say "Checking this installation (fgpu doctor)"
-FGPU_LIMIT=8G "$fgpu" doctor || true
+"$fgpu" run --limit 8G -- "$fgpu" doctor || true
 say "Done. Next: docs/cli.md (the fgpu command), docs/images.md (the fractional-gpu images)."

@@ -1,4 +1,4 @@
-//! The byte layout of the ledger file (version 1). Every field that more than one process
+//! The byte layout of the ledger file (version 2; version 1 had no credit). Every field that more than one process
 //! touches is an atomic, so all access through the shared mapping is data-race free.
 //!
 //! ```text
@@ -16,7 +16,7 @@
 use std::sync::atomic::{AtomicU32, AtomicU64};
 
 pub const MAGIC: u64 = u64::from_le_bytes(*b"FGPULDGR");
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
 pub const MAX_DEVICES: usize = 16;
 pub const MAX_SLOTS: usize = 1024;
 

@@ -154,7 +154,7 @@ fn bad_files_are_refused_with_the_reason() {
     let file = OpenOptions::new().write(true).open(&other).unwrap();
     file.write_all_at(&7u32.to_le_bytes(), 8).unwrap();
     let err = Ledger::open_or_create(&other).err().unwrap();
-    assert!(matches!(err, LedgerError::Version { found: 7, expected: 1, .. }), "{err}");
+    assert!(matches!(err, LedgerError::Version { found: 7, expected: VERSION, .. }), "{err}");
 
     // A file left empty by a creator that died is initialised, not refused.
     let empty = temp_path("empty");
