@@ -138,6 +138,11 @@ symbols! {
         Nvml nvmlDeviceGetProcessUtilization => nvml::nvmlDeviceGetProcessUtilization;
         Nvml nvmlDeviceGetAccountingPids => nvml::nvmlDeviceGetAccountingPids;
         Nvml nvmlDeviceGetAccountingStats => nvml::nvmlDeviceGetAccountingStats;
+        Nvml nvmlDeviceGetAccountingStats_v2 => nvml::nvmlDeviceGetAccountingStats_v2;
+        Nvml nvmlDeviceGetRunningProcessDetailList => nvml::nvmlDeviceGetRunningProcessDetailList;
+        Nvml nvmlDeviceGetProcessesUtilizationInfo => nvml::nvmlDeviceGetProcessesUtilizationInfo;
+        Nvml nvmlDeviceGetEncoderSessions => nvml::nvmlDeviceGetEncoderSessions;
+        Nvml nvmlDeviceGetFBCSessions => nvml::nvmlDeviceGetFBCSessions;
     }
     called {
         Cuda cuCtxGetDevice;

@@ -20,6 +20,18 @@
  *                                                          "util query_rc=7 query_count=1 rc=0 count=1 pids=PID,..."
  *   acctpids          nvmlDeviceGetAccountingPids, size query then fetch (same format)
  *   acctstats PID     nvmlDeviceGetAccountingStats         "acctstats pid=PID rc=0 maxmem=..."
+ *   acctstats2 PID    nvmlDeviceGetAccountingStats_v2      "acctstats2 pid=PID rc=0 maxmem=... outpid=PID"
+ *   detail MODE       nvmlDeviceGetRunningProcessDetailList, MODE 0 compute|1 graphics|2 MPS:
+ *                     size query, then a buffer of the answered size
+ *                                                          "detail 0 query_rc=7 query_count=1 rc=0 count=1 procs=PID:BYTES,..."
+ *   detailsmall MODE N  the same with N entries and guard entries  "detailsmall 0 rc=7 count=1 overrun=0"
+ *   putil             nvmlDeviceGetProcessesUtilizationInfo, size query then fetch (as util)
+ *   enc, fbc          nvmlDeviceGetEncoderSessions / nvmlDeviceGetFBCSessions: size query
+ *                     (count 0, NULL), then fetch       "enc query_rc=0 query_count=1 rc=0 count=1 pids=PID,..."
+ *   encsmall N        encoder sessions with a buffer of N   "encsmall rc=7 count=1"
+ *
+ * The calls only newer drivers have (the last five groups) are looked up without failing when
+ * the library lacks them; an operation on a missing one prints "OP missing".
  *   hold              print "holding", wait for EOF on stdin
  *
  * The fake library (FAKE_NVML) has one device, the simulator's GPU 0 by UUID, and reports
@@ -47,7 +59,38 @@ typedef struct {
     unsigned isRunning, reserved[5];
 } nvmlAccountingStats_t;
 
+typedef struct {
+    unsigned pid, isRunning, gpuUtilization, memoryUtilization; unsigned long long maxMemoryUsage;
+    unsigned sampleCount; unsigned long long sumGpuUtil, sumFbUtil, time, startTime;
+} nvmlAccountingStats_v2_t;
+typedef struct {
+    unsigned pid; unsigned long long usedGpuMemory; unsigned gpuInstanceId, computeInstanceId;
+    unsigned long long usedGpuCcProtectedMemory;
+} nvmlProcessDetail_v1_t;
+typedef struct { unsigned version, mode, numProcArrayEntries; nvmlProcessDetail_v1_t *procArray; } nvmlProcessDetailList_v1_t;
+typedef struct {
+    unsigned long long timeStamp; unsigned pid, smUtil, memUtil, encUtil, decUtil, jpgUtil, ofaUtil;
+} nvmlProcessUtilizationInfo_v1_t;
+typedef struct {
+    unsigned version, processSamplesCount; unsigned long long lastSeenTimeStamp;
+    nvmlProcessUtilizationInfo_v1_t *procUtilArray;
+} nvmlProcessesUtilizationInfo_v1_t;
+typedef struct {
+    unsigned sessionId, pid, vgpuInstance, codecType, hResolution, vResolution, averageFps, averageLatency;
+} nvmlEncoderSessionInfo_t;
+typedef struct {
+    unsigned sessionId, pid, vgpuInstance, displayOrdinal, sessionType, sessionFlags;
+    unsigned hMaxResolution, vMaxResolution, hResolution, vResolution, averageFPS, averageLatency;
+} nvmlFBCSessionInfo_t;
+
 _Static_assert(sizeof(nvmlMemory_v2_t) == 40, "nvmlMemory_v2_t");
+_Static_assert(sizeof(nvmlAccountingStats_v2_t) == 64, "nvmlAccountingStats_v2_t");
+_Static_assert(sizeof(nvmlProcessDetail_v1_t) == 32, "nvmlProcessDetail_v1_t");
+_Static_assert(sizeof(nvmlProcessDetailList_v1_t) == 24, "nvmlProcessDetailList_v1_t");
+_Static_assert(sizeof(nvmlProcessUtilizationInfo_v1_t) == 40, "nvmlProcessUtilizationInfo_v1_t");
+_Static_assert(sizeof(nvmlProcessesUtilizationInfo_v1_t) == 24, "nvmlProcessesUtilizationInfo_v1_t");
+_Static_assert(sizeof(nvmlEncoderSessionInfo_t) == 32, "nvmlEncoderSessionInfo_t");
+_Static_assert(sizeof(nvmlFBCSessionInfo_t) == 48, "nvmlFBCSessionInfo_t");
 _Static_assert(sizeof(nvmlProcessInfo_v1_t) == 16, "nvmlProcessInfo_v1_t");
 _Static_assert(sizeof(nvmlProcessInfo_v2_t) == 24, "nvmlProcessInfo_v2_t");
 _Static_assert(sizeof(nvmlProcessUtilizationSample_t) == 32, "nvmlProcessUtilizationSample_t");
@@ -58,6 +101,9 @@ _Static_assert(sizeof(nvmlProcessUtilizationSample_t) == 32, "nvmlProcessUtiliza
 #define NVML_ERROR_INSUFFICIENT_SIZE 7
 #define NVML_MEMORY_V2 ((unsigned)(sizeof(nvmlMemory_v2_t) | (2u << 24)))
 #define NO_INSTANCE 0xFFFFFFFFu
+#define NVML_ERROR_ARGUMENT_VERSION_MISMATCH 25
+#define PROCESS_DETAIL_LIST_V1 ((unsigned)(sizeof(nvmlProcessDetailList_v1_t) | (1u << 24)))
+#define PROCESSES_UTILIZATION_INFO_V1 ((unsigned)(sizeof(nvmlProcessesUtilizationInfo_v1_t) | (1u << 24)))
 
 #ifdef FAKE_NVML
 /* ------------------------------------------------------------------------------------ */
@@ -168,6 +214,60 @@ nvmlReturn_t nvmlDeviceGetAccountingStats(nvmlDevice_t h, unsigned pid, nvmlAcco
     }
     return NVML_ERROR_NOT_FOUND;
 }
+nvmlReturn_t nvmlDeviceGetAccountingStats_v2(nvmlDevice_t h, nvmlAccountingStats_v2_t *stats) {
+    if (h != FAKE_HANDLE || !stats) return NVML_ERROR_INVALID_ARGUMENT;
+    unsigned pids[64]; unsigned long long bytes[64]; int n = fake_procs(pids, bytes, 64);
+    for (int k = 0; k < n; k++) {
+        if (pids[k] == stats->pid) {
+            unsigned pid = stats->pid;
+            memset(stats, 0, sizeof *stats);
+            stats->pid = pid; stats->maxMemoryUsage = bytes[k]; stats->isRunning = 1; return NVML_SUCCESS;
+        }
+    }
+    return NVML_ERROR_NOT_FOUND;
+}
+nvmlReturn_t nvmlDeviceGetRunningProcessDetailList(nvmlDevice_t h, nvmlProcessDetailList_v1_t *list) {
+    if (h != FAKE_HANDLE || !list || list->mode > 2) return NVML_ERROR_INVALID_ARGUMENT;
+    if (list->version != PROCESS_DETAIL_LIST_V1) return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    unsigned pids[64]; unsigned long long bytes[64]; int n = fake_procs(pids, bytes, 64);
+    unsigned cap = list->numProcArrayEntries; list->numProcArrayEntries = n;
+    if (n == 0) return NVML_SUCCESS;
+    if (!list->procArray || cap < (unsigned)n) return NVML_ERROR_INSUFFICIENT_SIZE;
+    for (int k = 0; k < n; k++) {
+        nvmlProcessDetail_v1_t *e = &list->procArray[k];
+        e->pid = pids[k]; e->usedGpuMemory = bytes[k]; e->gpuInstanceId = NO_INSTANCE; e->computeInstanceId = NO_INSTANCE;
+        e->usedGpuCcProtectedMemory = 0;
+    }
+    return NVML_SUCCESS;
+}
+nvmlReturn_t nvmlDeviceGetProcessesUtilizationInfo(nvmlDevice_t h, nvmlProcessesUtilizationInfo_v1_t *info) {
+    if (h != FAKE_HANDLE || !info) return NVML_ERROR_INVALID_ARGUMENT;
+    if (info->version != PROCESSES_UTILIZATION_INFO_V1) return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    unsigned pids[64]; unsigned long long bytes[64]; int n = fake_procs(pids, bytes, 64);
+    if (n == 0) { info->processSamplesCount = 0; return NVML_ERROR_NOT_FOUND; }
+    unsigned cap = info->processSamplesCount; info->processSamplesCount = n;
+    if (!info->procUtilArray || cap < (unsigned)n) return NVML_ERROR_INSUFFICIENT_SIZE;
+    for (int k = 0; k < n; k++) {
+        nvmlProcessUtilizationInfo_v1_t *s = &info->procUtilArray[k];
+        memset(s, 0, sizeof *s);
+        s->pid = pids[k]; s->timeStamp = info->lastSeenTimeStamp + 1 + k; s->smUtil = 10 + k; s->memUtil = 20 + k;
+    }
+    return NVML_SUCCESS;
+}
+/* Session lists: a count of 0 is a size query answered NVML_SUCCESS. */
+#define FAKE_SESSIONS(name, type) \
+    nvmlReturn_t name(nvmlDevice_t h, unsigned *count, type *infos) { \
+        if (h != FAKE_HANDLE || !count) return NVML_ERROR_INVALID_ARGUMENT; \
+        unsigned pids[64]; unsigned long long bytes[64]; int n = fake_procs(pids, bytes, 64); \
+        unsigned cap = *count; *count = n; \
+        if (n == 0 || cap == 0) return NVML_SUCCESS; \
+        if (!infos) return NVML_ERROR_INVALID_ARGUMENT; \
+        if (cap < (unsigned)n) return NVML_ERROR_INSUFFICIENT_SIZE; \
+        for (int k = 0; k < n; k++) { memset(&infos[k], 0, sizeof infos[k]); infos[k].sessionId = 100 + k; infos[k].pid = pids[k]; } \
+        return NVML_SUCCESS; \
+    }
+FAKE_SESSIONS(nvmlDeviceGetEncoderSessions, nvmlEncoderSessionInfo_t)
+FAKE_SESSIONS(nvmlDeviceGetFBCSessions, nvmlFBCSessionInfo_t)
 
 #else
 /* ------------------------------------------------------------------------------------ */
@@ -203,17 +303,33 @@ FNS(DECL)
 #define CALL(f) p_##f
 #endif
 
+/* Newer calls, which the simulator does not have: looked up through dlsym in both variants,
+ * and allowed to be missing. */
+#define OPT_FNS(X) \
+    X(nvmlDeviceGetAccountingStats_v2, nvmlReturn_t, (nvmlDevice_t, nvmlAccountingStats_v2_t *)) \
+    X(nvmlDeviceGetRunningProcessDetailList, nvmlReturn_t, (nvmlDevice_t, nvmlProcessDetailList_v1_t *)) \
+    X(nvmlDeviceGetProcessesUtilizationInfo, nvmlReturn_t, (nvmlDevice_t, nvmlProcessesUtilizationInfo_v1_t *)) \
+    X(nvmlDeviceGetEncoderSessions, nvmlReturn_t, (nvmlDevice_t, unsigned *, nvmlEncoderSessionInfo_t *)) \
+    X(nvmlDeviceGetFBCSessions, nvmlReturn_t, (nvmlDevice_t, unsigned *, nvmlFBCSessionInfo_t *))
+#define OPT_DECL(name, ret, args) static ret(*o_##name) args;
+OPT_FNS(OPT_DECL)
+#define OPT(f) o_##f
+
 static int resolve(void) {
-#ifndef LINKED
     void *lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
     if (!lib) { printf("dlopen failed: %s\n", dlerror()); return 1; }
+#ifndef LINKED
 #define RESOLVE(name, ret, args) \
     p_##name = (ret(*) args)dlsym(lib, #name); \
     if (!p_##name) { printf("dlsym %s failed\n", #name); return 1; }
     FNS(RESOLVE)
 #endif
+#define OPT_RESOLVE(name, ret, args) o_##name = (ret(*) args)dlsym(lib, #name);
+    OPT_FNS(OPT_RESOLVE)
     return 0;
 }
+
+#define NEED(op, f) if (!OPT(f)) { printf("%s missing\n", op); continue; }
 
 /* One process list call, whatever the kind and layout: a v1 entry is 16 bytes, v2/v3 24. */
 typedef nvmlReturn_t (*list_fn)(nvmlDevice_t, unsigned *, void *);
@@ -325,6 +441,80 @@ int main(int argc, char **argv) {
             nvmlAccountingStats_t st; memset(&st, 0, sizeof st);
             rc = CALL(nvmlDeviceGetAccountingStats)(dev, pid, &st);
             printf("acctstats pid=%u rc=%d maxmem=%llu\n", pid, rc, st.maxMemoryUsage);
+        }
+        else if (!strcmp(op, "acctstats2")) {
+            unsigned pid = (unsigned)atoi(argv[++i]);
+            NEED(op, nvmlDeviceGetAccountingStats_v2)
+            nvmlAccountingStats_v2_t st; memset(&st, 0, sizeof st); st.pid = pid;
+            rc = OPT(nvmlDeviceGetAccountingStats_v2)(dev, &st);
+            printf("acctstats2 pid=%u rc=%d maxmem=%llu outpid=%u\n", pid, rc, st.maxMemoryUsage, st.pid);
+        }
+        else if (!strcmp(op, "detail") || !strcmp(op, "detailsmall")) {
+            int small = !strcmp(op, "detailsmall");
+            unsigned mode = (unsigned)atoi(argv[++i]), cap = small ? (unsigned)atoi(argv[++i]) : 0;
+            NEED(op, nvmlDeviceGetRunningProcessDetailList)
+            nvmlProcessDetailList_v1_t list; memset(&list, 0, sizeof list);
+            list.version = PROCESS_DETAIL_LIST_V1; list.mode = mode;
+            if (small) {
+                size_t guard = 4;
+                nvmlProcessDetail_v1_t *buf = malloc((cap + guard) * sizeof *buf);
+                memset(buf, 0xA5, (cap + guard) * sizeof *buf);
+                list.numProcArrayEntries = cap; list.procArray = cap ? buf : NULL;
+                rc = OPT(nvmlDeviceGetRunningProcessDetailList)(dev, &list);
+                int overrun = 0;
+                for (const unsigned char *b = (const unsigned char *)(buf + cap); b < (const unsigned char *)(buf + cap + guard); b++) if (*b != 0xA5) overrun = 1;
+                printf("detailsmall %u rc=%d count=%u overrun=%d\n", mode, rc, list.numProcArrayEntries, overrun);
+                free(buf);
+                continue;
+            }
+            nvmlReturn_t qrc = OPT(nvmlDeviceGetRunningProcessDetailList)(dev, &list);
+            unsigned qn = list.numProcArrayEntries, n = qn + 4;
+            nvmlProcessDetail_v1_t *buf = calloc(n, sizeof *buf);
+            list.numProcArrayEntries = n; list.procArray = buf;
+            rc = OPT(nvmlDeviceGetRunningProcessDetailList)(dev, &list);
+            printf("detail %u query_rc=%d query_count=%u rc=%d count=%u", mode, qrc, qn, rc, list.numProcArrayEntries);
+            if (!rc) {
+                printf(" procs=");
+                for (unsigned k = 0; k < list.numProcArrayEntries; k++) printf("%s%u:%llu", k ? "," : "", buf[k].pid, buf[k].usedGpuMemory);
+            }
+            printf("\n");
+            free(buf);
+        }
+        else if (!strcmp(op, "putil")) {
+            NEED(op, nvmlDeviceGetProcessesUtilizationInfo)
+            nvmlProcessesUtilizationInfo_v1_t info; memset(&info, 0, sizeof info);
+            info.version = PROCESSES_UTILIZATION_INFO_V1;
+            nvmlReturn_t qrc = OPT(nvmlDeviceGetProcessesUtilizationInfo)(dev, &info);
+            unsigned qn = info.processSamplesCount;
+            nvmlProcessUtilizationInfo_v1_t *s = calloc(qn + 1, sizeof *s);
+            info.processSamplesCount = qn; info.procUtilArray = s;
+            rc = OPT(nvmlDeviceGetProcessesUtilizationInfo)(dev, &info);
+            printf("putil query_rc=%d query_count=%u rc=%d count=%u pids=", qrc, qn, rc, info.processSamplesCount);
+            for (unsigned k = 0; !rc && k < info.processSamplesCount; k++) printf("%s%u", k ? "," : "", s[k].pid);
+            printf("\n");
+            free(s);
+        }
+        else if (!strcmp(op, "enc") || !strcmp(op, "fbc")) {
+            int enc = !strcmp(op, "enc");
+            if (enc) { NEED(op, nvmlDeviceGetEncoderSessions) } else { NEED(op, nvmlDeviceGetFBCSessions) }
+            unsigned qn = 0;
+            nvmlReturn_t qrc = enc ? OPT(nvmlDeviceGetEncoderSessions)(dev, &qn, NULL) : OPT(nvmlDeviceGetFBCSessions)(dev, &qn, NULL);
+            unsigned n = qn;
+            nvmlEncoderSessionInfo_t *es = calloc(n + 1, sizeof *es);
+            nvmlFBCSessionInfo_t *fs = calloc(n + 1, sizeof *fs);
+            rc = enc ? OPT(nvmlDeviceGetEncoderSessions)(dev, &n, es) : OPT(nvmlDeviceGetFBCSessions)(dev, &n, fs);
+            printf("%s query_rc=%d query_count=%u rc=%d count=%u pids=", op, qrc, qn, rc, n);
+            for (unsigned k = 0; !rc && k < n; k++) printf("%s%u", k ? "," : "", enc ? es[k].pid : fs[k].pid);
+            printf("\n");
+            free(es); free(fs);
+        }
+        else if (!strcmp(op, "encsmall")) {
+            unsigned cap = (unsigned)atoi(argv[++i]), n = cap;
+            NEED(op, nvmlDeviceGetEncoderSessions)
+            nvmlEncoderSessionInfo_t *es = calloc(cap + 1, sizeof *es);
+            rc = OPT(nvmlDeviceGetEncoderSessions)(dev, &n, es);
+            printf("encsmall rc=%d count=%u\n", rc, n);
+            free(es);
         }
         else if (!strcmp(op, "hold")) { printf("holding\n"); fflush(stdout); char c; while (read(0, &c, 1) > 0) {} }
         else { printf("unknown op %s\n", op); return 2; }

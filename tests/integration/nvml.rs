@@ -644,3 +644,102 @@ fn utilisation_accounting_graphics_and_mps_are_filtered() {
     mine.finish();
     theirs.finish();
 }
+
+/// The newer calls (r550's detail list and utilisation info, r610's accounting stats v2) and
+/// the encoder and frame-buffer-capture session lists, against the stand-in NVML that
+/// reports a process of this container and one of another: only ours comes back, size
+/// queries included; compute mode of the detail list comes from the ledger; a broken
+/// configuration shows nothing.
+#[test]
+fn detail_lists_utilisation_info_sessions_and_accounting_v2_are_filtered() {
+    let env = Env::new("nvml-newer");
+    let mut mine = env.client(&["init", "primary", "alloc", "1G", "hold"]).shim().limit("8G").spawn();
+    mine.wait_for("holding");
+    let mut theirs = env.client(&["init", "primary", "alloc", "1G", "hold"]).shim().limit("8G").env("FGPU_LEDGER", env.dir.join("other-ledger")).spawn();
+    theirs.wait_for("holding");
+    let (mine_pid, theirs_pid) = (mine.pid(), theirs.pid());
+    let fake = nvml_client(Variant::FakeLibrary);
+    let reported = format!("{mine_pid}:1000,{theirs_pid}:2000");
+    let fake_env = |cmd: Cmd| cmd.env("LD_LIBRARY_PATH", &fake).env("FGPU_FAKE_NVML_PROCS", &reported);
+    let (mine_s, theirs_s) = (mine_pid.to_string(), theirs_pid.to_string());
+    let ops = [
+        "detail", "0", "detail", "1", "detail", "2", "detailsmall", "0", "0", "detailsmall", "1", "1", "putil", "enc", "fbc", "encsmall", "1",
+        "acctstats2", &mine_s, "acctstats2", &theirs_s,
+    ];
+    let q = |line: &str, key: &str| field(line, key).unwrap_or_default();
+
+    // The stand-in reports both, as a driver would.
+    for variant in [Variant::Dlsym, Variant::Linked] {
+        let bare = fake_env(nvml(&env, variant, &ops)).success();
+        for mode in ["0", "1", "2"] {
+            let line = bare.line(&format!("detail {mode} "));
+            assert_eq!((q(&line, "query_rc"), q(&line, "query_count")), ("7".into(), "2".into()), "{bare}");
+            assert_eq!(procs_field(&line).len(), 2, "{bare}");
+        }
+        for op in ["putil", "enc", "fbc"] {
+            assert_eq!(pids_field(&bare.line(op)).len(), 2, "{bare}");
+        }
+        assert_eq!(q(&bare.line("encsmall"), "rc"), "7", "{bare}");
+        assert_eq!(bare.rc(&format!("acctstats2 pid={theirs_pid} ")), NVML_SUCCESS, "{bare}");
+    }
+
+    for variant in [Variant::Dlsym, Variant::Linked] {
+        let run = fake_env(nvml(&env, variant, &ops)).shim().limit("8G").success();
+        // Compute mode: the ledger's list and bytes (the stand-in's 1000 is not used).
+        let line = run.line("detail 0 ");
+        assert_eq!((q(&line, "query_rc"), q(&line, "query_count"), q(&line, "rc")), ("7".into(), "1".into(), "0".into()), "size query counts ours only: {line}");
+        assert_eq!(procs_field(&line), vec![(mine_pid, GIB + CONTEXT)], "{line}");
+        for mode in ["1", "2"] {
+            let line = run.line(&format!("detail {mode} "));
+            assert_eq!((q(&line, "query_rc"), q(&line, "query_count"), q(&line, "rc")), ("7".into(), "1".into(), "0".into()), "size query counts ours only: {line}");
+            assert_eq!(procs_field(&line), vec![(mine_pid, 1000)], "{line}");
+        }
+        for (prefix, expected) in [("detailsmall 0 ", "rc=7 count=1 overrun=0"), ("detailsmall 1 ", "rc=0 count=1 overrun=0")] {
+            let line = run.line(prefix);
+            assert!(line.ends_with(expected), "a buffer for one entry: ours fit, nothing written past it\n{line}");
+        }
+        let putil = run.line("putil");
+        assert_eq!((q(&putil, "query_rc"), q(&putil, "query_count"), q(&putil, "rc")), ("7".into(), "1".into(), "0".into()), "{putil}");
+        assert_eq!(pids_field(&putil), vec![mine_pid], "{putil}");
+        for op in ["enc", "fbc"] {
+            let line = run.line(&format!("{op} "));
+            assert_eq!((q(&line, "query_rc"), q(&line, "query_count"), q(&line, "rc")), ("0".into(), "1".into(), "0".into()), "session size query counts ours only: {line}");
+            assert_eq!(pids_field(&line), vec![mine_pid], "{line}");
+        }
+        assert_eq!((q(&run.line("encsmall"), "rc"), q(&run.line("encsmall"), "count")), ("0".into(), "1".into()), "{run}");
+        let stats = run.line(&format!("acctstats2 pid={mine_pid} "));
+        assert_eq!((q(&stats, "rc"), q(&stats, "maxmem"), q(&stats, "outpid")), ("0".into(), "1000".into(), mine_s.clone()), "{stats}");
+        assert_eq!(run.rc(&format!("acctstats2 pid={theirs_pid} ")), NVML_ERROR_NOT_FOUND, "another container's stats\n{run}");
+    }
+
+    // Only the other container's process: nothing.
+    let run = nvml(&env, Variant::Dlsym, &["detail", "1", "detail", "2", "putil", "enc", "fbc"])
+        .env("LD_LIBRARY_PATH", &fake)
+        .env("FGPU_FAKE_NVML_PROCS", format!("{theirs_pid}:2000"))
+        .shim()
+        .limit("8G")
+        .success();
+    for prefix in ["detail 1 ", "detail 2 "] {
+        assert_eq!((run.field(prefix, "query_rc"), run.field(prefix, "count")), ("0".to_string(), "0".to_string()), "{run}");
+    }
+    assert_eq!(run.field("putil", "query_rc"), NVML_ERROR_NOT_FOUND.to_string(), "no sample of ours is the driver's NOT_FOUND\n{run}");
+    for op in ["enc ", "fbc "] {
+        assert_eq!(run.field(op, "query_count"), "0", "{run}");
+    }
+
+    // A broken configuration fails closed: no list shows anyone.
+    let all = [
+        "detail", "0", "detail", "1", "putil", "enc", "fbc", "acctstats2", &mine_s, "util", "acctpids", "acctstats", &mine_s, "list", "graphics", "2",
+    ];
+    let run = fake_env(nvml(&env, Variant::Dlsym, &all)).shim().limit("banana").success();
+    for prefix in ["detail 0 ", "detail 1 ", "enc ", "fbc ", "acctpids", "list graphics 2"] {
+        assert_eq!(run.field(prefix, "count"), "0", "{prefix}\n{run}");
+    }
+    for prefix in ["putil", "util"] {
+        assert_eq!(run.field(prefix, "query_rc"), NVML_ERROR_NOT_FOUND.to_string(), "{prefix}\n{run}");
+    }
+    assert_eq!(run.rc(&format!("acctstats2 pid={mine_pid} ")), NVML_ERROR_NOT_FOUND, "{run}");
+    assert_eq!(run.rc(&format!("acctstats pid={mine_pid} ")), NVML_ERROR_NOT_FOUND, "{run}");
+    mine.finish();
+    theirs.finish();
+}

@@ -10,6 +10,7 @@ pub const NVML_ERROR_INVALID_ARGUMENT: NvmlReturn = 2;
 pub const NVML_ERROR_NOT_FOUND: NvmlReturn = 6;
 pub const NVML_ERROR_INSUFFICIENT_SIZE: NvmlReturn = 7;
 pub const NVML_ERROR_FUNCTION_NOT_FOUND: NvmlReturn = 13;
+pub const NVML_ERROR_ARGUMENT_VERSION_MISMATCH: NvmlReturn = 25;
 pub const NVML_ERROR_UNKNOWN: NvmlReturn = 999;
 
 /// Instance IDs reported when MIG is off.
@@ -79,6 +80,103 @@ pub struct NvmlProcessUtilizationSample {
     pub dec_util: c_uint,
 }
 
+/// `nvmlProcessDetail_v1_t` (r550+): the same 32 bytes as the wide `_v3` entry.
+pub type NvmlProcessDetailV1 = NvmlProcessInfoV3Cc;
+
+/// `nvmlProcessDetailList_v1_t`; `version` must be [`NVML_PROCESS_DETAIL_LIST_V1`].
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct NvmlProcessDetailList {
+    pub version: c_uint,
+    /// One of `NVML_PROCESS_MODE_*`.
+    pub mode: c_uint,
+    pub num_proc_array_entries: c_uint,
+    pub proc_array: *mut NvmlProcessDetailV1,
+}
+
+/// `nvmlProcessDetailList_v1` = sizeof(nvmlProcessDetailList_v1_t) | 1 << 24.
+pub const NVML_PROCESS_DETAIL_LIST_V1: c_uint = std::mem::size_of::<NvmlProcessDetailList>() as c_uint | (1 << 24);
+pub const NVML_PROCESS_MODE_COMPUTE: c_uint = 0;
+pub const NVML_PROCESS_MODE_GRAPHICS: c_uint = 1;
+pub const NVML_PROCESS_MODE_MPS: c_uint = 2;
+
+/// `nvmlProcessUtilizationInfo_v1_t` (r550+).
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub struct NvmlProcessUtilizationInfoV1 {
+    pub time_stamp: u64,
+    pub pid: c_uint,
+    pub sm_util: c_uint,
+    pub mem_util: c_uint,
+    pub enc_util: c_uint,
+    pub dec_util: c_uint,
+    pub jpg_util: c_uint,
+    pub ofa_util: c_uint,
+}
+
+/// `nvmlProcessesUtilizationInfo_v1_t`; `version` must be
+/// [`NVML_PROCESSES_UTILIZATION_INFO_V1`].
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct NvmlProcessesUtilizationInfo {
+    pub version: c_uint,
+    pub process_samples_count: c_uint,
+    pub last_seen_time_stamp: u64,
+    pub proc_util_array: *mut NvmlProcessUtilizationInfoV1,
+}
+
+/// `nvmlProcessesUtilizationInfo_v1` = sizeof(nvmlProcessesUtilizationInfo_v1_t) | 1 << 24.
+pub const NVML_PROCESSES_UTILIZATION_INFO_V1: c_uint = std::mem::size_of::<NvmlProcessesUtilizationInfo>() as c_uint | (1 << 24);
+
+/// `nvmlEncoderSessionInfo_t`.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub struct NvmlEncoderSessionInfo {
+    pub session_id: c_uint,
+    pub pid: c_uint,
+    pub vgpu_instance: c_uint,
+    pub codec_type: c_uint,
+    pub h_resolution: c_uint,
+    pub v_resolution: c_uint,
+    pub average_fps: c_uint,
+    pub average_latency: c_uint,
+}
+
+/// `nvmlFBCSessionInfo_t`.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub struct NvmlFbcSessionInfo {
+    pub session_id: c_uint,
+    pub pid: c_uint,
+    pub vgpu_instance: c_uint,
+    pub display_ordinal: c_uint,
+    pub session_type: c_uint,
+    pub session_flags: c_uint,
+    pub h_max_resolution: c_uint,
+    pub v_max_resolution: c_uint,
+    pub h_resolution: c_uint,
+    pub v_resolution: c_uint,
+    pub average_fps: c_uint,
+    pub average_latency: c_uint,
+}
+
+/// `nvmlAccountingStats_v2_t` (r610+): the PID to ask about is its first field, set by the
+/// caller (`nvmlDeviceGetAccountingStats_v2(device, stats)` has no PID argument).
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub struct NvmlAccountingStatsV2 {
+    pub pid: c_uint,
+    pub is_running: c_uint,
+    pub gpu_utilization: c_uint,
+    pub memory_utilization: c_uint,
+    pub max_memory_usage: u64,
+    pub sample_count: c_uint,
+    pub sum_gpu_util: u64,
+    pub sum_fb_util: u64,
+    pub time: u64,
+    pub start_time: u64,
+}
+
 const _: () = {
     use std::mem::{offset_of, size_of};
     assert!(size_of::<NvmlMemory>() == 24);
@@ -89,4 +187,21 @@ const _: () = {
     assert!(size_of::<NvmlProcessInfoV2>() == 24);
     assert!(size_of::<NvmlProcessInfoV3Cc>() == 32);
     assert!(size_of::<NvmlProcessUtilizationSample>() == 32);
+    assert!(size_of::<NvmlProcessDetailV1>() == 32);
+    assert!(offset_of!(NvmlProcessDetailV1, used_cc_protected_memory) == 24);
+    assert!(size_of::<NvmlProcessDetailList>() == 24);
+    assert!(offset_of!(NvmlProcessDetailList, proc_array) == 16);
+    assert!(NVML_PROCESS_DETAIL_LIST_V1 == 0x0100_0018);
+    assert!(size_of::<NvmlProcessUtilizationInfoV1>() == 40);
+    assert!(offset_of!(NvmlProcessUtilizationInfoV1, pid) == 8);
+    assert!(size_of::<NvmlProcessesUtilizationInfo>() == 24);
+    assert!(offset_of!(NvmlProcessesUtilizationInfo, proc_util_array) == 16);
+    assert!(NVML_PROCESSES_UTILIZATION_INFO_V1 == 0x0100_0018);
+    assert!(size_of::<NvmlEncoderSessionInfo>() == 32);
+    assert!(offset_of!(NvmlEncoderSessionInfo, pid) == 4);
+    assert!(size_of::<NvmlFbcSessionInfo>() == 48);
+    assert!(offset_of!(NvmlFbcSessionInfo, pid) == 4);
+    assert!(size_of::<NvmlAccountingStatsV2>() == 64);
+    assert!(offset_of!(NvmlAccountingStatsV2, pid) == 0);
+    assert!(offset_of!(NvmlAccountingStatsV2, sum_gpu_util) == 32);
 };

@@ -5,10 +5,12 @@
 //!   included), free = the rest. `_v2`'s
 //!   `reserved` is 0: the driver's reservation belongs to the card, not the container, so
 //!   total = used + free holds in both layouts.
-//! * Compute process lists are built from the ledger: only this container's processes, with
-//!   PIDs as the caller's PID namespace sees them and the memory the ledger counts. Graphics
-//!   and MPS lists, utilisation samples and accounting data are filtered to the ledger's
-//!   processes whose host PID is known; everything else is hidden.
+//! * Compute process lists (and compute mode of the r550 detail list) are built from the
+//!   ledger: only this container's processes, with PIDs as the caller's PID namespace sees
+//!   them and the memory the ledger counts. Graphics and MPS lists, utilisation samples,
+//!   accounting data and encoder / frame-buffer-capture sessions are filtered to the
+//!   ledger's processes whose host PID is known; everything else is hidden. With a broken
+//!   configuration all of them are empty.
 
 use crate::abi::nvml::*;
 use crate::real::Sym;
@@ -430,6 +432,49 @@ process_list_hook!(nvmlDeviceGetMPSComputeRunningProcesses, NvmlProcessInfoV1, L
 process_list_hook!(nvmlDeviceGetMPSComputeRunningProcesses_v2, NvmlProcessInfoV2, ListKind::Other, v2);
 process_list_hook!(nvmlDeviceGetMPSComputeRunningProcesses_v3, v3, ListKind::Other);
 
+/// The r550 process list, one call for all three kinds: compute mode is built from the
+/// ledger as `nvmlDeviceGetComputeRunningProcesses` is, graphics and MPS modes are the
+/// driver's list filtered like the other graphics and MPS calls.
+///
+/// # Safety
+/// `nvmlDeviceGetRunningProcessDetailList` contract.
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetRunningProcessDetailList(device: NvmlDevice, plist: *mut NvmlProcessDetailList) -> NvmlReturn {
+    let call = |list: *mut NvmlProcessDetailList| {
+        crate::call_real!(nvmlDeviceGetRunningProcessDetailList: fn(NvmlDevice, *mut NvmlProcessDetailList) -> NvmlReturn, device, list)
+            .unwrap_or(NVML_ERROR_FUNCTION_NOT_FOUND)
+    };
+    super::guard(NVML_ERROR_UNKNOWN, || {
+        if plist.is_null() || matches!(state::mode(), Mode::Off) {
+            return call(plist);
+        }
+        // SAFETY: non-null, the caller's nvmlProcessDetailList_t.
+        let (version, mode, array) = unsafe { ((*plist).version, (*plist).mode, (*plist).proc_array) };
+        if version != NVML_PROCESS_DETAIL_LIST_V1 {
+            // A layout fgpu does not know: refused rather than passed through unfiltered.
+            return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+        }
+        let kind = match mode {
+            NVML_PROCESS_MODE_COMPUTE => ListKind::Compute,
+            NVML_PROCESS_MODE_GRAPHICS | NVML_PROCESS_MODE_MPS => ListKind::Other,
+            _ => return NVML_ERROR_INVALID_ARGUMENT,
+        };
+        // The driver's list of this mode, read through a list struct of our own so that the
+        // driver never writes the caller's.
+        let real = |count: *mut c_uint, infos: *mut NvmlProcessDetailV1| {
+            // SAFETY: process_list passes a pointer to a live count.
+            let mut ours = NvmlProcessDetailList { version, mode, num_proc_array_entries: unsafe { *count }, proc_array: infos };
+            let rc = call(&mut ours);
+            // SAFETY: as above.
+            unsafe { *count = ours.num_proc_array_entries };
+            rc
+        };
+        // SAFETY: the count field of the caller's struct; its array null or holding that many
+        // entries, per the NVML contract.
+        unsafe { process_list(device, std::ptr::addr_of_mut!((*plist).num_proc_array_entries), array, kind, real, |e| e.pid_and_memory(), v3_wide) }
+    })
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
@@ -448,7 +493,9 @@ mod tests {
 fn fetch_all<T: Copy + Default>(real: impl Fn(*mut T, *mut c_uint) -> NvmlReturn) -> Result<Vec<T>, NvmlReturn> {
     let mut n: c_uint = 0;
     let rc = real(std::ptr::null_mut(), &mut n);
-    if rc == NVML_SUCCESS {
+    // Most lists answer a size query with INSUFFICIENT_SIZE; session lists with SUCCESS and
+    // the count.
+    if rc == NVML_SUCCESS && n == 0 {
         return Ok(Vec::new());
     }
     for _ in 0..4 {
@@ -467,6 +514,40 @@ fn fetch_all<T: Copy + Default>(real: impl Fn(*mut T, *mut c_uint) -> NvmlReturn
         }
     }
     Err(NVML_ERROR_INSUFFICIENT_SIZE)
+}
+
+/// The entries of `all` whose PID is the host PID of a ledger process, each with the PID as
+/// the caller sees it.
+fn keep_ours<T: Copy>(active: &Active, all: &[T], pid: impl Fn(&T) -> c_uint, with_pid: impl Fn(T, c_uint) -> T) -> Vec<T> {
+    let map = host_pid_map(&active.ledger.snapshot(active.slot_if_joined()));
+    all.iter().filter_map(|e| map.iter().find(|(host, _)| *host == pid(e)).map(|(_, here)| with_pid(*e, *here))).collect()
+}
+
+/// Hands `kept` to the caller with NVML's size rules: `*count` is the caller's capacity on
+/// entry and the container's count on return; a NULL array or a short one gets
+/// `NVML_ERROR_INSUFFICIENT_SIZE` and nothing written. `none` is the answer when nothing is
+/// kept; with `zero_is_query` a capacity of 0 is a size query answered `NVML_SUCCESS` (the
+/// session lists' rule).
+///
+/// # Safety
+/// `count` non-null and writable; `out` null or writable for `*count` entries.
+unsafe fn answer<T: Copy>(kept: &[T], count: *mut c_uint, out: *mut T, none: NvmlReturn, zero_is_query: bool) -> NvmlReturn {
+    // SAFETY: count is non-null, per the contract.
+    let capacity = unsafe { *count } as usize;
+    // SAFETY: as above.
+    unsafe { *count = kept.len() as c_uint };
+    if kept.is_empty() {
+        return none;
+    }
+    if zero_is_query && capacity == 0 {
+        return NVML_SUCCESS;
+    }
+    if out.is_null() || capacity < kept.len() {
+        return NVML_ERROR_INSUFFICIENT_SIZE;
+    }
+    // SAFETY: the caller's buffer holds `capacity` >= kept.len() entries.
+    unsafe { std::ptr::copy_nonoverlapping(kept.as_ptr(), out, kept.len()) };
+    NVML_SUCCESS
 }
 
 /// Keeps only samples of the ledger's processes, with PIDs as the caller sees them. The
@@ -489,41 +570,65 @@ pub unsafe extern "C" fn nvmlDeviceGetProcessUtilization(
         .unwrap_or(NVML_ERROR_FUNCTION_NOT_FOUND)
     };
     super::guard(NVML_ERROR_UNKNOWN, || {
-        let Mode::On(active) = state::mode() else { return real(samples, count) };
         if count.is_null() {
             return real(samples, count);
         }
-        let all = match fetch_all(real) {
-            Ok(all) => all,
-            Err(rc) => {
-                if rc == NVML_ERROR_NOT_FOUND {
-                    // SAFETY: count is non-null.
-                    unsafe { *count = 0 };
-                }
-                return rc;
-            }
+        let kept = match state::mode() {
+            Mode::Off => return real(samples, count),
+            // Fail closed: no samples.
+            Mode::Closed(_) => Vec::new(),
+            Mode::On(active) => match fetch_all(real) {
+                Ok(all) => keep_ours(active, &all, |s| s.pid, |s, pid| NvmlProcessUtilizationSample { pid, ..s }),
+                Err(NVML_ERROR_NOT_FOUND) => Vec::new(),
+                Err(rc) => return rc,
+            },
         };
-        let map = host_pid_map(&active.ledger.snapshot(active.slot_if_joined()));
-        let kept: Vec<NvmlProcessUtilizationSample> = all
-            .iter()
-            .filter_map(|s| map.iter().find(|(host, _)| *host == s.pid).map(|(_, here)| NvmlProcessUtilizationSample { pid: *here, ..*s }))
-            .collect();
-        if kept.is_empty() {
-            // What the driver answers when it has no sample.
-            // SAFETY: count is non-null.
-            unsafe { *count = 0 };
-            return NVML_ERROR_NOT_FOUND;
+        // No sample of ours: what the driver answers when it has none, NOT_FOUND.
+        // SAFETY: count is non-null; samples per the caller's contract.
+        unsafe { answer(&kept, count, samples, NVML_ERROR_NOT_FOUND, false) }
+    })
+}
+
+/// The r550 form of per-process utilisation, filtered the same way.
+///
+/// # Safety
+/// `nvmlDeviceGetProcessesUtilizationInfo` contract.
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetProcessesUtilizationInfo(device: NvmlDevice, info: *mut NvmlProcessesUtilizationInfo) -> NvmlReturn {
+    let call = |i: *mut NvmlProcessesUtilizationInfo| {
+        crate::call_real!(nvmlDeviceGetProcessesUtilizationInfo: fn(NvmlDevice, *mut NvmlProcessesUtilizationInfo) -> NvmlReturn, device, i)
+            .unwrap_or(NVML_ERROR_FUNCTION_NOT_FOUND)
+    };
+    super::guard(NVML_ERROR_UNKNOWN, || {
+        if info.is_null() || matches!(state::mode(), Mode::Off) {
+            return call(info);
         }
-        // SAFETY: count is non-null.
-        let capacity = unsafe { *count } as usize;
-        // SAFETY: as above.
-        unsafe { *count = kept.len() as c_uint };
-        if samples.is_null() || capacity < kept.len() {
-            return NVML_ERROR_INSUFFICIENT_SIZE;
+        // SAFETY: non-null, the caller's nvmlProcessesUtilizationInfo_t.
+        let (version, last_seen, out) = unsafe { ((*info).version, (*info).last_seen_time_stamp, (*info).proc_util_array) };
+        if version != NVML_PROCESSES_UTILIZATION_INFO_V1 {
+            // A layout fgpu does not know: refused rather than passed through unfiltered.
+            return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
         }
-        // SAFETY: the caller's buffer holds `capacity` >= kept.len() samples.
-        unsafe { std::ptr::copy_nonoverlapping(kept.as_ptr(), samples, kept.len()) };
-        NVML_SUCCESS
+        let kept = match state::mode() {
+            Mode::On(active) => {
+                let real = |p: *mut NvmlProcessUtilizationInfoV1, c: *mut c_uint| {
+                    // SAFETY: fetch_all passes a pointer to its own live count.
+                    let mut ours = NvmlProcessesUtilizationInfo { version, process_samples_count: unsafe { *c }, last_seen_time_stamp: last_seen, proc_util_array: p };
+                    let rc = call(&mut ours);
+                    // SAFETY: as above.
+                    unsafe { *c = ours.process_samples_count };
+                    rc
+                };
+                match fetch_all(real) {
+                    Ok(all) => keep_ours(active, &all, |s| s.pid, |s, pid| NvmlProcessUtilizationInfoV1 { pid, ..s }),
+                    Err(NVML_ERROR_NOT_FOUND) => Vec::new(),
+                    Err(rc) => return rc,
+                }
+            }
+            _ => Vec::new(),
+        };
+        // SAFETY: the count field of the caller's struct; its array per the NVML contract.
+        unsafe { answer(&kept, std::ptr::addr_of_mut!((*info).process_samples_count), out, NVML_ERROR_NOT_FOUND, false) }
     })
 }
 
@@ -539,29 +644,19 @@ pub unsafe extern "C" fn nvmlDeviceGetAccountingPids(device: NvmlDevice, count: 
             .unwrap_or(NVML_ERROR_FUNCTION_NOT_FOUND)
     };
     super::guard(NVML_ERROR_UNKNOWN, || {
-        let Mode::On(active) = state::mode() else { return real(pids, count) };
         if count.is_null() {
             return real(pids, count);
         }
-        let all = match fetch_all(real) {
-            Ok(all) => all,
-            Err(rc) => return rc,
+        let kept = match state::mode() {
+            Mode::Off => return real(pids, count),
+            Mode::Closed(_) => Vec::new(),
+            Mode::On(active) => match fetch_all(real) {
+                Ok(all) => keep_ours(active, &all, |p| *p, |_, pid| pid),
+                Err(rc) => return rc,
+            },
         };
-        let map = host_pid_map(&active.ledger.snapshot(active.slot_if_joined()));
-        let kept: Vec<c_uint> = all.iter().filter_map(|pid| map.iter().find(|(host, _)| host == pid).map(|(_, here)| *here)).collect();
-        // SAFETY: count is non-null.
-        let capacity = unsafe { *count } as usize;
-        // SAFETY: as above.
-        unsafe { *count = kept.len() as c_uint };
-        if kept.is_empty() {
-            return NVML_SUCCESS;
-        }
-        if pids.is_null() || capacity < kept.len() {
-            return NVML_ERROR_INSUFFICIENT_SIZE;
-        }
-        // SAFETY: the caller's buffer holds `capacity` >= kept.len() PIDs.
-        unsafe { std::ptr::copy_nonoverlapping(kept.as_ptr(), pids, kept.len()) };
-        NVML_SUCCESS
+        // SAFETY: count is non-null; pids per the caller's contract.
+        unsafe { answer(&kept, count, pids, NVML_SUCCESS, false) }
     })
 }
 
@@ -575,12 +670,104 @@ pub unsafe extern "C" fn nvmlDeviceGetAccountingStats(device: NvmlDevice, pid: c
         crate::call_real!(nvmlDeviceGetAccountingStats: fn(NvmlDevice, c_uint, *mut std::ffi::c_void) -> NvmlReturn, device, p, stats)
             .unwrap_or(NVML_ERROR_FUNCTION_NOT_FOUND)
     };
-    super::guard(NVML_ERROR_UNKNOWN, || {
-        let Mode::On(active) = state::mode() else { return real(pid) };
-        let map = host_pid_map(&active.ledger.snapshot(active.slot_if_joined()));
-        match map.iter().find(|(_, here)| *here == pid) {
-            Some((host, _)) => real(*host),
+    super::guard(NVML_ERROR_UNKNOWN, || match state::mode() {
+        Mode::Off => real(pid),
+        Mode::Closed(_) => NVML_ERROR_NOT_FOUND,
+        Mode::On(active) => match host_pid_of(active, pid) {
+            Some(host) => real(host),
             None => NVML_ERROR_NOT_FOUND,
+        },
+    })
+}
+
+/// The host PID of the ledger process the caller knows as `pid`.
+fn host_pid_of(active: &Active, pid: c_uint) -> Option<c_uint> {
+    let map = host_pid_map(&active.ledger.snapshot(active.slot_if_joined()));
+    map.iter().find(|(_, here)| *here == pid).map(|(host, _)| *host)
+}
+
+/// The r610 form: the PID is a field of `stats`, translated for the driver and put back.
+///
+/// # Safety
+/// `nvmlDeviceGetAccountingStats_v2` contract.
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetAccountingStats_v2(device: NvmlDevice, stats: *mut NvmlAccountingStatsV2) -> NvmlReturn {
+    let real = || {
+        crate::call_real!(nvmlDeviceGetAccountingStats_v2: fn(NvmlDevice, *mut NvmlAccountingStatsV2) -> NvmlReturn, device, stats)
+            .unwrap_or(NVML_ERROR_FUNCTION_NOT_FOUND)
+    };
+    super::guard(NVML_ERROR_UNKNOWN, || {
+        if stats.is_null() {
+            return real();
         }
+        let active = match state::mode() {
+            Mode::Off => return real(),
+            Mode::Closed(_) => return NVML_ERROR_NOT_FOUND,
+            Mode::On(active) => active,
+        };
+        // SAFETY: non-null, the caller's nvmlAccountingStats_v2_t.
+        let pid = unsafe { (*stats).pid };
+        let Some(host) = host_pid_of(active, pid) else { return NVML_ERROR_NOT_FOUND };
+        // SAFETY: as above.
+        unsafe { (*stats).pid = host };
+        let rc = real();
+        // SAFETY: as above.
+        unsafe { (*stats).pid = pid };
+        rc
+    })
+}
+
+/// Encoder or frame-buffer-capture sessions: the driver's list less other containers'
+/// processes, with the sessions' size rules (a count of 0 is a query answered NVML_SUCCESS).
+///
+/// # Safety
+/// The session-list contract for `T`.
+unsafe fn session_list<T: Copy + Default>(
+    count: *mut c_uint,
+    out: *mut T,
+    real: impl Fn(*mut c_uint, *mut T) -> NvmlReturn,
+    pid: impl Fn(&T) -> c_uint,
+    with_pid: impl Fn(T, c_uint) -> T,
+) -> NvmlReturn {
+    if count.is_null() {
+        return real(count, out);
+    }
+    let kept = match state::mode() {
+        Mode::Off => return real(count, out),
+        Mode::Closed(_) => Vec::new(),
+        Mode::On(active) => match fetch_all(|p, c| real(c, p)) {
+            Ok(all) => keep_ours(active, &all, pid, with_pid),
+            Err(rc) => return rc,
+        },
+    };
+    // SAFETY: count is non-null; out per the caller's contract.
+    unsafe { answer(&kept, count, out, NVML_SUCCESS, true) }
+}
+
+/// # Safety
+/// `nvmlDeviceGetEncoderSessions` contract.
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetEncoderSessions(device: NvmlDevice, count: *mut c_uint, sessions: *mut NvmlEncoderSessionInfo) -> NvmlReturn {
+    let real = |c, s| {
+        crate::call_real!(nvmlDeviceGetEncoderSessions: fn(NvmlDevice, *mut c_uint, *mut NvmlEncoderSessionInfo) -> NvmlReturn, device, c, s)
+            .unwrap_or(NVML_ERROR_FUNCTION_NOT_FOUND)
+    };
+    super::guard(NVML_ERROR_UNKNOWN, || {
+        // SAFETY: forwarded caller pointers per the NVML contract.
+        unsafe { session_list(count, sessions, real, |s| s.pid, |s, pid| NvmlEncoderSessionInfo { pid, ..s }) }
+    })
+}
+
+/// # Safety
+/// `nvmlDeviceGetFBCSessions` contract.
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetFBCSessions(device: NvmlDevice, count: *mut c_uint, sessions: *mut NvmlFbcSessionInfo) -> NvmlReturn {
+    let real = |c, s| {
+        crate::call_real!(nvmlDeviceGetFBCSessions: fn(NvmlDevice, *mut c_uint, *mut NvmlFbcSessionInfo) -> NvmlReturn, device, c, s)
+            .unwrap_or(NVML_ERROR_FUNCTION_NOT_FOUND)
+    };
+    super::guard(NVML_ERROR_UNKNOWN, || {
+        // SAFETY: forwarded caller pointers per the NVML contract.
+        unsafe { session_list(count, sessions, real, |s| s.pid, |s, pid| NvmlFbcSessionInfo { pid, ..s }) }
     })
 }
