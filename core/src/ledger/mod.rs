@@ -414,28 +414,38 @@ impl Ledger {
     /// cap like any reservation, so the cap holds exactly; and before refusing, the credit of
     /// every other process is taken back, so an allocation that fits is never refused.
     pub fn reserve(&self, id: SlotId, device: DeviceId, bytes: u64, limit: u64) -> Result<(), Refusal> {
-        if take_up_to(&self.slot(id).credit[device.0], bytes) == bytes {
-            return Ok(());
-        }
-        // The credit could not cover it (what it had is still there: take_up_to takes all or
-        // nothing). Reserve the request plus a chunk of new credit, else the request alone,
-        // net of the credit we have.
         let credit = &self.slot(id).credit[device.0];
-        let have = credit.swap(0, AcqRel);
-        let need = bytes - have.min(bytes);
+        if take_up_to(credit, bytes) == bytes {
+            return Ok(());
+        }
+        // Not enough credit: reserve the request and a fresh chunk of credit. The device
+        // counter moves first, so "used" (reserved minus credit) can only read high, by at
+        // most one chunk, for the instant in between.
         let refill = CREDIT_CHUNK.min(limit / 64);
-        if self.try_reserve(id, device, need + refill, limit).is_ok() {
-            credit.fetch_add(refill + have.saturating_sub(bytes), AcqRel);
+        if self.try_reserve(id, device, bytes + refill, limit).is_ok() {
+            credit.fetch_add(refill, AcqRel);
             return Ok(());
         }
-        if self.try_reserve(id, device, need, limit).is_ok() {
-            return Ok(());
+        // Near the cap: spend what credit there is and reserve only the shortfall, taking
+        // other processes' unspent credit back before giving up.
+        let have = credit.swap(0, AcqRel);
+        let need = bytes.saturating_sub(have);
+        let spare = have.saturating_sub(bytes);
+        let mut result = self.try_reserve(id, device, need, limit);
+        if result.is_err() {
+            self.take_back_credit(device, Some(id));
+            result = self.try_reserve(id, device, need, limit);
         }
-        self.take_back_credit(device, Some(id));
-        self.try_reserve(id, device, need, limit).map_err(|refusal| {
-            credit.fetch_add(have, AcqRel);
-            Refusal { requested: bytes, used: refusal.used.saturating_sub(self.credit_total(device)), ..refusal }
-        })
+        match result {
+            Ok(()) => {
+                credit.fetch_add(spare, AcqRel);
+                Ok(())
+            }
+            Err(refusal) => {
+                credit.fetch_add(have, AcqRel);
+                Err(Refusal { requested: bytes, used: refusal.used.saturating_sub(self.credit_total(device)), ..refusal })
+            }
+        }
     }
 
     /// Returns `bytes` of an allocation to this process's credit; credit beyond
