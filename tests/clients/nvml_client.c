@@ -136,13 +136,20 @@ nvmlReturn_t nvmlDeviceGetCount(unsigned *n) { *n = 1; return NVML_SUCCESS; }
 nvmlReturn_t nvmlDeviceGetCount_v2(unsigned *n) { *n = 1; return NVML_SUCCESS; }
 nvmlReturn_t nvmlDeviceGetHandleByIndex(unsigned i, nvmlDevice_t *h) { if (i) return NVML_ERROR_INVALID_ARGUMENT; *h = FAKE_HANDLE; return NVML_SUCCESS; }
 nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned i, nvmlDevice_t *h) { return nvmlDeviceGetHandleByIndex(i, h); }
+/* FGPU_FAKE_NVML_UUID makes the one handle a MIG device handle ("MIG-..."): on a MIG
+ * instance CUDA reports that instance's UUID, the one its NVML handle has. */
+static const char *fake_uuid(void) {
+    const char *u = getenv("FGPU_FAKE_NVML_UUID");
+    return u && *u ? u : FAKE_UUID;
+}
 nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice_t *h) {
-    if (strcmp(uuid, FAKE_UUID)) return NVML_ERROR_NOT_FOUND;
+    if (strcmp(uuid, fake_uuid()) && strcmp(uuid, FAKE_UUID)) return NVML_ERROR_NOT_FOUND;
     *h = FAKE_HANDLE; return NVML_SUCCESS;
 }
 nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t h, char *buf, unsigned len) {
-    if (h != FAKE_HANDLE || len < sizeof FAKE_UUID) return NVML_ERROR_INVALID_ARGUMENT;
-    memcpy(buf, FAKE_UUID, sizeof FAKE_UUID); return NVML_SUCCESS;
+    const char *u = fake_uuid();
+    if (h != FAKE_HANDLE || len < strlen(u) + 1) return NVML_ERROR_INVALID_ARGUMENT;
+    memcpy(buf, u, strlen(u) + 1); return NVML_SUCCESS;
 }
 static unsigned long long fake_used(void) {
     unsigned pids[64]; unsigned long long bytes[64], used = 0;

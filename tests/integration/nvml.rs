@@ -743,3 +743,22 @@ fn detail_lists_utilisation_info_sessions_and_accounting_v2_are_filtered() {
     mine.finish();
     theirs.finish();
 }
+
+#[test]
+fn mig_device_handles_answer_for_the_container() {
+    // The stand-in's one handle is a MIG instance whose UUID has the bytes CUDA reports (the
+    // simulator's GPU 0), as on a real MIG instance; the cap is given by its MIG- UUID.
+    let env = Env::new("nvml-mig");
+    let mig = "MIG-7f2f4a87-663d-b312-36f4-6ad9417f4505";
+    let limit = "MIG-7f2f4a87=2G";
+    let mut holder = env.client(&["init", "primary", "alloc", "1G", "info", "hold"]).shim().limit(limit).spawn();
+    let info = holder.wait_for("info");
+    assert_eq!(field(&info, "total").as_deref(), Some("2147483648"), "CUDA holds to the MIG key's cap: {info}");
+    holder.wait_for("holding");
+    let fake = nvml_client(Variant::FakeLibrary);
+    let run = nvml(&env, Variant::Dlsym, &["mem", "mem2"]).env("LD_LIBRARY_PATH", &fake).env("FGPU_FAKE_NVML_UUID", mig).shim().limit(limit).success();
+    assert_eq!((num(&run, "mem ", "total"), num(&run, "mem ", "used")), (2 * GIB, GIB + CONTEXT), "{run}");
+    assert_eq!((num(&run, "mem2 ", "total"), num(&run, "mem2 ", "used"), num(&run, "mem2 ", "reserved")), (2 * GIB, GIB + CONTEXT, 0), "{run}");
+    let bare = nvml(&env, Variant::Dlsym, &["mem"]).env("LD_LIBRARY_PATH", &fake).env("FGPU_FAKE_NVML_UUID", mig).success();
+    assert_eq!(num(&bare, "mem ", "total"), 80 * GIB, "without the shim, the stand-in's own answer\n{bare}");
+}
