@@ -5,7 +5,8 @@
 //!   family (`dlsym`, `cuGetProcAddress`, allocations, contexts, pools, VMM, arrays,
 //!   memory info, NVML).
 //! * [`real`]: finds the real driver functions without going through our own hooks.
-//! * [`state`]: this process's configuration, ledger slot, devices and live allocations.
+//! * [`state`]: this process's configuration, ledger slot and devices.
+//! * [`allocs`]: its live allocations, found again at free time without a lock.
 //! * [`abi`]: the C types of CUDA and NVML.
 //!
 //! The policy (limits, configuration) and the ledger live in `fgpu-core`, which knows
@@ -21,6 +22,7 @@
 #![allow(clippy::not_unsafe_ptr_arg_deref)]
 
 pub mod abi;
+pub mod allocs;
 pub mod hooks;
 pub mod real;
 pub mod state;

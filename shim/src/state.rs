@@ -13,7 +13,6 @@ use fgpu_core::log_at;
 use fgpu_core::uuid::format_gpu_uuid;
 use parking_lot::Mutex;
 use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
 use std::ptr::null_mut;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 use std::sync::OnceLock;
@@ -140,12 +139,7 @@ pub struct Dev {
     pub total: u64,
 }
 
-/// One live allocation made through a counted call.
-#[derive(Clone, Copy, Debug)]
-pub struct Alloc {
-    pub ordinal: CUdevice,
-    pub bytes: u64,
-}
+pub use crate::allocs::{Alloc, AllocMap};
 
 pub struct Active {
     pub config: Config,
@@ -356,59 +350,3 @@ impl Active {
         self.ledger.used(dev.id)
     }
 }
-
-/// Live allocations by device pointer, split into shards so threads rarely contend.
-///
-/// A shard is held for one hash-map insert or remove, so it is a spin lock that yields
-/// while it waits (no wake-up bookkeeping, and its release is a plain store): the map is on
-/// every allocation's and free's path.
-pub struct AllocMap {
-    shards: [Shard; 64],
-}
-
-type Shard = spin::mutex::SpinMutex<HashMap<u64, Alloc, BuildHasherDefault<PointerHasher>>, spin::relax::Yield>;
-
-impl Default for AllocMap {
-    fn default() -> Self {
-        AllocMap { shards: std::array::from_fn(|_| spin::mutex::SpinMutex::new(HashMap::default())) }
-    }
-}
-
-impl AllocMap {
-    fn shard(&self, ptr: u64) -> &Shard {
-        let h = ptr.wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        &self.shards[(h >> 58) as usize]
-    }
-
-    pub fn insert(&self, ptr: u64, alloc: Alloc) {
-        self.shard(ptr).lock().insert(ptr, alloc);
-    }
-
-    pub fn remove(&self, ptr: u64) -> Option<Alloc> {
-        self.shard(ptr).lock().remove(&ptr)
-    }
-
-    pub fn get(&self, ptr: u64) -> Option<Alloc> {
-        self.shard(ptr).lock().get(&ptr).copied()
-    }
-}
-
-/// Device pointers are aligned, so their low bits carry nothing: mix before hashing.
-#[derive(Default)]
-pub struct PointerHasher(u64);
-
-impl Hasher for PointerHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for b in bytes {
-            self.0 = (self.0 ^ *b as u64).wrapping_mul(0x100_0000_01b3);
-        }
-    }
-    fn write_u64(&mut self, x: u64) {
-        let h = x.wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        self.0 = h ^ (h >> 29);
-    }
-}
-

@@ -475,17 +475,6 @@ pub unsafe extern "C" fn nvmlDeviceGetRunningProcessDetailList(device: NvmlDevic
     })
 }
 
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn only_early_535_drivers_use_wide_v3_entries() {
-        assert!(super::wide_v3_driver("535.54.03"));
-        assert!(super::wide_v3_driver("535.43.02"));
-        assert!(!super::wide_v3_driver("535.104.05"));
-        assert!(!super::wide_v3_driver("570.26"));
-        assert!(!super::wide_v3_driver("530.30.02"));
-    }
-}
 
 /// The driver's whole list, read into our own buffer: a size query, then the call, again
 /// while the list grows. The caller's buffer is sized for the container's entries only, so
@@ -770,4 +759,16 @@ pub unsafe extern "C" fn nvmlDeviceGetFBCSessions(device: NvmlDevice, count: *mu
         // SAFETY: forwarded caller pointers per the NVML contract.
         unsafe { session_list(count, sessions, real, |s| s.pid, |s, pid| NvmlFbcSessionInfo { pid, ..s }) }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn only_early_535_drivers_use_wide_v3_entries() {
+        assert!(super::wide_v3_driver("535.54.03"));
+        assert!(super::wide_v3_driver("535.43.02"));
+        assert!(!super::wide_v3_driver("535.104.05"));
+        assert!(!super::wide_v3_driver("570.26"));
+        assert!(!super::wide_v3_driver("530.30.02"));
+    }
 }
