@@ -11,6 +11,61 @@ fn temp_path(name: &str) -> PathBuf {
     dir.join("ledger")
 }
 
+#[derive(Clone, Copy, PartialEq)]
+enum Reserve {
+    /// `try_reserve` / `release`: every reservation on the device counter.
+    Exact,
+    /// `reserve` / `unreserve`: through each process's credit.
+    Credit,
+}
+
+/// Four threads, each with its own open of the ledger (OFD locks make each a separate
+/// "process"), reserve and release random sizes; returns the highest device counter seen
+/// (credit included).
+fn race(path: &Path, device: DeviceId, cap: u64, how: Reserve) -> u64 {
+    let peak = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let threads: Vec<_> = (0..4)
+        .map(|t| {
+            let (path, peak) = (path.to_path_buf(), peak.clone());
+            std::thread::spawn(move || {
+                let ledger = Ledger::open_or_create(&path).unwrap();
+                let me = ledger.join().unwrap();
+                let take = |size| match how {
+                    Reserve::Exact => ledger.try_reserve(me, device, size, cap),
+                    Reserve::Credit => ledger.reserve(me, device, size, cap),
+                };
+                let give = |size| match how {
+                    Reserve::Exact => ledger.release(me, device, size),
+                    Reserve::Credit => ledger.unreserve(me, device, size),
+                };
+                let keep = if how == Reserve::Exact { 3 } else { 6 };
+                let mut held = Vec::new();
+                for i in 0..20_000u64 {
+                    let size = ((i * 7919 + t) % 13 + 1) * MIB;
+                    if take(size).is_ok() {
+                        held.push(size);
+                    }
+                    peak.fetch_max(ledger.device(device).used.load(Relaxed), Relaxed);
+                    if held.len() > keep || i % 3 == 0 {
+                        if let Some(size) = held.pop() {
+                            give(size);
+                        }
+                    }
+                }
+                for size in held {
+                    give(size);
+                }
+                assert_eq!(ledger.slot_used(me, device), 0);
+                ledger.leave(me);
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    peak.load(Relaxed)
+}
+
 #[test]
 fn reserve_respects_cap_and_release_returns() {
     let path = temp_path("cap");
@@ -37,39 +92,8 @@ fn racing_threads_on_separate_opens_never_pass_the_cap() {
     let first = Ledger::open_or_create(&path).unwrap();
     let first_slot = first.join().unwrap();
     let device = first.register_device(UUID, 80 << 30, cap, Some(first_slot)).unwrap().device;
-    let peak = Arc::new(std::sync::atomic::AtomicU64::new(0));
-    let threads: Vec<_> = (0..4)
-        .map(|t| {
-            let path = path.clone();
-            let peak = peak.clone();
-            std::thread::spawn(move || {
-                // Each thread opens the file itself: OFD locks make it a separate "process".
-                let ledger = Ledger::open_or_create(&path).unwrap();
-                let me = ledger.join().unwrap();
-                let mut held = Vec::new();
-                for i in 0..20_000u64 {
-                    let size = ((i * 7919 + t) % 13 + 1) * MIB;
-                    if ledger.try_reserve(me, device, size, cap).is_ok() {
-                        held.push(size);
-                    }
-                    peak.fetch_max(ledger.used(device), Relaxed);
-                    if held.len() > 3 || i % 3 == 0 {
-                        if let Some(size) = held.pop() {
-                            ledger.release(me, device, size);
-                        }
-                    }
-                }
-                for size in held {
-                    ledger.release(me, device, size);
-                }
-                ledger.leave(me);
-            })
-        })
-        .collect();
-    for t in threads {
-        t.join().unwrap();
-    }
-    assert!(peak.load(Relaxed) <= cap, "peak {} over cap {cap}", peak.load(Relaxed));
+    let peak = race(&path, device, cap, Reserve::Exact);
+    assert!(peak <= cap, "peak {peak} over cap {cap}");
     assert_eq!(first.used(device), 0);
 }
 
@@ -202,38 +226,8 @@ fn credit_never_passes_the_cap_and_never_blocks_an_allocation_that_fits() {
     assert_eq!((refusal.requested, refusal.used), (MIB, cap));
     b.unreserve(b_slot, device, cap);
     // Racing processes through credit: the raw counter (credit included) never passes the cap.
-    let peak = Arc::new(std::sync::atomic::AtomicU64::new(0));
-    let threads: Vec<_> = (0..4)
-        .map(|t| {
-            let (path, peak) = (path.clone(), peak.clone());
-            std::thread::spawn(move || {
-                let ledger = Ledger::open_or_create(&path).unwrap();
-                let me = ledger.join().unwrap();
-                let mut held = Vec::new();
-                for i in 0..20_000u64 {
-                    let size = ((i * 7919 + t) % 13 + 1) * MIB;
-                    if ledger.reserve(me, device, size, cap).is_ok() {
-                        held.push(size);
-                    }
-                    peak.fetch_max(ledger.device(device).used.load(Relaxed), Relaxed);
-                    if held.len() > 6 || i % 3 == 0 {
-                        if let Some(size) = held.pop() {
-                            ledger.unreserve(me, device, size);
-                        }
-                    }
-                }
-                for size in held {
-                    ledger.unreserve(me, device, size);
-                }
-                assert_eq!(ledger.slot_used(me, device), 0);
-                ledger.leave(me);
-            })
-        })
-        .collect();
-    for t in threads {
-        t.join().unwrap();
-    }
-    assert!(peak.load(Relaxed) <= cap, "peak {} over cap {cap}", peak.load(Relaxed));
+    let peak = race(&path, device, cap, Reserve::Credit);
+    assert!(peak <= cap, "peak {peak} over cap {cap}");
     a.leave(a_slot);
     b.leave(b_slot);
     assert_eq!(a.device(device).used.load(Relaxed), 0, "every byte and every credit returned");
