@@ -101,7 +101,8 @@ if command -v rustup >/dev/null && ! rustup target list --installed | grep -qx "
 fi
 
 say "cargo zigbuild --release --target $triple.$glibc"
-cargo zigbuild --release --target "$triple.$glibc" -p fgpu-shim -p fgpu-cli
+# zig links its own unwinder; GCC's static one (shim/build.rs) is for native builds only.
+FGPU_SHARED_UNWINDER=1 cargo zigbuild --release --target "$triple.$glibc" -p fgpu-shim -p fgpu-cli
 
 out="$root/target/$triple/release"
 mkdir -p "$dist"

@@ -78,3 +78,22 @@ fn rtld_next_resolves_relative_to_the_real_caller() {
     let run = env.command(&program).shim().limit("8G").success();
     assert_eq!(run.stdout().trim(), "next=2", "{run}");
 }
+
+/// Every hook catches panics (`hooks::guard`); that rests on the unwinder linked into the
+/// library (`shim/build.rs`: GCC's static one, so no `libgcc_s.so.1` is loaded into every
+/// process). A panic raised inside the preloaded shim must be caught there, silently.
+#[test]
+fn panic_in_the_shim_is_caught() {
+    let env = Env::new("unwind");
+    let probe = client("unwind_probe");
+    let bare = env.command(&probe).run();
+    assert_eq!(bare.output.status.code(), Some(3), "without the shim the probe finds nothing\n{bare}");
+    let run = env.command(&probe).shim().limit("8G").success();
+    assert_eq!(run.stdout().trim(), "caught 1", "{run}");
+    assert_eq!(run.stderr(), "", "{run}");
+    let eh = Cmd(std::process::Command::new("cc")).arg("-print-file-name=libgcc_eh.a").success();
+    if std::path::Path::new(eh.stdout().trim()).is_absolute() {
+        let dynamic = Cmd(std::process::Command::new("readelf")).arg("-d").arg(shim_path()).success();
+        assert!(!dynamic.stdout().contains("libgcc_s"), "libfgpu.so should not need libgcc_s.so.1 when libgcc_eh.a exists\n{dynamic}");
+    }
+}

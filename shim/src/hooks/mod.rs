@@ -27,3 +27,16 @@ pub fn guard<R>(fallback: R, body: impl FnOnce() -> R) -> R {
         }
     }
 }
+
+/// Raises a panic inside libfgpu.so and catches it the way [`guard`] does; returns 1 when it
+/// was caught. Proves, in the process it runs in, that the unwinder linked into the library
+/// works (`shim/build.rs` links GCC's static unwinder instead of `libgcc_s.so.1`).
+/// `resume_unwind` skips the panic hook, so nothing is printed.
+#[no_mangle]
+pub extern "C" fn fgpu_selftest_unwind() -> std::ffi::c_int {
+    struct SelfTest;
+    match std::panic::catch_unwind(|| std::panic::resume_unwind(Box::new(SelfTest))) {
+        Err(payload) if payload.is::<SelfTest>() => 1,
+        _ => 0,
+    }
+}
