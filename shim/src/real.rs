@@ -73,7 +73,7 @@ macro_rules! symbols {
     };
 }
 
-use crate::hooks::{alloc, array, context, dlsym as dl, info, nvml, pool, procaddr, vmm};
+use crate::hooks::{alloc, array, context, dlsym as dl, graph, info, nvml, pool, procaddr, vmm};
 
 symbols! {
     hooked {
@@ -124,6 +124,12 @@ symbols! {
         Cuda cuMipmappedArrayCreate => array::cuMipmappedArrayCreate;
         Cuda cuArrayDestroy => array::cuArrayDestroy;
         Cuda cuMipmappedArrayDestroy => array::cuMipmappedArrayDestroy;
+        Cuda cuGraphLaunch => graph::cuGraphLaunch;
+        Cuda cuGraphLaunch_ptsz => graph::cuGraphLaunch_ptsz;
+        Cuda cuGraphUpload => graph::cuGraphUpload;
+        Cuda cuGraphUpload_ptsz => graph::cuGraphUpload_ptsz;
+        Cuda cuDeviceGraphMemTrim => graph::cuDeviceGraphMemTrim;
+        Cuda cuGraphExecDestroy => graph::cuGraphExecDestroy;
         Nvml nvmlDeviceGetMemoryInfo => nvml::nvmlDeviceGetMemoryInfo;
         Nvml nvmlDeviceGetMemoryInfo_v2 => nvml::nvmlDeviceGetMemoryInfo_v2;
         Nvml nvmlDeviceGetComputeRunningProcesses => nvml::nvmlDeviceGetComputeRunningProcesses;
@@ -153,6 +159,7 @@ symbols! {
         Cuda cuMemPoolGetAttribute;
         Cuda cuArrayGetMemoryRequirements;
         Cuda cuMipmappedArrayGetMemoryRequirements;
+        Cuda cuDeviceGetGraphMemAttribute;
         Nvml nvmlInit_v2;
         Nvml nvmlDeviceGetHandleByUUID;
         Nvml nvmlDeviceGetUUID;

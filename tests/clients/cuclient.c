@@ -47,6 +47,12 @@ typedef struct {
     size_t maxSize; unsigned short usage; unsigned char reserved[54];
 } CUmemPoolProps;
 typedef struct { size_t Width, Height, Depth; int Format; unsigned NumChannels, Flags; } CUDA_ARRAY3D_DESCRIPTOR;
+typedef void *CUgraph;
+typedef void *CUgraphNode;
+typedef void *CUgraphExec;
+typedef struct {
+    CUmemPoolProps poolProps; const CUmemAccessDesc *accessDescs; size_t accessDescCount; size_t bytesize; CUdeviceptr dptr;
+} CUDA_MEM_ALLOC_NODE_PARAMS;
 
 #define FNS(X) \
     X(cuInit, "cuInit", CUresult, (unsigned)) \
@@ -83,7 +89,15 @@ typedef struct { size_t Width, Height, Depth; int Format; unsigned NumChannels, 
     X(cuArray3DCreate, "cuArray3DCreate_v2", CUresult, (CUarray *, const CUDA_ARRAY3D_DESCRIPTOR *)) \
     X(cuMipmappedArrayCreate, "cuMipmappedArrayCreate", CUresult, (CUarray *, const CUDA_ARRAY3D_DESCRIPTOR *, unsigned)) \
     X(cuArrayDestroy, "cuArrayDestroy", CUresult, (CUarray)) \
-    X(cuMipmappedArrayDestroy, "cuMipmappedArrayDestroy", CUresult, (CUarray))
+    X(cuMipmappedArrayDestroy, "cuMipmappedArrayDestroy", CUresult, (CUarray)) \
+    X(cuGraphCreate, "cuGraphCreate", CUresult, (CUgraph *, unsigned)) \
+    X(cuGraphAddMemAllocNode, "cuGraphAddMemAllocNode", CUresult, (CUgraphNode *, CUgraph, const CUgraphNode *, size_t, CUDA_MEM_ALLOC_NODE_PARAMS *)) \
+    X(cuGraphAddMemFreeNode, "cuGraphAddMemFreeNode", CUresult, (CUgraphNode *, CUgraph, const CUgraphNode *, size_t, CUdeviceptr)) \
+    X(cuGraphInstantiateWithFlags, "cuGraphInstantiateWithFlags", CUresult, (CUgraphExec *, CUgraph, unsigned long long)) \
+    X(cuGraphLaunch, "cuGraphLaunch", CUresult, (CUgraphExec, CUstream)) \
+    X(cuGraphUpload, "cuGraphUpload", CUresult, (CUgraphExec, CUstream)) \
+    X(cuGraphExecDestroy, "cuGraphExecDestroy", CUresult, (CUgraphExec)) \
+    X(cuDeviceGraphMemTrim, "cuDeviceGraphMemTrim", CUresult, (CUdevice))
 
 #ifdef LINKED
 #define DECL(var, exported, ret, args) extern ret var args;
@@ -151,6 +165,7 @@ static CUarray arrays[256]; static int narrays;
 static CUmemoryPool pools[64]; static int npools;
 static CUarray mipmaps[256]; static int nmipmaps;
 static CUcontext ctxs[64]; static int nctxs;
+static CUgraphExec execs[64]; static int nexecs;
 static struct { CUmemGenericAllocationHandle h; CUdeviceptr va; size_t size; } vmms[256]; static int nvmms;
 
 int main(int argc, char **argv) {
@@ -213,6 +228,23 @@ int main(int argc, char **argv) {
         else if (!strcmp(op, "arraydestroy")) { rc = narrays ? CALL(cuArrayDestroy)(arrays[--narrays]) : 1; printf("arraydestroy rc=%d\n", rc); }
         else if (!strcmp(op, "mipmap")) { CUDA_ARRAY3D_DESCRIPTOR d = { parse_size(argv[i + 1]), parse_size(argv[i + 2]), 0, 0x20, 1, 0 }; unsigned levels = atoi(argv[i + 3]); i += 3; CUarray a; rc = CALL(cuMipmappedArrayCreate)(&a, &d, levels); if (!rc) mipmaps[nmipmaps++] = a; printf("mipmap rc=%d\n", rc); }
         else if (!strcmp(op, "mipmapdestroy")) { rc = nmipmaps ? CALL(cuMipmappedArrayDestroy)(mipmaps[--nmipmaps]) : 1; printf("mipmapdestroy rc=%d\n", rc); }
+        else if (!strcmp(op, "graph") || !strcmp(op, "graphkeep")) {
+            /* a graph with one memory allocation node (and, for "graph", the node that frees
+             * it), instantiated; "launch"/"upload" run the newest one */
+            size_t n = parse_size(argv[++i]); CUgraph g = NULL; CUgraphNode a = NULL, f = NULL;
+            CUDA_MEM_ALLOC_NODE_PARAMS params; memset(&params, 0, sizeof params);
+            params.poolProps.allocType = 1; params.poolProps.location.type = 1; params.poolProps.location.id = dev; params.bytesize = n;
+            rc = CALL(cuGraphCreate)(&g, 0);
+            if (!rc) rc = CALL(cuGraphAddMemAllocNode)(&a, g, NULL, 0, &params);
+            if (!rc && !strcmp(op, "graph")) rc = CALL(cuGraphAddMemFreeNode)(&f, g, &a, 1, params.dptr);
+            if (!rc) rc = CALL(cuGraphInstantiateWithFlags)(&execs[nexecs], g, 0);
+            if (!rc) nexecs++;
+            printf("%s %zu rc=%d\n", op, n, rc);
+        }
+        else if (!strcmp(op, "launch")) { rc = nexecs ? CALL(cuGraphLaunch)(execs[nexecs - 1], NULL) : 1; printf("launch rc=%d\n", rc); }
+        else if (!strcmp(op, "upload")) { rc = nexecs ? CALL(cuGraphUpload)(execs[nexecs - 1], NULL) : 1; printf("upload rc=%d\n", rc); }
+        else if (!strcmp(op, "execdestroy")) { rc = nexecs ? CALL(cuGraphExecDestroy)(execs[--nexecs]) : 1; printf("execdestroy rc=%d\n", rc); }
+        else if (!strcmp(op, "graphtrim")) { rc = CALL(cuDeviceGraphMemTrim)(dev); printf("graphtrim rc=%d\n", rc); }
         else if (!strcmp(op, "info")) { size_t f = 0, t = 0; rc = CALL(cuMemGetInfo)(&f, &t); printf("info rc=%d free=%zu total=%zu\n", rc, f, t); }
         else if (!strcmp(op, "total")) { size_t t = 0; rc = CALL(cuDeviceTotalMem)(&t, dev); printf("total rc=%d total=%zu\n", rc, t); }
         else if (!strcmp(op, "fill")) {

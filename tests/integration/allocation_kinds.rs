@@ -80,6 +80,32 @@ fn stream_ordered_pools_count_what_they_keep() {
 }
 
 #[test]
+fn graph_memory_counts_what_the_graph_pool_keeps() {
+    // The graph pool takes memory at launch or upload and keeps it until trimmed.
+    counted("graph-launched", &["graph", "500M", "launch"]);
+    counted("graph-uploaded", &["graph", "500M", "upload"]);
+    counted("graph-synced", &["graph", "500M", "launch", "sync", "execdestroy"]);
+    returned("graph-trimmed", &["graph", "500M", "launch", "graphtrim"]);
+    returned("graph-not-launched", &["graph", "500M"]);
+    // An allocation the graph does not free stays in use, and trimming cannot take it back
+    // until the graph is gone.
+    counted("graph-kept-trimmed", &["graphkeep", "500M", "launch", "graphtrim"]);
+    returned("graph-kept-destroyed", &["graphkeep", "500M", "launch", "execdestroy", "graphtrim"]);
+    // NVML and cuMemGetInfo see it as the container's; a launch past the cap is counted,
+    // says so once, and holds every later allocation back.
+    let env = Env::new("graph-over");
+    let run = env.client(&["init", "primary", "alloc", "600M", "graph", "300M", "launch", "info", "alloc", "2M"]).shim().limit("1G").success();
+    assert_eq!(run.field("launch", "rc"), "0", "{run}");
+    assert_eq!(run.field("info", "free"), "0", "{run}");
+    assert_eq!(last_alloc_rc(&run), 2, "{run}");
+    assert!(run.stderr().contains("cuGraphLaunch took 300 MiB of graph memory"), "{run}");
+    // Per-thread-default-stream launches go through the same hook.
+    let env = Env::new("graph-ptds");
+    let run = env.client(&["--ptds", "init", "primary", "graph", "500M", "launch", "alloc", "300M"]).shim().limit("1G").success();
+    assert_eq!(last_alloc_rc(&run), 2, "{run}");
+}
+
+#[test]
 fn vmm_memory_lives_until_released_and_unmapped() {
     counted("vmm", &["vmm", "512M"]);
     counted("vmm-released-but-mapped", &["vmm", "512M", "vmmrelease"]);

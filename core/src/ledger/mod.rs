@@ -488,6 +488,11 @@ impl Ledger {
         let new = entry.used.fetch_add(bytes, AcqRel) + bytes;
         self.slot(id).used[device.0].fetch_add(bytes, Relaxed);
         entry.peak.fetch_max(new, Relaxed);
+        // Past the cap, nobody may keep allocating from credit reserved before: every
+        // process's credit (this one's too) goes back, so the next allocation is refused.
+        if new > entry.cap.load(Acquire) {
+            self.take_back_credit(device, None);
+        }
     }
 
     /// Returns `bytes` a slot held on a device.

@@ -232,3 +232,25 @@ fn credit_never_passes_the_cap_and_never_blocks_an_allocation_that_fits() {
     b.leave(b_slot);
     assert_eq!(a.device(device).used.load(Relaxed), 0, "every byte and every credit returned");
 }
+
+#[test]
+fn memory_counted_past_the_cap_leaves_no_credit_to_allocate_from() {
+    let path = temp_path("force-past-cap");
+    let cap = 256 * MIB;
+    let ledger = Ledger::open_or_create(&path).unwrap();
+    let slot = ledger.join().unwrap();
+    let device = ledger.register_device(UUID, 80 << 30, cap, Some(slot)).unwrap().device;
+    // An allocation leaves credit behind (reserved, not handed out).
+    ledger.reserve(slot, device, MIB, cap).unwrap();
+    ledger.unreserve(slot, device, MIB);
+    // Memory the driver took without asking (graph memory) pushes the container past its cap:
+    // the credit reserved earlier must not let the next allocation through.
+    ledger.force_add(slot, device, cap);
+    assert_eq!(ledger.used(device), cap);
+    let refusal = ledger.reserve(slot, device, MIB, cap).unwrap_err();
+    assert_eq!(refusal.used, cap, "{refusal:?}");
+    ledger.release(slot, device, cap);
+    ledger.reserve(slot, device, MIB, cap).unwrap();
+    ledger.leave(slot);
+    assert_eq!(ledger.device(device).used.load(Relaxed), 0);
+}

@@ -14,6 +14,7 @@ pub type CUmemoryPool = *mut c_void;
 pub type CUarray = *mut c_void;
 pub type CUmipmappedArray = *mut c_void;
 pub type CUmemGenericAllocationHandle = u64;
+pub type CUgraphExec = *mut c_void;
 
 pub const CUDA_SUCCESS: CUresult = 0;
 pub const CUDA_ERROR_INVALID_VALUE: CUresult = 1;
@@ -27,6 +28,9 @@ pub const CU_MEM_LOCATION_TYPE_DEVICE: u32 = 1;
 /// `CUmemPool_attribute` values.
 pub const CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT: u32 = 5;
 pub const CU_MEMPOOL_ATTR_USED_MEM_CURRENT: u32 = 7;
+
+/// `CUgraphMem_attribute::CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT`.
+pub const CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT: u32 = 2;
 
 /// `CUdriverProcAddress_flags`.
 pub const CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM: u64 = 1 << 1;

@@ -7,6 +7,7 @@ pub mod alloc;
 pub mod array;
 pub mod context;
 pub mod dlsym;
+pub mod graph;
 pub mod info;
 pub mod nvml;
 pub mod pool;

@@ -140,6 +140,7 @@ fn then_refresh(real: impl FnOnce() -> CUresult) -> CUresult {
     let rc = real();
     if let Mode::On(active) = state::mode() {
         refresh_pools(active);
+        super::graph::refresh_graph_memory(active);
     }
     rc
 }

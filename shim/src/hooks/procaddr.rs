@@ -120,6 +120,10 @@ pub fn variant_for(base: &str, version: c_int, per_thread_stream: bool) -> Optio
         "cuMemRelease" => Some(cuMemRelease),
         "cuMemMap" => Some(cuMemMap),
         "cuMemUnmap" => Some(cuMemUnmap),
+        "cuGraphLaunch" => Some(stream(cuGraphLaunch, cuGraphLaunch_ptsz)),
+        "cuGraphUpload" => Some(stream(cuGraphUpload, cuGraphUpload_ptsz)),
+        "cuDeviceGraphMemTrim" => Some(cuDeviceGraphMemTrim),
+        "cuGraphExecDestroy" => Some(cuGraphExecDestroy),
         _ => None,
     }
 }

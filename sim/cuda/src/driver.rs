@@ -72,6 +72,30 @@ pub struct ArrayRec {
     pub mipmapped: bool,
 }
 
+/// A CUDA graph's memory nodes: allocations (address, bytes) and frees (address).
+#[derive(Clone, Default)]
+pub struct GraphRec {
+    pub allocs: Vec<(u64, u64)>,
+    pub frees: Vec<u64>,
+}
+
+/// An instantiated graph. `live` holds the bytes of allocations a launch left allocated
+/// (no free node in the graph); they stay used until the exec is destroyed.
+pub struct ExecRec {
+    pub dev: usize,
+    pub graph: GraphRec,
+    pub live: u64,
+}
+
+/// The per-device pool graph allocations come from (`CU_GRAPH_MEM_ATTR_*`).
+#[derive(Clone, Copy, Default)]
+pub struct GraphPool {
+    pub used: u64,
+    pub reserved: u64,
+    pub used_high: u64,
+    pub reserved_high: u64,
+}
+
 pub struct Inner {
     pub allocs: BTreeMap<u64, Alloc>,
     pub va: VaSpace,
@@ -88,6 +112,9 @@ pub struct Inner {
     pub mappings: BTreeMap<u64, (u64, u64)>,
     pub arrays: HashMap<usize, ArrayRec>,
     pub host: HashMap<usize, usize>,
+    pub graphs: HashMap<usize, GraphRec>,
+    pub execs: HashMap<usize, ExecRec>,
+    pub graph_pools: Vec<GraphPool>,
     next_handle: u64,
 }
 
@@ -195,6 +222,9 @@ pub fn init() -> CUresult {
                 mappings: BTreeMap::new(),
                 arrays: HashMap::new(),
                 host: HashMap::new(),
+                graphs: HashMap::new(),
+                execs: HashMap::new(),
+                graph_pools: vec![GraphPool::default(); n],
                 next_handle: 0x5F00_0000_0000,
             }),
         })

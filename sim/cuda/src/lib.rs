@@ -12,7 +12,7 @@ mod errors;
 mod procaddr;
 mod va;
 
-use driver::{driver, ArrayRec, Ctx, Driver, Inner, Kind, PoolRec, VmmHandle};
+use driver::{driver, ArrayRec, Ctx, Driver, ExecRec, GraphRec, Inner, Kind, PoolRec, VmmHandle};
 use errors::*;
 use fgpu_sim_state::pool::{round_up, PoolModel};
 use std::ffi::{c_char, c_float, c_int, c_uchar, c_uint, c_ulonglong, c_void, CStr};
@@ -87,3 +87,4 @@ fn put_cstr(dst: *mut c_char, len: usize, s: &str) {
 include!("api_part1.rs");
 include!("api_part2.rs");
 include!("api_part3.rs");
+include!("api_graph.rs");

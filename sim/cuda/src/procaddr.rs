@@ -110,6 +110,18 @@ pub fn table() -> &'static [Entry] {
             "cuMemPoolSetAttribute": 11020 => cuMemPoolSetAttribute;
             "cuMemPoolGetAttribute": 11020 => cuMemPoolGetAttribute;
             "cuMemPoolTrimTo": 11020 => cuMemPoolTrimTo;
+            "cuGraphCreate": 10000 => cuGraphCreate;
+            "cuGraphDestroy": 10000 => cuGraphDestroy;
+            "cuGraphAddMemAllocNode": 11040 => cuGraphAddMemAllocNode;
+            "cuGraphAddMemFreeNode": 11040 => cuGraphAddMemFreeNode;
+            "cuGraphInstantiate": 10000 => cuGraphInstantiate, 11000 => cuGraphInstantiate_v2, 12000 => cuGraphInstantiateWithFlags;
+            "cuGraphInstantiateWithFlags": 11040 => cuGraphInstantiateWithFlags;
+            "cuGraphExecDestroy": 10000 => cuGraphExecDestroy;
+            "cuGraphLaunch": 10000 => cuGraphLaunch, 10000 ptds x => cuGraphLaunch_ptsz;
+            "cuGraphUpload": 11010 => cuGraphUpload, 11010 ptds x => cuGraphUpload_ptsz;
+            "cuDeviceGetGraphMemAttribute": 11040 => cuDeviceGetGraphMemAttribute;
+            "cuDeviceSetGraphMemAttribute": 11040 => cuDeviceSetGraphMemAttribute;
+            "cuDeviceGraphMemTrim": 11040 => cuDeviceGraphMemTrim;
             "cuMemAllocAsync": 11020 => cuMemAllocAsync, 11020 ptds x => cuMemAllocAsync_ptsz;
             "cuMemAllocFromPoolAsync": 11020 => cuMemAllocFromPoolAsync, 11020 ptds x => cuMemAllocFromPoolAsync_ptsz;
             "cuMemFreeAsync": 11020 => cuMemFreeAsync, 11020 ptds x => cuMemFreeAsync_ptsz;

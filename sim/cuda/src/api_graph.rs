@@ -1,0 +1,299 @@
+// CUDA graphs, as far as their memory goes: graph memory nodes (cuGraphAddMemAllocNode /
+// cuGraphAddMemFreeNode), instantiation, launch and upload, and the per-device pool graph
+// allocations come from (cuDeviceGetGraphMemAttribute, cuDeviceGraphMemTrim).
+//
+// As in the real driver, a graph allocation gets its address when the node is added and
+// its physical memory when the graph is uploaded or launched, from a per-device graph
+// pool that keeps what it reserved until cuDeviceGraphMemTrim. Kernels and other node
+// kinds are not simulated; a launch only moves memory.
+
+/// `CUDA_MEM_ALLOC_NODE_PARAMS_v1` (cuda.h): `CUmemPoolProps` (88 bytes), then the access
+/// descriptors, `bytesize` and the `dptr` the driver fills in.
+#[repr(C)]
+pub struct CudaMemAllocNodeParams {
+    pub alloc_type: c_int,
+    pub handle_types: c_int,
+    pub location_type: c_int,
+    pub location_id: c_int,
+    pub win32_security_attributes: *mut c_void,
+    pub max_size: usize,
+    pub usage: u16,
+    pub reserved: [u8; 54],
+    pub access_descs: *const c_void,
+    pub access_desc_count: usize,
+    pub bytesize: usize,
+    pub dptr: CUdeviceptr,
+}
+
+const _: () = {
+    assert!(std::mem::size_of::<CudaMemAllocNodeParams>() == 120);
+    assert!(std::mem::offset_of!(CudaMemAllocNodeParams, access_descs) == 88);
+    assert!(std::mem::offset_of!(CudaMemAllocNodeParams, bytesize) == 104);
+    assert!(std::mem::offset_of!(CudaMemAllocNodeParams, dptr) == 112);
+};
+
+const CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT: c_int = 0;
+const CU_GRAPH_MEM_ATTR_USED_MEM_HIGH: c_int = 1;
+const CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT: c_int = 2;
+const CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH: c_int = 3;
+/// Graph pools reserve physical memory in 2 MiB granules, as stream-ordered pools do.
+const GRAPH_GRANULE: u64 = 2 << 20;
+
+pub type CUgraph = usize;
+pub type CUgraphNode = usize;
+pub type CUgraphExec = usize;
+
+#[no_mangle]
+pub unsafe extern "C" fn cuGraphCreate(ph: *mut CUgraph, flags: c_uint) -> CUresult {
+    guard(|| {
+        let d = tri!(driver());
+        if ph.is_null() || flags != 0 {
+            return CUDA_ERROR_INVALID_VALUE;
+        }
+        let mut g = d.lock();
+        let h = g.new_handle();
+        g.graphs.insert(h, GraphRec::default());
+        put(ph, h);
+        CUDA_SUCCESS
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuGraphDestroy(graph: CUgraph) -> CUresult {
+    guard(|| {
+        let d = tri!(driver());
+        let mut g = d.lock();
+        if g.graphs.remove(&graph).is_none() {
+            return CUDA_ERROR_INVALID_VALUE;
+        }
+        CUDA_SUCCESS
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuGraphAddMemAllocNode(
+    ph: *mut CUgraphNode,
+    graph: CUgraph,
+    _deps: *const CUgraphNode,
+    _num_deps: usize,
+    params: *mut CudaMemAllocNodeParams,
+) -> CUresult {
+    guard(|| {
+        let d = tri!(driver());
+        if ph.is_null() || params.is_null() {
+            return CUDA_ERROR_INVALID_VALUE;
+        }
+        // SAFETY: non-NULL, and the API contract makes it a CUDA_MEM_ALLOC_NODE_PARAMS.
+        let p = unsafe { &mut *params };
+        if p.bytesize == 0 || p.location_type as u32 != CU_MEM_LOCATION_TYPE_DEVICE {
+            return CUDA_ERROR_INVALID_VALUE;
+        }
+        tri!(d.check_dev(p.location_id));
+        let mut g = d.lock();
+        if !g.graphs.contains_key(&graph) {
+            return CUDA_ERROR_INVALID_VALUE;
+        }
+        let bytes = round_up(p.bytesize as u64, GRAPH_GRANULE);
+        let Some(address) = g.va.alloc(bytes, GRAPH_GRANULE) else { return CUDA_ERROR_OUT_OF_MEMORY };
+        let node = g.new_handle();
+        g.graphs.get_mut(&graph).expect("checked above").allocs.push((address, bytes));
+        p.dptr = address;
+        put(ph, node);
+        CUDA_SUCCESS
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuGraphAddMemFreeNode(
+    ph: *mut CUgraphNode,
+    graph: CUgraph,
+    _deps: *const CUgraphNode,
+    _num_deps: usize,
+    dptr: CUdeviceptr,
+) -> CUresult {
+    guard(|| {
+        let d = tri!(driver());
+        if ph.is_null() {
+            return CUDA_ERROR_INVALID_VALUE;
+        }
+        let mut g = d.lock();
+        let node = g.new_handle();
+        let Some(rec) = g.graphs.get_mut(&graph) else { return CUDA_ERROR_INVALID_VALUE };
+        if !rec.allocs.iter().any(|(a, _)| *a == dptr) || rec.frees.contains(&dptr) {
+            return CUDA_ERROR_INVALID_VALUE;
+        }
+        rec.frees.push(dptr);
+        put(ph, node);
+        CUDA_SUCCESS
+    })
+}
+
+fn instantiate(ph: *mut CUgraphExec, graph: CUgraph) -> CUresult {
+    let d = tri!(driver());
+    if ph.is_null() {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    let mut g = d.lock();
+    let (_, dev) = tri!(g.current(d));
+    let Some(rec) = g.graphs.get(&graph).cloned() else { return CUDA_ERROR_INVALID_VALUE };
+    let h = g.new_handle();
+    g.execs.insert(h, ExecRec { dev, graph: rec, live: 0 });
+    put(ph, h);
+    CUDA_SUCCESS
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuGraphInstantiate(
+    ph: *mut CUgraphExec,
+    graph: CUgraph,
+    _error_node: *mut CUgraphNode,
+    _log: *mut c_char,
+    _log_size: usize,
+) -> CUresult {
+    guard(|| instantiate(ph, graph))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuGraphInstantiate_v2(
+    ph: *mut CUgraphExec,
+    graph: CUgraph,
+    _error_node: *mut CUgraphNode,
+    _log: *mut c_char,
+    _log_size: usize,
+) -> CUresult {
+    variant(40);
+    guard(|| instantiate(ph, graph))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuGraphInstantiateWithFlags(ph: *mut CUgraphExec, graph: CUgraph, _flags: c_ulonglong) -> CUresult {
+    variant(41);
+    guard(|| instantiate(ph, graph))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuGraphExecDestroy(exec: CUgraphExec) -> CUresult {
+    guard(|| {
+        let d = tri!(driver());
+        let mut g = d.lock();
+        let Some(rec) = g.execs.remove(&exec) else { return CUDA_ERROR_INVALID_VALUE };
+        // Allocations a launch left live go back to the graph pool (which keeps them
+        // reserved until a trim).
+        let pool = &mut g.graph_pools[rec.dev];
+        pool.used = pool.used.saturating_sub(rec.live);
+        CUDA_SUCCESS
+    })
+}
+
+/// Grows the device's graph pool so that `more` bytes beyond what is in use fit.
+fn graph_pool_cover(g: &mut Inner, d: &Driver, dev: usize, more: u64) -> Result<(), CUresult> {
+    let pool = &mut g.graph_pools[dev];
+    let need = pool.used + more;
+    if need > pool.reserved {
+        if !d.take(dev, need - pool.reserved) {
+            return Err(CUDA_ERROR_OUT_OF_MEMORY);
+        }
+        pool.reserved = need;
+        pool.reserved_high = pool.reserved_high.max(need);
+    }
+    Ok(())
+}
+
+fn graph_launch(exec: CUgraphExec, s: CUstream, upload_only: bool) -> CUresult {
+    let d = tri!(driver());
+    let mut g = d.lock();
+    tri!(stream_ctx(&mut g, d, s));
+    let Some(rec) = g.execs.get(&exec) else { return CUDA_ERROR_INVALID_VALUE };
+    if rec.live > 0 && !upload_only {
+        // Its allocations from the last launch were never freed.
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    let dev = rec.dev;
+    let total: u64 = rec.graph.allocs.iter().map(|(_, b)| b).sum();
+    let freed: u64 = rec.graph.allocs.iter().filter(|(a, _)| rec.graph.frees.contains(a)).map(|(_, b)| b).sum();
+    tri!(graph_pool_cover(&mut g, d, dev, total));
+    if upload_only {
+        return CUDA_SUCCESS;
+    }
+    let pool = &mut g.graph_pools[dev];
+    pool.used_high = pool.used_high.max(pool.used + total);
+    pool.used += total - freed;
+    g.execs.get_mut(&exec).expect("looked up above").live = total - freed;
+    CUDA_SUCCESS
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuGraphLaunch(exec: CUgraphExec, s: CUstream) -> CUresult {
+    guard(|| graph_launch(exec, s, false))
+}
+#[no_mangle]
+pub unsafe extern "C" fn cuGraphLaunch_ptsz(exec: CUgraphExec, s: CUstream) -> CUresult {
+    variant(42);
+    guard(|| graph_launch(exec, s, false))
+}
+#[no_mangle]
+pub unsafe extern "C" fn cuGraphUpload(exec: CUgraphExec, s: CUstream) -> CUresult {
+    variant(43);
+    guard(|| graph_launch(exec, s, true))
+}
+#[no_mangle]
+pub unsafe extern "C" fn cuGraphUpload_ptsz(exec: CUgraphExec, s: CUstream) -> CUresult {
+    variant(44);
+    guard(|| graph_launch(exec, s, true))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuDeviceGetGraphMemAttribute(dev: CUdevice, attr: c_int, value: *mut c_void) -> CUresult {
+    guard(|| {
+        let d = tri!(driver());
+        let dev = tri!(d.check_dev(dev));
+        if value.is_null() {
+            return CUDA_ERROR_INVALID_VALUE;
+        }
+        let g = d.lock();
+        let pool = g.graph_pools[dev];
+        let v = match attr {
+            CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT => pool.used,
+            CU_GRAPH_MEM_ATTR_USED_MEM_HIGH => pool.used_high,
+            CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT => pool.reserved,
+            CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH => pool.reserved_high,
+            _ => return CUDA_ERROR_INVALID_VALUE,
+        };
+        put(value as *mut u64, v);
+        CUDA_SUCCESS
+    })
+}
+
+/// Only the high watermarks can be set, and only to 0 (which resets them to the current value).
+#[no_mangle]
+pub unsafe extern "C" fn cuDeviceSetGraphMemAttribute(dev: CUdevice, attr: c_int, value: *mut c_void) -> CUresult {
+    guard(|| {
+        let d = tri!(driver());
+        let dev = tri!(d.check_dev(dev));
+        if value.is_null() || get::<u64>(value) != 0 {
+            return CUDA_ERROR_INVALID_VALUE;
+        }
+        let mut g = d.lock();
+        let pool = &mut g.graph_pools[dev];
+        match attr {
+            CU_GRAPH_MEM_ATTR_USED_MEM_HIGH => pool.used_high = pool.used,
+            CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH => pool.reserved_high = pool.reserved,
+            _ => return CUDA_ERROR_INVALID_VALUE,
+        }
+        CUDA_SUCCESS
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuDeviceGraphMemTrim(dev: CUdevice) -> CUresult {
+    guard(|| {
+        let d = tri!(driver());
+        let dev = tri!(d.check_dev(dev));
+        let mut g = d.lock();
+        let pool = &mut g.graph_pools[dev];
+        let spare = pool.reserved - pool.used;
+        pool.reserved = pool.used;
+        d.give(dev, spare);
+        CUDA_SUCCESS
+    })
+}
