@@ -21,3 +21,17 @@ fn cuda_bindings_sees_the_cap_and_is_refused_past_it() {
     let bare: serde_json::Value = serde_json::from_str(bare.stdout().trim()).unwrap();
     assert_eq!(bare["device_total"], 80 * GIB, "without the shim the whole simulated GPU");
 }
+
+#[test]
+fn cuda_bindings_graph_memory_is_counted_until_trimmed() {
+    let Some(python) = python_with("cuda.bindings") else { return };
+    let env = Env::new("cuda-bindings-graph");
+    let script = workspace().join("tests/python/cuda_bindings_graph.py");
+    let run = env.command(&python).arg(&script).arg("1024").shim().limit("4G").success();
+    let out: serde_json::Value = serde_json::from_str(run.stdout().trim()).unwrap_or_else(|e| panic!("{e}\n{run}"));
+    assert_eq!(out["launch"], 0, "{run}");
+    assert_eq!(out["graph_reserved"], GIB, "{run}");
+    assert_eq!(out["free_after_launch"], 4 * GIB - 300 * MIB - GIB, "the graph pool's memory is the container's\n{run}");
+    assert_eq!(out["trim"], 0, "{run}");
+    assert_eq!(out["free_after_trim"], 4 * GIB - 300 * MIB, "trimmed memory is back\n{run}");
+}
