@@ -124,6 +124,11 @@ symbols! {
         Cuda cuMipmappedArrayCreate => array::cuMipmappedArrayCreate;
         Cuda cuArrayDestroy => array::cuArrayDestroy;
         Cuda cuMipmappedArrayDestroy => array::cuMipmappedArrayDestroy;
+        Cuda cuGraphInstantiate => graph::cuGraphInstantiate;
+        Cuda cuGraphInstantiate_v2 => graph::cuGraphInstantiate_v2;
+        Cuda cuGraphInstantiateWithFlags => graph::cuGraphInstantiateWithFlags;
+        Cuda cuGraphInstantiateWithParams => graph::cuGraphInstantiateWithParams;
+        Cuda cuGraphInstantiateWithParams_ptsz => graph::cuGraphInstantiateWithParams_ptsz;
         Cuda cuGraphLaunch => graph::cuGraphLaunch;
         Cuda cuGraphLaunch_ptsz => graph::cuGraphLaunch_ptsz;
         Cuda cuGraphUpload => graph::cuGraphUpload;
@@ -160,6 +165,9 @@ symbols! {
         Cuda cuArrayGetMemoryRequirements;
         Cuda cuMipmappedArrayGetMemoryRequirements;
         Cuda cuDeviceGetGraphMemAttribute;
+        Cuda cuGraphGetNodes;
+        Cuda cuGraphNodeGetType;
+        Cuda cuGraphMemAllocNodeGetParams;
         Nvml nvmlInit_v2;
         Nvml nvmlDeviceGetHandleByUUID;
         Nvml nvmlDeviceGetUUID;

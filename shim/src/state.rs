@@ -159,8 +159,9 @@ pub struct Active {
     pub any_pool: AtomicBool,
     pub vmm: Mutex<crate::hooks::vmm::Handles>,
     pub arrays: Mutex<HashMap<usize, Alloc>>,
-    /// Graph memory counted per device: the driver's graph pool reserve (`hooks/graph.rs`).
-    pub graph_memory: Mutex<HashMap<CUdevice, u64>>,
+    /// Graph memory: what each device's graph pool is counted at, and what each
+    /// instantiated graph needs (`hooks/graph.rs`).
+    pub graphs: Mutex<crate::hooks::graph::GraphBook>,
     pub any_graph_memory: AtomicBool,
     last_forced_scan: AtomicU64,
     /// This process's host PID, if it can know it (see `fgpu_core::pidns`).
@@ -184,7 +185,7 @@ impl Active {
             any_pool: AtomicBool::new(false),
             vmm: Mutex::new(Default::default()),
             arrays: Mutex::new(HashMap::new()),
-            graph_memory: Mutex::new(HashMap::new()),
+            graphs: Mutex::new(Default::default()),
             any_graph_memory: AtomicBool::new(false),
             last_forced_scan: AtomicU64::new(0),
             host_pid: OnceLock::new(),

@@ -53,6 +53,7 @@ typedef void *CUgraphExec;
 typedef struct {
     CUmemPoolProps poolProps; const CUmemAccessDesc *accessDescs; size_t accessDescCount; size_t bytesize; CUdeviceptr dptr;
 } CUDA_MEM_ALLOC_NODE_PARAMS;
+typedef struct { unsigned long long flags; CUstream hUploadStream; CUgraphNode hErrNode_out; int result_out; } CUDA_GRAPH_INSTANTIATE_PARAMS;
 
 #define FNS(X) \
     X(cuInit, "cuInit", CUresult, (unsigned)) \
@@ -94,6 +95,7 @@ typedef struct {
     X(cuGraphAddMemAllocNode, "cuGraphAddMemAllocNode", CUresult, (CUgraphNode *, CUgraph, const CUgraphNode *, size_t, CUDA_MEM_ALLOC_NODE_PARAMS *)) \
     X(cuGraphAddMemFreeNode, "cuGraphAddMemFreeNode", CUresult, (CUgraphNode *, CUgraph, const CUgraphNode *, size_t, CUdeviceptr)) \
     X(cuGraphInstantiateWithFlags, "cuGraphInstantiateWithFlags", CUresult, (CUgraphExec *, CUgraph, unsigned long long)) \
+    X(cuGraphInstantiateWithParams, "cuGraphInstantiateWithParams", CUresult, (CUgraphExec *, CUgraph, CUDA_GRAPH_INSTANTIATE_PARAMS *)) \
     X(cuGraphLaunch, "cuGraphLaunch", CUresult, (CUgraphExec, CUstream)) \
     X(cuGraphUpload, "cuGraphUpload", CUresult, (CUgraphExec, CUstream)) \
     X(cuGraphExecDestroy, "cuGraphExecDestroy", CUresult, (CUgraphExec)) \
@@ -228,16 +230,20 @@ int main(int argc, char **argv) {
         else if (!strcmp(op, "arraydestroy")) { rc = narrays ? CALL(cuArrayDestroy)(arrays[--narrays]) : 1; printf("arraydestroy rc=%d\n", rc); }
         else if (!strcmp(op, "mipmap")) { CUDA_ARRAY3D_DESCRIPTOR d = { parse_size(argv[i + 1]), parse_size(argv[i + 2]), 0, 0x20, 1, 0 }; unsigned levels = atoi(argv[i + 3]); i += 3; CUarray a; rc = CALL(cuMipmappedArrayCreate)(&a, &d, levels); if (!rc) mipmaps[nmipmaps++] = a; printf("mipmap rc=%d\n", rc); }
         else if (!strcmp(op, "mipmapdestroy")) { rc = nmipmaps ? CALL(cuMipmappedArrayDestroy)(mipmaps[--nmipmaps]) : 1; printf("mipmapdestroy rc=%d\n", rc); }
-        else if (!strcmp(op, "graph") || !strcmp(op, "graphkeep")) {
-            /* a graph with one memory allocation node (and, for "graph", the node that frees
-             * it), instantiated; "launch"/"upload" run the newest one */
+        else if (!strcmp(op, "graph") || !strcmp(op, "graphkeep") || !strcmp(op, "graphup")) {
+            /* a graph with one memory allocation node (and, except for "graphkeep", the node
+             * that frees it), instantiated ("graphup": with CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD,
+             * which takes the memory at once); "launch"/"upload" run the newest one */
             size_t n = parse_size(argv[++i]); CUgraph g = NULL; CUgraphNode a = NULL, f = NULL;
             CUDA_MEM_ALLOC_NODE_PARAMS params; memset(&params, 0, sizeof params);
             params.poolProps.allocType = 1; params.poolProps.location.type = 1; params.poolProps.location.id = dev; params.bytesize = n;
             rc = CALL(cuGraphCreate)(&g, 0);
             if (!rc) rc = CALL(cuGraphAddMemAllocNode)(&a, g, NULL, 0, &params);
-            if (!rc && !strcmp(op, "graph")) rc = CALL(cuGraphAddMemFreeNode)(&f, g, &a, 1, params.dptr);
-            if (!rc) rc = CALL(cuGraphInstantiateWithFlags)(&execs[nexecs], g, 0);
+            if (!rc && strcmp(op, "graphkeep")) rc = CALL(cuGraphAddMemFreeNode)(&f, g, &a, 1, params.dptr);
+            if (!rc && !strcmp(op, "graphup")) {
+                CUDA_GRAPH_INSTANTIATE_PARAMS ip; memset(&ip, 0, sizeof ip); ip.flags = 2;
+                rc = CALL(cuGraphInstantiateWithParams)(&execs[nexecs], g, &ip);
+            } else if (!rc) rc = CALL(cuGraphInstantiateWithFlags)(&execs[nexecs], g, 0);
             if (!rc) nexecs++;
             printf("%s %zu rc=%d\n", op, n, rc);
         }

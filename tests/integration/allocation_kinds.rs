@@ -91,14 +91,20 @@ fn graph_memory_counts_what_the_graph_pool_keeps() {
     // until the graph is gone.
     counted("graph-kept-trimmed", &["graphkeep", "500M", "launch", "graphtrim"]);
     returned("graph-kept-destroyed", &["graphkeep", "500M", "launch", "execdestroy", "graphtrim"]);
-    // NVML and cuMemGetInfo see it as the container's; a launch past the cap is counted,
-    // says so once, and holds every later allocation back.
+    // Instantiated with CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD, a graph takes its memory at once.
+    counted("graph-instantiated-uploaded", &["graphup", "500M"]);
+    returned("graph-instantiated-uploaded-trimmed", &["graphup", "500M", "graphtrim"]);
+    // A launch (or upload) that would pass the cap is refused before the driver is asked,
+    // and nothing of it stays counted; what still fits is not refused.
     let env = Env::new("graph-over");
-    let run = env.client(&["init", "primary", "alloc", "600M", "graph", "300M", "launch", "info", "alloc", "2M"]).shim().limit("1G").success();
-    assert_eq!(run.field("launch", "rc"), "0", "{run}");
-    assert_eq!(run.field("info", "free"), "0", "{run}");
-    assert_eq!(last_alloc_rc(&run), 2, "{run}");
-    assert!(run.stderr().contains("cuGraphLaunch took 300 MiB of graph memory"), "{run}");
+    let ops = ["init", "primary", "alloc", "600M", "graph", "300M", "upload", "launch", "graphup", "300M", "info", "alloc", "120M"];
+    let run = env.client(&ops).shim().limit("1G").success();
+    assert_eq!((run.field("upload", "rc"), run.field("launch", "rc"), run.field("graphup", "rc")), ("2".into(), "2".into(), "2".into()), "{run}");
+    assert_eq!(run.field("info", "free"), (GIB - 900 * MIB).to_string(), "{run}");
+    assert_eq!(last_alloc_rc(&run), 0, "{run}");
+    assert!(run.stderr().contains("cuGraphUpload of 300 MiB refused"), "one line says why\n{run}");
+    let bare = env.client(&ops).success();
+    assert_eq!(bare.field("launch", "rc"), "0", "without the shim the launch succeeds\n{bare}");
     // Per-thread-default-stream launches go through the same hook.
     let env = Env::new("graph-ptds");
     let run = env.client(&["--ptds", "init", "primary", "graph", "500M", "launch", "alloc", "300M"]).shim().limit("1G").success();

@@ -34,4 +34,10 @@ fn cuda_bindings_graph_memory_is_counted_until_trimmed() {
     assert_eq!(out["free_after_launch"], 4 * GIB - 300 * MIB - GIB, "the graph pool's memory is the container's\n{run}");
     assert_eq!(out["trim"], 0, "{run}");
     assert_eq!(out["free_after_trim"], 4 * GIB - 300 * MIB, "trimmed memory is back\n{run}");
+    // A graph whose memory would pass the cap is refused before the driver takes any.
+    let run = env.command(&python).arg(&script).arg("3900").shim().limit("4G").success();
+    let out: serde_json::Value = serde_json::from_str(run.stdout().trim()).unwrap_or_else(|e| panic!("{e}\n{run}"));
+    assert_eq!(out["launch"], 2, "CUDA_ERROR_OUT_OF_MEMORY\n{run}");
+    assert_eq!(out["graph_reserved"], 0, "{run}");
+    assert_eq!(out["free_after_launch"], 4 * GIB - 300 * MIB, "{run}");
 }

@@ -15,6 +15,8 @@ pub type CUarray = *mut c_void;
 pub type CUmipmappedArray = *mut c_void;
 pub type CUmemGenericAllocationHandle = u64;
 pub type CUgraphExec = *mut c_void;
+pub type CUgraph = *mut c_void;
+pub type CUgraphNode = *mut c_void;
 
 pub const CUDA_SUCCESS: CUresult = 0;
 pub const CUDA_ERROR_INVALID_VALUE: CUresult = 1;
@@ -29,8 +31,13 @@ pub const CU_MEM_LOCATION_TYPE_DEVICE: u32 = 1;
 pub const CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT: u32 = 5;
 pub const CU_MEMPOOL_ATTR_USED_MEM_CURRENT: u32 = 7;
 
-/// `CUgraphMem_attribute::CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT`.
+/// `CUgraphMem_attribute` values.
+pub const CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT: u32 = 0;
 pub const CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT: u32 = 2;
+/// `CUgraphNodeType::CU_GRAPH_NODE_TYPE_MEM_ALLOC`.
+pub const CU_GRAPH_NODE_TYPE_MEM_ALLOC: u32 = 10;
+/// `CUgraphInstantiate_flags::CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD`.
+pub const CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD: u64 = 2;
 
 /// `CUdriverProcAddress_flags`.
 pub const CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM: u64 = 1 << 1;
@@ -139,4 +146,54 @@ const _: () = {
     assert!(size_of::<CudaArray3dDescriptor>() == 40);
     assert!(size_of::<CudaArray3dDescriptorV1>() == 24);
     assert!(size_of::<CudaArrayMemoryRequirements>() == 32);
+};
+
+/// `CUmemPoolProps` (cuda.h, 12.x layout: 88 bytes).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct CUmemPoolProps {
+    pub alloc_type: u32,
+    pub handle_types: u32,
+    pub location_type: u32,
+    pub location_id: i32,
+    pub win32_security_attributes: *mut c_void,
+    pub max_size: usize,
+    pub usage: u16,
+    pub reserved: [u8; 54],
+}
+
+/// `CUDA_MEM_ALLOC_NODE_PARAMS` (`_v1`; `_v2` is the same struct).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct CudaMemAllocNodeParams {
+    pub pool_props: CUmemPoolProps,
+    pub access_descs: *const c_void,
+    pub access_desc_count: usize,
+    pub bytesize: usize,
+    pub dptr: CUdeviceptr,
+}
+
+impl Default for CudaMemAllocNodeParams {
+    fn default() -> Self {
+        // SAFETY: a plain C struct of integers and pointers, for which all-zero is valid.
+        unsafe { std::mem::zeroed() }
+    }
+}
+
+/// `CUDA_GRAPH_INSTANTIATE_PARAMS` (12.0+).
+#[repr(C)]
+pub struct CudaGraphInstantiateParams {
+    pub flags: u64,
+    pub upload_stream: CUstream,
+    pub error_node_out: CUgraphNode,
+    pub result_out: i32,
+}
+
+const _: () = {
+    assert!(std::mem::size_of::<CUmemPoolProps>() == 88);
+    assert!(std::mem::size_of::<CudaMemAllocNodeParams>() == 120);
+    assert!(std::mem::offset_of!(CudaMemAllocNodeParams, bytesize) == 104);
+    assert!(std::mem::offset_of!(CudaMemAllocNodeParams, dptr) == 112);
+    assert!(std::mem::size_of::<CudaGraphInstantiateParams>() == 32);
+    assert!(std::mem::offset_of!(CudaGraphInstantiateParams, result_out) == 24);
 };

@@ -2,12 +2,19 @@
 //! (`cuGraphAddMemAllocNode`, or `cuMemAllocAsync` captured into a graph).
 //!
 //! The driver takes it when a graph is uploaded or launched, from a per-device graph pool
-//! that keeps it until `cuDeviceGraphMemTrim`. No call names the amount beforehand, so fgpu
-//! counts it after the fact: after every launch and upload, trim, graph-exec destruction and
-//! synchronisation it settles the device's count to the pool's
-//! `CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT`. What a launch takes therefore shows in every
-//! "used" figure and holds later allocations to the cap at once; the launch itself is not
-//! refused (one launch may pass the cap by its own graph memory, and says so on stderr).
+//! that keeps it until `cuDeviceGraphMemTrim`. fgpu counts that pool:
+//!
+//! * at instantiation it reads the graph's allocation nodes (`cuGraphGetNodes`,
+//!   `cuGraphMemAllocNodeGetParams`) and remembers what the graph needs per device;
+//! * before a launch or upload it reserves what the pool may have to grow by (the graph's
+//!   needs minus the pool's unused reserve, in 2 MiB granules), so a graph that would pass
+//!   the cap is refused with `CUDA_ERROR_OUT_OF_MEMORY` before the driver is asked;
+//! * after it, and after trims, graph-exec destruction and synchronisation, it settles the
+//!   device's count to the pool's `CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT`.
+//!
+//! A graph fgpu did not see instantiated (or whose nodes it cannot read) is counted after
+//! the fact: its launch is not refused, its memory is counted once the call returns, and a
+//! warning says so if that passes the cap.
 
 use crate::abi::cuda::*;
 use crate::state::{self, Active, Mode};
@@ -15,38 +22,85 @@ use fgpu_core::limit::format_bytes;
 use fgpu_core::log::{self, Level, RateLimit};
 use fgpu_core::log_at;
 use fgpu_core::uuid::format_gpu_uuid;
-use std::ffi::c_void;
+use std::collections::HashMap;
+use std::ffi::{c_char, c_void};
+use std::ptr::null_mut;
 use std::sync::atomic::Ordering;
 
-fn reserved_graph_memory(ordinal: CUdevice) -> Option<u64> {
+const GRAPH_GRANULE: u64 = 2 << 20;
+
+/// What fgpu knows of graph memory in this process.
+#[derive(Default)]
+pub struct GraphBook {
+    /// Device -> bytes counted for its graph pool.
+    counted: HashMap<CUdevice, u64>,
+    /// Instantiated graph -> what its allocation nodes need, per device.
+    execs: HashMap<usize, Vec<(CUdevice, u64)>>,
+}
+
+fn graph_attribute(ordinal: CUdevice, attribute: u32) -> Option<u64> {
     let mut value: u64 = 0;
     let rc = crate::call_real!(
         cuDeviceGetGraphMemAttribute: fn(CUdevice, u32, *mut c_void) -> CUresult,
-        ordinal, CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT, (&mut value as *mut u64).cast()
+        ordinal, attribute, (&mut value as *mut u64).cast()
     )?;
     (rc == CUDA_SUCCESS).then_some(value)
 }
 
-/// Brings the count of `ordinal`'s graph pool to what the driver reserves for it.
-fn settle_device(active: &Active, ordinal: CUdevice, call: &str) {
-    let Some(dev) = active.known_device(ordinal) else { return };
-    let mut counted = active.graph_memory.lock();
-    let Some(reserved) = reserved_graph_memory(ordinal) else { return };
-    let before = counted.get(&ordinal).copied().unwrap_or(0);
-    if reserved == before {
-        return;
+/// The memory a graph's allocation nodes take, per device, in pool granules. `None` when
+/// the driver cannot tell (the graph is then counted after the fact).
+fn graph_needs(graph: CUgraph) -> Option<Vec<(CUdevice, u64)>> {
+    let mut count: usize = 0;
+    let rc = crate::call_real!(cuGraphGetNodes: fn(CUgraph, *mut CUgraphNode, *mut usize) -> CUresult, graph, null_mut(), &mut count)?;
+    if rc != CUDA_SUCCESS {
+        return None;
     }
+    let mut nodes: Vec<CUgraphNode> = vec![null_mut(); count];
+    let rc = crate::call_real!(cuGraphGetNodes: fn(CUgraph, *mut CUgraphNode, *mut usize) -> CUresult, graph, nodes.as_mut_ptr(), &mut count)?;
+    if rc != CUDA_SUCCESS {
+        return None;
+    }
+    nodes.truncate(count);
+    let mut needs: Vec<(CUdevice, u64)> = Vec::new();
+    for node in nodes {
+        let mut kind: u32 = 0;
+        let rc = crate::call_real!(cuGraphNodeGetType: fn(CUgraphNode, *mut u32) -> CUresult, node, &mut kind)?;
+        if rc != CUDA_SUCCESS || kind != CU_GRAPH_NODE_TYPE_MEM_ALLOC {
+            continue;
+        }
+        let mut params = CudaMemAllocNodeParams::default();
+        let rc = crate::call_real!(cuGraphMemAllocNodeGetParams: fn(CUgraphNode, *mut CudaMemAllocNodeParams) -> CUresult, node, &mut params)?;
+        if rc != CUDA_SUCCESS || params.pool_props.location_type != CU_MEM_LOCATION_TYPE_DEVICE {
+            continue;
+        }
+        let bytes = (params.bytesize as u64).next_multiple_of(GRAPH_GRANULE);
+        match needs.iter_mut().find(|(d, _)| *d == params.pool_props.location_id) {
+            Some((_, total)) => *total += bytes,
+            None => needs.push((params.pool_props.location_id, bytes)),
+        }
+    }
+    Some(needs)
+}
+
+/// Brings the count of `ordinal`'s graph pool to what the driver reserves for it, from
+/// `before` (what is counted now, reservations for the call included).
+fn settle_locked(active: &Active, book: &mut GraphBook, ordinal: CUdevice, before: u64, call: &str) {
+    let Some(dev) = active.known_device(ordinal) else { return };
+    let reserved = graph_attribute(ordinal, CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT).unwrap_or(before);
+    let counted = book.counted.get(&ordinal).copied().unwrap_or(0);
     active.settle(dev, before, reserved);
-    counted.insert(ordinal, reserved);
-    active.any_graph_memory.store(true, Ordering::Release);
+    book.counted.insert(ordinal, reserved);
+    if reserved > 0 {
+        active.any_graph_memory.store(true, Ordering::Release);
+    }
     let held = active.container_used(dev);
-    if reserved > before && held > dev.limit {
+    if reserved > before && reserved > counted && held > dev.limit {
         static LIMIT: RateLimit = RateLimit::new(1_000_000_000);
         if LIMIT.check(log::monotonic_ns()).is_some() {
             log_at!(
                 Level::Warn,
-                "{call} took {} of graph memory on {}: the container now holds {} of its {} cap; allocations are refused until graph memory is trimmed (cuDeviceGraphMemTrim) or freed",
-                format_bytes(reserved - before),
+                "{call} took {} of graph memory on {} that fgpu could not reserve beforehand: the container now holds {} of its {} cap; allocations are refused until graph memory is trimmed (cuDeviceGraphMemTrim)",
+                format_bytes(reserved - counted),
                 format_gpu_uuid(&dev.uuid),
                 format_bytes(held),
                 format_bytes(dev.limit)
@@ -60,21 +114,145 @@ pub fn refresh_graph_memory(active: &Active) {
     if !active.any_graph_memory.load(Ordering::Acquire) {
         return;
     }
-    let ordinals: Vec<CUdevice> = active.graph_memory.lock().keys().copied().collect();
+    let mut book = active.graphs.lock();
+    let ordinals: Vec<CUdevice> = book.counted.keys().copied().collect();
     for ordinal in ordinals {
-        settle_device(active, ordinal, "synchronisation");
+        let before = book.counted.get(&ordinal).copied().unwrap_or(0);
+        settle_locked(active, &mut book, ordinal, before, "synchronisation");
     }
 }
 
-/// A launch or upload: the current device's graph pool may have grown.
-fn after_launch(call: &str, real: impl FnOnce() -> CUresult) -> CUresult {
-    let rc = real();
-    if let Mode::On(active) = state::mode() {
+/// Runs a call that makes the driver take graph memory for `needs` (an upload or launch):
+/// reserves the growth of each device's graph pool first, refuses if it does not fit, and
+/// settles every pool to what the driver reserved afterwards. With `needs` unknown the
+/// current device is settled after the call.
+fn taking_graph_memory(active: &Active, call: &str, needs: Option<&[(CUdevice, u64)]>, real: impl FnOnce() -> CUresult) -> CUresult {
+    let mut book = active.graphs.lock();
+    let Some(needs) = needs else {
+        let rc = real();
         if let Ok(dev) = active.current_device() {
-            settle_device(active, dev.ordinal, call);
+            let before = book.counted.get(&dev.ordinal).copied().unwrap_or(0);
+            settle_locked(active, &mut book, dev.ordinal, before, call);
         }
+        return rc;
+    };
+    let mut taken: Vec<(CUdevice, u64)> = Vec::with_capacity(needs.len());
+    for &(ordinal, bytes) in needs {
+        let dev = match active.device(ordinal) {
+            Ok(dev) => dev,
+            Err(_) => continue,
+        };
+        let reserved = graph_attribute(ordinal, CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT).unwrap_or(0);
+        let used = graph_attribute(ordinal, CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT).unwrap_or(0);
+        let growth = bytes.saturating_sub(reserved.saturating_sub(used)).next_multiple_of(GRAPH_GRANULE);
+        if growth > 0 {
+            if let Err(rc) = active.reserve(dev, growth, call) {
+                for &(ordinal, growth) in &taken {
+                    if let Some(dev) = active.known_device(ordinal) {
+                        active.release(dev, growth);
+                    }
+                }
+                return rc;
+            }
+        }
+        taken.push((ordinal, growth));
+    }
+    let rc = real();
+    for (ordinal, growth) in taken {
+        let before = book.counted.get(&ordinal).copied().unwrap_or(0) + growth;
+        settle_locked(active, &mut book, ordinal, before, call);
     }
     rc
+}
+
+/// A launch or upload of `exec`.
+fn launch(call: &str, exec: CUgraphExec, real: impl FnOnce() -> CUresult) -> CUresult {
+    let Mode::On(active) = state::mode() else { return real() };
+    let needs = active.graphs.lock().execs.get(&(exec as usize)).cloned();
+    if matches!(&needs, Some(needs) if needs.is_empty()) {
+        return real(); // no memory nodes
+    }
+    taking_graph_memory(active, call, needs.as_deref(), real)
+}
+
+/// An instantiation: remembers what the new exec needs; with `upload` (the
+/// `CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD` of `cuGraphInstantiateWithParams`) it also takes
+/// the memory now, as a launch does.
+fn instantiate(call: &str, exec_out: *mut CUgraphExec, graph: CUgraph, upload: bool, real: impl FnOnce() -> CUresult) -> CUresult {
+    let Mode::On(active) = state::mode() else { return real() };
+    let needs = graph_needs(graph);
+    let rc = if upload && needs.as_ref().is_some_and(|n| !n.is_empty()) {
+        taking_graph_memory(active, call, needs.as_deref(), real)
+    } else {
+        real()
+    };
+    if rc == CUDA_SUCCESS && !exec_out.is_null() {
+        // SAFETY: on success the driver wrote the new exec through the caller's pointer.
+        let exec = unsafe { *exec_out } as usize;
+        let mut book = active.graphs.lock();
+        match needs {
+            Some(needs) => book.execs.insert(exec, needs),
+            None => book.execs.remove(&exec),
+        };
+    }
+    rc
+}
+
+/// # Safety
+/// `cuGraphInstantiate` (CUDA 10-11 signature) contract.
+#[no_mangle]
+pub unsafe extern "C" fn cuGraphInstantiate(exec: *mut CUgraphExec, graph: CUgraph, error_node: *mut CUgraphNode, log: *mut c_char, log_size: usize) -> CUresult {
+    let real = || {
+        crate::call_real!(cuGraphInstantiate: fn(*mut CUgraphExec, CUgraph, *mut CUgraphNode, *mut c_char, usize) -> CUresult, exec, graph, error_node, log, log_size)
+            .unwrap_or(CUDA_ERROR_NOT_FOUND)
+    };
+    super::guard(CUDA_ERROR_INVALID_VALUE, || instantiate("cuGraphInstantiate", exec, graph, false, real))
+}
+
+/// # Safety
+/// `cuGraphInstantiate_v2` contract.
+#[no_mangle]
+pub unsafe extern "C" fn cuGraphInstantiate_v2(exec: *mut CUgraphExec, graph: CUgraph, error_node: *mut CUgraphNode, log: *mut c_char, log_size: usize) -> CUresult {
+    let real = || {
+        crate::call_real!(cuGraphInstantiate_v2: fn(*mut CUgraphExec, CUgraph, *mut CUgraphNode, *mut c_char, usize) -> CUresult, exec, graph, error_node, log, log_size)
+            .unwrap_or(CUDA_ERROR_NOT_FOUND)
+    };
+    super::guard(CUDA_ERROR_INVALID_VALUE, || instantiate("cuGraphInstantiate", exec, graph, false, real))
+}
+
+/// # Safety
+/// `cuGraphInstantiateWithFlags` contract.
+#[no_mangle]
+pub unsafe extern "C" fn cuGraphInstantiateWithFlags(exec: *mut CUgraphExec, graph: CUgraph, flags: u64) -> CUresult {
+    let real = || crate::call_real!(cuGraphInstantiateWithFlags: fn(*mut CUgraphExec, CUgraph, u64) -> CUresult, exec, graph, flags).unwrap_or(CUDA_ERROR_NOT_FOUND);
+    super::guard(CUDA_ERROR_INVALID_VALUE, || instantiate("cuGraphInstantiate", exec, graph, false, real))
+}
+
+fn wants_upload(params: *const CudaGraphInstantiateParams) -> bool {
+    // SAFETY: when non-NULL, the API contract makes it a CUDA_GRAPH_INSTANTIATE_PARAMS.
+    !params.is_null() && unsafe { (*params).flags } & CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD != 0
+}
+
+/// # Safety
+/// `cuGraphInstantiateWithParams` contract.
+#[no_mangle]
+pub unsafe extern "C" fn cuGraphInstantiateWithParams(exec: *mut CUgraphExec, graph: CUgraph, params: *mut CudaGraphInstantiateParams) -> CUresult {
+    let real = || {
+        crate::call_real!(cuGraphInstantiateWithParams: fn(*mut CUgraphExec, CUgraph, *mut CudaGraphInstantiateParams) -> CUresult, exec, graph, params)
+            .unwrap_or(CUDA_ERROR_NOT_FOUND)
+    };
+    super::guard(CUDA_ERROR_INVALID_VALUE, || instantiate("cuGraphInstantiateWithParams", exec, graph, wants_upload(params), real))
+}
+
+/// # Safety
+/// `cuGraphInstantiateWithParams_ptsz` contract (per-thread default stream).
+#[no_mangle]
+pub unsafe extern "C" fn cuGraphInstantiateWithParams_ptsz(exec: *mut CUgraphExec, graph: CUgraph, params: *mut CudaGraphInstantiateParams) -> CUresult {
+    let real = || {
+        crate::call_real!(cuGraphInstantiateWithParams_ptsz: fn(*mut CUgraphExec, CUgraph, *mut CudaGraphInstantiateParams) -> CUresult, exec, graph, params)
+            .unwrap_or(CUDA_ERROR_NOT_FOUND)
+    };
+    super::guard(CUDA_ERROR_INVALID_VALUE, || instantiate("cuGraphInstantiateWithParams", exec, graph, wants_upload(params), real))
 }
 
 /// # Safety
@@ -82,7 +260,7 @@ fn after_launch(call: &str, real: impl FnOnce() -> CUresult) -> CUresult {
 #[no_mangle]
 pub unsafe extern "C" fn cuGraphLaunch(exec: CUgraphExec, stream: CUstream) -> CUresult {
     let real = || crate::call_real!(cuGraphLaunch: fn(CUgraphExec, CUstream) -> CUresult, exec, stream).unwrap_or(CUDA_ERROR_NOT_FOUND);
-    super::guard(CUDA_ERROR_INVALID_VALUE, || after_launch("cuGraphLaunch", real))
+    super::guard(CUDA_ERROR_INVALID_VALUE, || launch("cuGraphLaunch", exec, real))
 }
 
 /// # Safety
@@ -90,7 +268,7 @@ pub unsafe extern "C" fn cuGraphLaunch(exec: CUgraphExec, stream: CUstream) -> C
 #[no_mangle]
 pub unsafe extern "C" fn cuGraphLaunch_ptsz(exec: CUgraphExec, stream: CUstream) -> CUresult {
     let real = || crate::call_real!(cuGraphLaunch_ptsz: fn(CUgraphExec, CUstream) -> CUresult, exec, stream).unwrap_or(CUDA_ERROR_NOT_FOUND);
-    super::guard(CUDA_ERROR_INVALID_VALUE, || after_launch("cuGraphLaunch", real))
+    super::guard(CUDA_ERROR_INVALID_VALUE, || launch("cuGraphLaunch", exec, real))
 }
 
 /// # Safety
@@ -98,7 +276,7 @@ pub unsafe extern "C" fn cuGraphLaunch_ptsz(exec: CUgraphExec, stream: CUstream)
 #[no_mangle]
 pub unsafe extern "C" fn cuGraphUpload(exec: CUgraphExec, stream: CUstream) -> CUresult {
     let real = || crate::call_real!(cuGraphUpload: fn(CUgraphExec, CUstream) -> CUresult, exec, stream).unwrap_or(CUDA_ERROR_NOT_FOUND);
-    super::guard(CUDA_ERROR_INVALID_VALUE, || after_launch("cuGraphUpload", real))
+    super::guard(CUDA_ERROR_INVALID_VALUE, || launch("cuGraphUpload", exec, real))
 }
 
 /// # Safety
@@ -106,7 +284,7 @@ pub unsafe extern "C" fn cuGraphUpload(exec: CUgraphExec, stream: CUstream) -> C
 #[no_mangle]
 pub unsafe extern "C" fn cuGraphUpload_ptsz(exec: CUgraphExec, stream: CUstream) -> CUresult {
     let real = || crate::call_real!(cuGraphUpload_ptsz: fn(CUgraphExec, CUstream) -> CUresult, exec, stream).unwrap_or(CUDA_ERROR_NOT_FOUND);
-    super::guard(CUDA_ERROR_INVALID_VALUE, || after_launch("cuGraphUpload", real))
+    super::guard(CUDA_ERROR_INVALID_VALUE, || launch("cuGraphUpload", exec, real))
 }
 
 /// # Safety
@@ -117,7 +295,9 @@ pub unsafe extern "C" fn cuDeviceGraphMemTrim(device: CUdevice) -> CUresult {
     super::guard(CUDA_ERROR_INVALID_VALUE, || {
         let rc = real();
         if let Mode::On(active) = state::mode() {
-            settle_device(active, device, "cuDeviceGraphMemTrim");
+            let mut book = active.graphs.lock();
+            let before = book.counted.get(&device).copied().unwrap_or(0);
+            settle_locked(active, &mut book, device, before, "cuDeviceGraphMemTrim");
         }
         rc
     })
@@ -131,6 +311,9 @@ pub unsafe extern "C" fn cuGraphExecDestroy(exec: CUgraphExec) -> CUresult {
     super::guard(CUDA_ERROR_INVALID_VALUE, || {
         let rc = real();
         if let Mode::On(active) = state::mode() {
+            if rc == CUDA_SUCCESS {
+                active.graphs.lock().execs.remove(&(exec as usize));
+            }
             refresh_graph_memory(active);
         }
         rc

@@ -96,7 +96,11 @@ pub unsafe extern "C" fn cuGraphAddMemAllocNode(
         let bytes = round_up(p.bytesize as u64, GRAPH_GRANULE);
         let Some(address) = g.va.alloc(bytes, GRAPH_GRANULE) else { return CUDA_ERROR_OUT_OF_MEMORY };
         let node = g.new_handle();
-        g.graphs.get_mut(&graph).expect("checked above").allocs.push((address, bytes));
+        let rec = g.graphs.get_mut(&graph).expect("checked above");
+        rec.allocs.push((address, bytes));
+        rec.nodes.push(node);
+        let dev = p.location_id as usize;
+        g.graph_nodes.insert(node, NodeRec::MemAlloc { dev, requested: p.bytesize as u64, address });
         p.dptr = address;
         put(ph, node);
         CUDA_SUCCESS
@@ -123,6 +127,8 @@ pub unsafe extern "C" fn cuGraphAddMemFreeNode(
             return CUDA_ERROR_INVALID_VALUE;
         }
         rec.frees.push(dptr);
+        rec.nodes.push(node);
+        g.graph_nodes.insert(node, NodeRec::MemFree);
         put(ph, node);
         CUDA_SUCCESS
     })
@@ -169,6 +175,52 @@ pub unsafe extern "C" fn cuGraphInstantiate_v2(
 pub unsafe extern "C" fn cuGraphInstantiateWithFlags(ph: *mut CUgraphExec, graph: CUgraph, _flags: c_ulonglong) -> CUresult {
     variant(41);
     guard(|| instantiate(ph, graph))
+}
+
+/// `CUDA_GRAPH_INSTANTIATE_PARAMS` (cuda.h, 12.0+).
+#[repr(C)]
+pub struct CudaGraphInstantiateParams {
+    pub flags: u64,
+    pub upload_stream: CUstream,
+    pub error_node_out: CUgraphNode,
+    pub result_out: c_int,
+}
+
+const CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD: u64 = 2;
+
+/// Instantiates, and with `CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD` uploads on the given stream
+/// (which takes the graph's memory now).
+fn instantiate_with_params(ph: *mut CUgraphExec, graph: CUgraph, params: *mut CudaGraphInstantiateParams) -> CUresult {
+    if params.is_null() {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    // SAFETY: non-NULL, and the API contract makes it a CUDA_GRAPH_INSTANTIATE_PARAMS.
+    let p = unsafe { &mut *params };
+    let rc = instantiate(ph, graph);
+    if rc == CUDA_SUCCESS && p.flags & CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD != 0 {
+        // SAFETY: instantiate wrote the new exec through the non-NULL `ph`.
+        let exec = unsafe { *ph };
+        let rc = graph_launch(exec, p.upload_stream, true);
+        if rc != CUDA_SUCCESS {
+            if let Ok(d) = driver() {
+                d.lock().execs.remove(&exec);
+            }
+            p.result_out = 1;
+            return rc;
+        }
+    }
+    p.result_out = if rc == CUDA_SUCCESS { 0 } else { 1 };
+    rc
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuGraphInstantiateWithParams(ph: *mut CUgraphExec, graph: CUgraph, params: *mut CudaGraphInstantiateParams) -> CUresult {
+    guard(|| instantiate_with_params(ph, graph, params))
+}
+#[no_mangle]
+pub unsafe extern "C" fn cuGraphInstantiateWithParams_ptsz(ph: *mut CUgraphExec, graph: CUgraph, params: *mut CudaGraphInstantiateParams) -> CUresult {
+    variant(45);
+    guard(|| instantiate_with_params(ph, graph, params))
 }
 
 #[no_mangle]
@@ -294,6 +346,75 @@ pub unsafe extern "C" fn cuDeviceGraphMemTrim(dev: CUdevice) -> CUresult {
         let spare = pool.reserved - pool.used;
         pool.reserved = pool.used;
         d.give(dev, spare);
+        CUDA_SUCCESS
+    })
+}
+
+const CU_GRAPH_NODE_TYPE_MEM_ALLOC: c_int = 10;
+const CU_GRAPH_NODE_TYPE_MEM_FREE: c_int = 11;
+
+/// With `nodes` NULL, the number of nodes; else up to `*count` of them, and `*count` set to
+/// how many were written.
+#[no_mangle]
+pub unsafe extern "C" fn cuGraphGetNodes(graph: CUgraph, nodes: *mut CUgraphNode, count: *mut usize) -> CUresult {
+    guard(|| {
+        let d = tri!(driver());
+        if count.is_null() {
+            return CUDA_ERROR_INVALID_VALUE;
+        }
+        let g = d.lock();
+        let Some(rec) = g.graphs.get(&graph) else { return CUDA_ERROR_INVALID_VALUE };
+        if nodes.is_null() {
+            put(count, rec.nodes.len());
+            return CUDA_SUCCESS;
+        }
+        // SAFETY: non-NULL, checked above; the caller says how many it holds.
+        let room = unsafe { *count };
+        let n = room.min(rec.nodes.len());
+        for (i, node) in rec.nodes.iter().take(n).enumerate() {
+            // SAFETY: i < n <= the caller's room.
+            put(unsafe { nodes.add(i) }, *node);
+        }
+        put(count, n);
+        CUDA_SUCCESS
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuGraphNodeGetType(node: CUgraphNode, kind: *mut c_int) -> CUresult {
+    guard(|| {
+        let d = tri!(driver());
+        let g = d.lock();
+        let Some(rec) = g.graph_nodes.get(&node) else { return CUDA_ERROR_INVALID_VALUE };
+        put(kind, match rec {
+            NodeRec::MemAlloc { .. } => CU_GRAPH_NODE_TYPE_MEM_ALLOC,
+            NodeRec::MemFree => CU_GRAPH_NODE_TYPE_MEM_FREE,
+        });
+        CUDA_SUCCESS
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuGraphMemAllocNodeGetParams(node: CUgraphNode, params: *mut CudaMemAllocNodeParams) -> CUresult {
+    guard(|| {
+        let d = tri!(driver());
+        if params.is_null() {
+            return CUDA_ERROR_INVALID_VALUE;
+        }
+        let g = d.lock();
+        let Some(NodeRec::MemAlloc { dev, requested, address, .. }) = g.graph_nodes.get(&node).copied() else {
+            return CUDA_ERROR_INVALID_VALUE;
+        };
+        // SAFETY: non-NULL, and the API contract makes it a CUDA_MEM_ALLOC_NODE_PARAMS.
+        let p = unsafe { &mut *params };
+        p.alloc_type = 1;
+        p.handle_types = 0;
+        p.location_type = CU_MEM_LOCATION_TYPE_DEVICE as c_int;
+        p.location_id = dev as c_int;
+        p.access_descs = std::ptr::null();
+        p.access_desc_count = 0;
+        p.bytesize = requested as usize;
+        p.dptr = address;
         CUDA_SUCCESS
     })
 }

@@ -77,6 +77,15 @@ pub struct ArrayRec {
 pub struct GraphRec {
     pub allocs: Vec<(u64, u64)>,
     pub frees: Vec<u64>,
+    /// Every node, in the order added.
+    pub nodes: Vec<usize>,
+}
+
+/// A node of a graph: what `cuGraphNodeGetType` and `cuGraphMemAllocNodeGetParams` report.
+#[derive(Clone, Copy)]
+pub enum NodeRec {
+    MemAlloc { dev: usize, requested: u64, address: u64 },
+    MemFree,
 }
 
 /// An instantiated graph. `live` holds the bytes of allocations a launch left allocated
@@ -113,6 +122,7 @@ pub struct Inner {
     pub arrays: HashMap<usize, ArrayRec>,
     pub host: HashMap<usize, usize>,
     pub graphs: HashMap<usize, GraphRec>,
+    pub graph_nodes: HashMap<usize, NodeRec>,
     pub execs: HashMap<usize, ExecRec>,
     pub graph_pools: Vec<GraphPool>,
     next_handle: u64,
@@ -223,6 +233,7 @@ pub fn init() -> CUresult {
                 arrays: HashMap::new(),
                 host: HashMap::new(),
                 graphs: HashMap::new(),
+                graph_nodes: HashMap::new(),
                 execs: HashMap::new(),
                 graph_pools: vec![GraphPool::default(); n],
                 next_handle: 0x5F00_0000_0000,

@@ -12,7 +12,7 @@ mod errors;
 mod procaddr;
 mod va;
 
-use driver::{driver, ArrayRec, Ctx, Driver, ExecRec, GraphRec, Inner, Kind, PoolRec, VmmHandle};
+use driver::{driver, ArrayRec, Ctx, Driver, ExecRec, GraphRec, Inner, NodeRec, Kind, PoolRec, VmmHandle};
 use errors::*;
 use fgpu_sim_state::pool::{round_up, PoolModel};
 use std::ffi::{c_char, c_float, c_int, c_uchar, c_uint, c_ulonglong, c_void, CStr};

@@ -116,7 +116,11 @@ pub fn table() -> &'static [Entry] {
             "cuGraphAddMemFreeNode": 11040 => cuGraphAddMemFreeNode;
             "cuGraphInstantiate": 10000 => cuGraphInstantiate, 11000 => cuGraphInstantiate_v2, 12000 => cuGraphInstantiateWithFlags;
             "cuGraphInstantiateWithFlags": 11040 => cuGraphInstantiateWithFlags;
+            "cuGraphInstantiateWithParams": 12000 => cuGraphInstantiateWithParams, 12000 ptds x => cuGraphInstantiateWithParams_ptsz;
             "cuGraphExecDestroy": 10000 => cuGraphExecDestroy;
+            "cuGraphGetNodes": 10000 => cuGraphGetNodes;
+            "cuGraphNodeGetType": 10000 => cuGraphNodeGetType;
+            "cuGraphMemAllocNodeGetParams": 11040 => cuGraphMemAllocNodeGetParams;
             "cuGraphLaunch": 10000 => cuGraphLaunch, 10000 ptds x => cuGraphLaunch_ptsz;
             "cuGraphUpload": 11010 => cuGraphUpload, 11010 ptds x => cuGraphUpload_ptsz;
             "cuDeviceGetGraphMemAttribute": 11040 => cuDeviceGetGraphMemAttribute;
