@@ -198,93 +198,38 @@ fn instantiate(call: &str, exec_out: *mut CUgraphExec, graph: CUgraph, upload: b
     rc
 }
 
-/// # Safety
-/// `cuGraphInstantiate` (CUDA 10-11 signature) contract.
-#[no_mangle]
-pub unsafe extern "C" fn cuGraphInstantiate(exec: *mut CUgraphExec, graph: CUgraph, error_node: *mut CUgraphNode, log: *mut c_char, log_size: usize) -> CUresult {
-    let real = || {
-        crate::call_real!(cuGraphInstantiate: fn(*mut CUgraphExec, CUgraph, *mut CUgraphNode, *mut c_char, usize) -> CUresult, exec, graph, error_node, log, log_size)
-            .unwrap_or(CUDA_ERROR_NOT_FOUND)
-    };
-    super::guard(CUDA_ERROR_INVALID_VALUE, || instantiate("cuGraphInstantiate", exec, graph, false, real))
+/// One exported hook per variant (`_v2`, `_ptsz`) of a call with the same C prototype.
+macro_rules! graph_hooks {
+    ($( $name:ident ($($arg:ident: $ty:ty),*) => |$real:ident| $body:expr; )*) => { $(
+        #[doc = concat!("# Safety\n`", stringify!($name), "` contract.")]
+        #[no_mangle]
+        pub unsafe extern "C" fn $name($($arg: $ty),*) -> CUresult {
+            let $real = || crate::call_real!($name: fn($($ty),*) -> CUresult $(, $arg)*).unwrap_or(CUDA_ERROR_NOT_FOUND);
+            super::guard(CUDA_ERROR_INVALID_VALUE, || $body)
+        }
+    )* };
 }
 
-/// # Safety
-/// `cuGraphInstantiate_v2` contract.
-#[no_mangle]
-pub unsafe extern "C" fn cuGraphInstantiate_v2(exec: *mut CUgraphExec, graph: CUgraph, error_node: *mut CUgraphNode, log: *mut c_char, log_size: usize) -> CUresult {
-    let real = || {
-        crate::call_real!(cuGraphInstantiate_v2: fn(*mut CUgraphExec, CUgraph, *mut CUgraphNode, *mut c_char, usize) -> CUresult, exec, graph, error_node, log, log_size)
-            .unwrap_or(CUDA_ERROR_NOT_FOUND)
-    };
-    super::guard(CUDA_ERROR_INVALID_VALUE, || instantiate("cuGraphInstantiate", exec, graph, false, real))
-}
-
-/// # Safety
-/// `cuGraphInstantiateWithFlags` contract.
-#[no_mangle]
-pub unsafe extern "C" fn cuGraphInstantiateWithFlags(exec: *mut CUgraphExec, graph: CUgraph, flags: u64) -> CUresult {
-    let real = || crate::call_real!(cuGraphInstantiateWithFlags: fn(*mut CUgraphExec, CUgraph, u64) -> CUresult, exec, graph, flags).unwrap_or(CUDA_ERROR_NOT_FOUND);
-    super::guard(CUDA_ERROR_INVALID_VALUE, || instantiate("cuGraphInstantiate", exec, graph, false, real))
+graph_hooks! {
+    cuGraphInstantiate(exec: *mut CUgraphExec, graph: CUgraph, error_node: *mut CUgraphNode, log: *mut c_char, log_size: usize)
+        => |real| instantiate("cuGraphInstantiate", exec, graph, false, real);
+    cuGraphInstantiate_v2(exec: *mut CUgraphExec, graph: CUgraph, error_node: *mut CUgraphNode, log: *mut c_char, log_size: usize)
+        => |real| instantiate("cuGraphInstantiate", exec, graph, false, real);
+    cuGraphInstantiateWithFlags(exec: *mut CUgraphExec, graph: CUgraph, flags: u64)
+        => |real| instantiate("cuGraphInstantiate", exec, graph, false, real);
+    cuGraphInstantiateWithParams(exec: *mut CUgraphExec, graph: CUgraph, params: *mut CudaGraphInstantiateParams)
+        => |real| instantiate("cuGraphInstantiateWithParams", exec, graph, wants_upload(params), real);
+    cuGraphInstantiateWithParams_ptsz(exec: *mut CUgraphExec, graph: CUgraph, params: *mut CudaGraphInstantiateParams)
+        => |real| instantiate("cuGraphInstantiateWithParams", exec, graph, wants_upload(params), real);
+    cuGraphLaunch(exec: CUgraphExec, stream: CUstream) => |real| launch("cuGraphLaunch", exec, real);
+    cuGraphLaunch_ptsz(exec: CUgraphExec, stream: CUstream) => |real| launch("cuGraphLaunch", exec, real);
+    cuGraphUpload(exec: CUgraphExec, stream: CUstream) => |real| launch("cuGraphUpload", exec, real);
+    cuGraphUpload_ptsz(exec: CUgraphExec, stream: CUstream) => |real| launch("cuGraphUpload", exec, real);
 }
 
 fn wants_upload(params: *const CudaGraphInstantiateParams) -> bool {
     // SAFETY: when non-NULL, the API contract makes it a CUDA_GRAPH_INSTANTIATE_PARAMS.
     !params.is_null() && unsafe { (*params).flags } & CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD != 0
-}
-
-/// # Safety
-/// `cuGraphInstantiateWithParams` contract.
-#[no_mangle]
-pub unsafe extern "C" fn cuGraphInstantiateWithParams(exec: *mut CUgraphExec, graph: CUgraph, params: *mut CudaGraphInstantiateParams) -> CUresult {
-    let real = || {
-        crate::call_real!(cuGraphInstantiateWithParams: fn(*mut CUgraphExec, CUgraph, *mut CudaGraphInstantiateParams) -> CUresult, exec, graph, params)
-            .unwrap_or(CUDA_ERROR_NOT_FOUND)
-    };
-    super::guard(CUDA_ERROR_INVALID_VALUE, || instantiate("cuGraphInstantiateWithParams", exec, graph, wants_upload(params), real))
-}
-
-/// # Safety
-/// `cuGraphInstantiateWithParams_ptsz` contract (per-thread default stream).
-#[no_mangle]
-pub unsafe extern "C" fn cuGraphInstantiateWithParams_ptsz(exec: *mut CUgraphExec, graph: CUgraph, params: *mut CudaGraphInstantiateParams) -> CUresult {
-    let real = || {
-        crate::call_real!(cuGraphInstantiateWithParams_ptsz: fn(*mut CUgraphExec, CUgraph, *mut CudaGraphInstantiateParams) -> CUresult, exec, graph, params)
-            .unwrap_or(CUDA_ERROR_NOT_FOUND)
-    };
-    super::guard(CUDA_ERROR_INVALID_VALUE, || instantiate("cuGraphInstantiateWithParams", exec, graph, wants_upload(params), real))
-}
-
-/// # Safety
-/// `cuGraphLaunch` contract.
-#[no_mangle]
-pub unsafe extern "C" fn cuGraphLaunch(exec: CUgraphExec, stream: CUstream) -> CUresult {
-    let real = || crate::call_real!(cuGraphLaunch: fn(CUgraphExec, CUstream) -> CUresult, exec, stream).unwrap_or(CUDA_ERROR_NOT_FOUND);
-    super::guard(CUDA_ERROR_INVALID_VALUE, || launch("cuGraphLaunch", exec, real))
-}
-
-/// # Safety
-/// `cuGraphLaunch_ptsz` contract (per-thread default stream).
-#[no_mangle]
-pub unsafe extern "C" fn cuGraphLaunch_ptsz(exec: CUgraphExec, stream: CUstream) -> CUresult {
-    let real = || crate::call_real!(cuGraphLaunch_ptsz: fn(CUgraphExec, CUstream) -> CUresult, exec, stream).unwrap_or(CUDA_ERROR_NOT_FOUND);
-    super::guard(CUDA_ERROR_INVALID_VALUE, || launch("cuGraphLaunch", exec, real))
-}
-
-/// # Safety
-/// `cuGraphUpload` contract.
-#[no_mangle]
-pub unsafe extern "C" fn cuGraphUpload(exec: CUgraphExec, stream: CUstream) -> CUresult {
-    let real = || crate::call_real!(cuGraphUpload: fn(CUgraphExec, CUstream) -> CUresult, exec, stream).unwrap_or(CUDA_ERROR_NOT_FOUND);
-    super::guard(CUDA_ERROR_INVALID_VALUE, || launch("cuGraphUpload", exec, real))
-}
-
-/// # Safety
-/// `cuGraphUpload_ptsz` contract (per-thread default stream).
-#[no_mangle]
-pub unsafe extern "C" fn cuGraphUpload_ptsz(exec: CUgraphExec, stream: CUstream) -> CUresult {
-    let real = || crate::call_real!(cuGraphUpload_ptsz: fn(CUgraphExec, CUstream) -> CUresult, exec, stream).unwrap_or(CUDA_ERROR_NOT_FOUND);
-    super::guard(CUDA_ERROR_INVALID_VALUE, || launch("cuGraphUpload", exec, real))
 }
 
 /// # Safety
