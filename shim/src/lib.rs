@@ -2,7 +2,7 @@
 //! together to one GPU memory cap per device.
 //!
 //! * [`hooks`]: the exported functions that replace driver entry points, one module per
-//!   family (`dlsym`, `cuGetProcAddress`, allocations, contexts, pools, VMM, arrays,
+//!   family (`dlsym`, `cuGetProcAddress`, allocations, contexts, pools, graphs, VMM, arrays,
 //!   memory info, NVML).
 //! * [`real`]: finds the real driver functions without going through our own hooks.
 //! * [`state`]: this process's configuration, ledger slot and devices.
