@@ -163,6 +163,12 @@ pub struct Active {
     /// instantiated graph needs (`hooks/graph.rs`).
     pub graphs: Mutex<crate::hooks::graph::GraphBook>,
     pub any_graph_memory: AtomicBool,
+    /// Memory NVML showed this process holding beyond the ledger's count, per device
+    /// (`hooks/untracked.rs`), and what keeps that comparison from racing a settlement.
+    pub untracked: Mutex<HashMap<CUdevice, u64>>,
+    pub settling: AtomicU64,
+    pub settle_generation: AtomicU64,
+    pub last_untracked_check: AtomicU64,
     last_forced_scan: AtomicU64,
     /// This process's host PID, if it can know it (see `fgpu_core::pidns`).
     pub host_pid: OnceLock<Option<u32>>,
@@ -187,6 +193,10 @@ impl Active {
             arrays: Mutex::new(HashMap::new()),
             graphs: Mutex::new(Default::default()),
             any_graph_memory: AtomicBool::new(false),
+            untracked: Mutex::new(HashMap::new()),
+            settling: AtomicU64::new(0),
+            settle_generation: AtomicU64::new(0),
+            last_untracked_check: AtomicU64::new(0),
             last_forced_scan: AtomicU64::new(0),
             host_pid: OnceLock::new(),
         }
@@ -285,6 +295,11 @@ impl Active {
             return Err(rc);
         }
         self.device(ordinal)
+    }
+
+    /// Every device this process has registered.
+    pub fn registered_devices(&self) -> impl Iterator<Item = &Dev> {
+        self.devices.iter().filter_map(|cell| cell.get())
     }
 
     /// A device already registered by ordinal (for frees).

@@ -99,7 +99,9 @@ typedef struct { unsigned long long flags; CUstream hUploadStream; CUgraphNode h
     X(cuGraphLaunch, "cuGraphLaunch", CUresult, (CUgraphExec, CUstream)) \
     X(cuGraphUpload, "cuGraphUpload", CUresult, (CUgraphExec, CUstream)) \
     X(cuGraphExecDestroy, "cuGraphExecDestroy", CUresult, (CUgraphExec)) \
-    X(cuDeviceGraphMemTrim, "cuDeviceGraphMemTrim", CUresult, (CUdevice))
+    X(cuDeviceGraphMemTrim, "cuDeviceGraphMemTrim", CUresult, (CUdevice)) \
+    X(cuModuleLoadData, "cuModuleLoadData", CUresult, (void **, const void *)) \
+    X(cuModuleUnload, "cuModuleUnload", CUresult, (void *))
 
 #ifdef LINKED
 #define DECL(var, exported, ret, args) extern ret var args;
@@ -168,6 +170,7 @@ static CUmemoryPool pools[64]; static int npools;
 static CUarray mipmaps[256]; static int nmipmaps;
 static CUcontext ctxs[64]; static int nctxs;
 static CUgraphExec execs[64]; static int nexecs;
+static void *modules[64]; static int nmodules;
 static struct { CUmemGenericAllocationHandle h; CUdeviceptr va; size_t size; } vmms[256]; static int nvmms;
 
 int main(int argc, char **argv) {
@@ -251,6 +254,10 @@ int main(int argc, char **argv) {
         else if (!strcmp(op, "upload")) { rc = nexecs ? CALL(cuGraphUpload)(execs[nexecs - 1], NULL) : 1; printf("upload rc=%d\n", rc); }
         else if (!strcmp(op, "execdestroy")) { rc = nexecs ? CALL(cuGraphExecDestroy)(execs[--nexecs]) : 1; printf("execdestroy rc=%d\n", rc); }
         else if (!strcmp(op, "graphtrim")) { rc = CALL(cuDeviceGraphMemTrim)(dev); printf("graphtrim rc=%d\n", rc); }
+        else if (!strcmp(op, "module")) { /* the simulated driver reads the module's size from its image */
+            char image[64]; snprintf(image, sizeof image, "fgpu-sim-module %s", argv[++i]);
+            rc = CALL(cuModuleLoadData)(&modules[nmodules], image); if (!rc) nmodules++; printf("module rc=%d\n", rc); }
+        else if (!strcmp(op, "moduleunload")) { rc = nmodules ? CALL(cuModuleUnload)(modules[--nmodules]) : 1; printf("moduleunload rc=%d\n", rc); }
         else if (!strcmp(op, "info")) { size_t f = 0, t = 0; rc = CALL(cuMemGetInfo)(&f, &t); printf("info rc=%d free=%zu total=%zu\n", rc, f, t); }
         else if (!strcmp(op, "total")) { size_t t = 0; rc = CALL(cuDeviceTotalMem)(&t, dev); printf("total rc=%d total=%zu\n", rc, t); }
         else if (!strcmp(op, "fill")) {

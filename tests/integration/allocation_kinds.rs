@@ -112,6 +112,24 @@ fn graph_memory_counts_what_the_graph_pool_keeps() {
 }
 
 #[test]
+fn memory_the_driver_takes_unannounced_is_counted_from_nvml() {
+    // A module's code and data take device memory that no allocation call announces (the
+    // simulated driver reads the size from the image). cuMemGetInfo and synchronisation
+    // compare NVML's figure for the process with the ledger and count the difference.
+    counted("module-synced", &["module", "500M", "sync"]);
+    counted("module-info", &["module", "500M", "info"]);
+    returned("module-context-released", &["module", "500M", "sync", "release", "primary"]);
+    let env = Env::new("module-info");
+    let run = env.client(&["init", "primary", "module", "400M", "info"]).shim().limit("1G").success();
+    assert_eq!(run.field("info", "free"), (GIB - 300 * MIB - 400 * MIB).to_string(), "{run}");
+    // Counted once, however often it is compared.
+    let env = Env::new("module-compared-again");
+    let run = env.client(&["init", "primary", "module", "400M", "info", "sleep", "600", "sync", "info", "sleep", "600", "info"]).shim().limit("1G").success();
+    let frees: Vec<String> = run.lines("info").iter().map(|l| field(l, "free").unwrap()).collect();
+    assert_eq!(frees, vec![(GIB - 700 * MIB).to_string(); 3], "{run}");
+}
+
+#[test]
 fn vmm_memory_lives_until_released_and_unmapped() {
     counted("vmm", &["vmm", "512M"]);
     counted("vmm-released-but-mapped", &["vmm", "512M", "vmmrelease"]);

@@ -38,6 +38,15 @@ pub(crate) fn counted_on(active: &Active, dev: &Dev, call: &'static str, bytes: 
     rc
 }
 
+/// As [`counted`], for a call whose real size is only known afterwards (see
+/// `hooks/untracked.rs`).
+fn counted_settling(call: &'static str, bytes: u64, allocate: impl FnOnce() -> (CUresult, u64, u64)) -> CUresult {
+    match state::mode() {
+        Mode::On(active) => super::untracked::settling(active, || counted(call, bytes, allocate)),
+        _ => counted(call, bytes, allocate),
+    }
+}
+
 /// Frees through `free`, then returns what the allocation held. The record is taken out
 /// first, so a concurrent allocation that reuses the address is never mistaken for it.
 pub(crate) fn counted_free(ptr: u64, free: impl FnOnce() -> CUresult) -> CUresult {
@@ -116,7 +125,7 @@ pub unsafe extern "C" fn cuMemAllocPitch_v2(dptr: *mut CUdeviceptr, pitch: *mut 
     if width == 0 || height == 0 || dptr.is_null() || pitch.is_null() {
         return real().0;
     }
-    super::guard(CUDA_ERROR_OUT_OF_MEMORY, || counted("cuMemAllocPitch", pitch_estimate(width as u64, height as u64), real))
+    super::guard(CUDA_ERROR_OUT_OF_MEMORY, || counted_settling("cuMemAllocPitch", pitch_estimate(width as u64, height as u64), real))
 }
 
 /// # Safety
@@ -138,7 +147,7 @@ pub unsafe extern "C" fn cuMemAllocPitch(dptr: *mut CUdeviceptrV1, pitch: *mut c
     if width == 0 || height == 0 || dptr.is_null() || pitch.is_null() {
         return real().0;
     }
-    super::guard(CUDA_ERROR_OUT_OF_MEMORY, || counted("cuMemAllocPitch", pitch_estimate(width as u64, height as u64), real))
+    super::guard(CUDA_ERROR_OUT_OF_MEMORY, || counted_settling("cuMemAllocPitch", pitch_estimate(width as u64, height as u64), real))
 }
 
 /// Managed memory can live on the device in full, so all of it counts against the cap.

@@ -50,6 +50,10 @@ fn counted_array(call: &'static str, out: *mut *mut c_void, estimate: u64, mipma
         Ok(dev) => dev,
         Err(rc) => return rc,
     };
+    super::untracked::settling(active, || settled_array(active, dev, call, out, estimate, mipmapped, create))
+}
+
+fn settled_array(active: &state::Active, dev: &state::Dev, call: &'static str, out: *mut *mut c_void, estimate: u64, mipmapped: bool, create: impl FnOnce() -> CUresult) -> CUresult {
     if let Err(rc) = active.reserve(dev, estimate, call) {
         return rc;
     }

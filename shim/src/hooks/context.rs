@@ -27,6 +27,10 @@ fn estimate(active: &Active, dev: &Dev) -> u64 {
 
 /// Reserves, creates (through `create`), measures and records one context.
 fn counted_creation(active: &Active, dev: &Dev, call: &'static str, create: impl FnOnce() -> CUresult) -> Result<u64, CUresult> {
+    super::untracked::settling(active, || measured_creation(active, dev, call, create))
+}
+
+fn measured_creation(active: &Active, dev: &Dev, call: &'static str, create: impl FnOnce() -> CUresult) -> Result<u64, CUresult> {
     let reserved = estimate(active, dev);
     active.reserve(dev, reserved, call)?;
     let before = query::before_context(dev);
@@ -84,8 +88,10 @@ fn destroy_context(ctx: CUcontext, real: impl FnOnce() -> CUresult) -> CUresult 
     let rc = real();
     if rc == CUDA_SUCCESS {
         if let Mode::On(active) = state::mode() {
-            if let Some((ordinal, bytes)) = active.contexts.lock().remove(&(ctx as usize)) {
+            let removed = active.contexts.lock().remove(&(ctx as usize));
+            if let Some((ordinal, bytes)) = removed {
                 forget(active, ordinal, bytes);
+                super::untracked::forget_if_no_context(active, ordinal);
             }
         }
     }
@@ -199,6 +205,8 @@ fn after_primary_release(ordinal: CUdevice, real: impl FnOnce() -> CUresult) -> 
     if rc == CUDA_SUCCESS && primary_active(ordinal) != Some(true) {
         if let Some(bytes) = primary.remove(&ordinal) {
             forget(active, ordinal, bytes);
+            drop(primary);
+            super::untracked::forget_if_no_context(active, ordinal);
         }
     }
     rc

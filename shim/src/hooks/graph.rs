@@ -127,6 +127,10 @@ pub fn refresh_graph_memory(active: &Active) {
 /// settles every pool to what the driver reserved afterwards. With `needs` unknown the
 /// current device is settled after the call.
 fn taking_graph_memory(active: &Active, call: &str, needs: Option<&[(CUdevice, u64)]>, real: impl FnOnce() -> CUresult) -> CUresult {
+    super::untracked::settling(active, || reserve_and_launch(active, call, needs, real))
+}
+
+fn reserve_and_launch(active: &Active, call: &str, needs: Option<&[(CUdevice, u64)]>, real: impl FnOnce() -> CUresult) -> CUresult {
     let mut book = active.graphs.lock();
     let Some(needs) = needs else {
         let rc = real();

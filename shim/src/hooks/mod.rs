@@ -12,6 +12,7 @@ pub mod info;
 pub mod nvml;
 pub mod pool;
 pub mod procaddr;
+pub mod untracked;
 pub mod vmm;
 
 use fgpu_core::log::Level;

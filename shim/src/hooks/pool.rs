@@ -77,6 +77,11 @@ fn pool_alloc(bytesize: usize, pool: Option<CUmemoryPool>, real: impl FnOnce() -
     let Some(pool) = pool.or_else(|| current_pool(dev.ordinal)) else {
         return real();
     };
+    super::untracked::settling(active, || grow_pool(active, dev, pool, bytesize, real))
+}
+
+/// Reserves what `pool` may grow by for `bytesize`, runs `real`, settles the pool.
+fn grow_pool(active: &Active, dev: &crate::state::Dev, pool: CUmemoryPool, bytesize: usize, real: impl FnOnce() -> CUresult) -> CUresult {
     let mut pools = active.pools.lock();
     pools.entry(pool as usize).or_insert((dev.ordinal, 0));
     active.any_pool.store(true, Ordering::Release);
@@ -141,6 +146,7 @@ fn then_refresh(real: impl FnOnce() -> CUresult) -> CUresult {
     if let Mode::On(active) = state::mode() {
         refresh_pools(active);
         super::graph::refresh_graph_memory(active);
+        super::untracked::count_untracked(active);
     }
     rc
 }

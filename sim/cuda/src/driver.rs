@@ -123,6 +123,8 @@ pub struct Inner {
     pub host: HashMap<usize, usize>,
     pub graphs: HashMap<usize, GraphRec>,
     pub graph_nodes: HashMap<usize, NodeRec>,
+    /// Loaded modules: handle -> (context, device, bytes of device memory).
+    pub modules: HashMap<usize, (usize, usize, u64)>,
     pub execs: HashMap<usize, ExecRec>,
     pub graph_pools: Vec<GraphPool>,
     next_handle: u64,
@@ -234,6 +236,7 @@ pub fn init() -> CUresult {
                 host: HashMap::new(),
                 graphs: HashMap::new(),
                 graph_nodes: HashMap::new(),
+                modules: HashMap::new(),
                 execs: HashMap::new(),
                 graph_pools: vec![GraphPool::default(); n],
                 next_handle: 0x5F00_0000_0000,
@@ -404,6 +407,12 @@ impl Inner {
         for k in arrays {
             if let Some(a) = self.arrays.remove(&k) {
                 d.give(a.dev, a.bytes);
+            }
+        }
+        let modules: Vec<usize> = self.modules.iter().filter(|(_, m)| m.0 == h).map(|(&k, _)| k).collect();
+        for k in modules {
+            if let Some((_, mdev, bytes)) = self.modules.remove(&k) {
+                d.give(mdev, bytes);
             }
         }
         self.streams.retain(|_, c| *c != h);

@@ -88,3 +88,4 @@ include!("api_part1.rs");
 include!("api_part2.rs");
 include!("api_part3.rs");
 include!("api_graph.rs");
+include!("api_module.rs");

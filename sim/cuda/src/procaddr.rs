@@ -111,6 +111,9 @@ pub fn table() -> &'static [Entry] {
             "cuMemPoolGetAttribute": 11020 => cuMemPoolGetAttribute;
             "cuMemPoolTrimTo": 11020 => cuMemPoolTrimTo;
             "cuGraphCreate": 10000 => cuGraphCreate;
+            "cuModuleLoadData": 2000 => cuModuleLoadData;
+            "cuModuleLoadDataEx": 2010 => cuModuleLoadDataEx;
+            "cuModuleUnload": 2000 => cuModuleUnload;
             "cuGraphDestroy": 10000 => cuGraphDestroy;
             "cuGraphAddMemAllocNode": 11040 => cuGraphAddMemAllocNode;
             "cuGraphAddMemFreeNode": 11040 => cuGraphAddMemFreeNode;

@@ -1,0 +1,102 @@
+//! Device memory the driver holds for this process that no hooked call announced: module
+//! code and static data loaded after the context was measured (`cuModuleLoad*`,
+//! `cuLibraryLoad*`, kernels loaded lazily at their first launch, the default since CUDA
+//! 12.2), and whatever else the driver keeps for the process.
+//!
+//! At most every [`INTERVAL_NS`], at `cuMemGetInfo` and at synchronisation points, this
+//! process's usage as NVML reports it (by host PID) is compared with what the ledger counts
+//! for it; what NVML shows beyond that is counted too, as context memory (it shows in
+//! `fgpu status` under the context, in every "used" figure, and holds later allocations to
+//! the cap). It is only ever added, never taken back early: memory being freed, and
+//! reservations made before the driver is called, make the ledger read *higher* than NVML,
+//! never lower. The exception is a reservation about to be corrected upwards (a context,
+//! array, pitch, pool or graph whose real size is only known afterwards): while one is in
+//! flight ([`settling`]) no comparison is made. What was added goes back with the last
+//! context of the process on that device.
+
+use crate::hooks::nvml::query;
+use crate::state::{Active, Dev};
+use fgpu_core::log::{self, Level};
+use fgpu_core::log_at;
+use std::sync::atomic::Ordering::{Relaxed, SeqCst};
+
+/// How often a process compares its NVML usage with the ledger (one NVML query per device).
+pub const INTERVAL_NS: u64 = 500_000_000;
+/// Smaller differences are left alone (NVML reports whole MiB on some drivers).
+const SLACK: u64 = 2 << 20;
+
+/// Runs a reserve-call-settle sequence whose settlement may raise the count: no comparison
+/// with NVML runs meanwhile, nor across it (the generation moves), so the driver's memory
+/// is never counted twice.
+pub fn settling<R>(active: &Active, body: impl FnOnce() -> R) -> R {
+    struct InFlight<'a>(&'a Active);
+    impl Drop for InFlight<'_> {
+        fn drop(&mut self) {
+            self.0.settle_generation.fetch_add(1, SeqCst);
+            self.0.settling.fetch_sub(1, SeqCst);
+        }
+    }
+    active.settling.fetch_add(1, SeqCst);
+    let _in_flight = InFlight(active);
+    body()
+}
+
+/// Counts what NVML shows this process holding beyond the ledger's count, at most every
+/// [`INTERVAL_NS`].
+pub fn count_untracked(active: &Active) {
+    let now = log::monotonic_ns();
+    let last = active.last_untracked_check.load(Relaxed);
+    if now.saturating_sub(last) < INTERVAL_NS || active.last_untracked_check.compare_exchange(last, now, Relaxed, Relaxed).is_err() {
+        return;
+    }
+    let Some(slot) = active.slot_if_joined() else { return };
+    let Some(pid) = query::own_host_pid() else { return };
+    for dev in active.registered_devices() {
+        if !compare(active, dev, slot, pid) {
+            return;
+        }
+    }
+}
+
+/// One device; false when a settlement got in the way (try again later).
+fn compare(active: &Active, dev: &Dev, slot: fgpu_core::ledger::SlotId, pid: u32) -> bool {
+    if active.settling.load(SeqCst) != 0 {
+        return false;
+    }
+    let generation = active.settle_generation.load(SeqCst);
+    let Some(handle) = query::handle_for(&dev.uuid) else { return true };
+    let Some(mine) = query::compute_processes(handle).and_then(|list| list.into_iter().find(|p| p.pid == pid)).map(|p| p.used_gpu_memory) else {
+        return true;
+    };
+    // NVML_VALUE_NOT_AVAILABLE and other nonsense are ignored.
+    if mine > dev.total {
+        return true;
+    }
+    let counted = active.ledger.slot_used(slot, dev.id);
+    if active.settling.load(SeqCst) != 0 || active.settle_generation.load(SeqCst) != generation {
+        return false;
+    }
+    if mine > counted + SLACK {
+        let extra = mine - counted;
+        active.force_add(dev, extra);
+        active.ledger.add_context(slot, dev.id, extra as i64);
+        *active.untracked.lock().entry(dev.ordinal).or_insert(0) += extra;
+        log_at!(Level::Debug, "device {}: the driver holds {extra} bytes for this process that no call announced (modules, lazily loaded kernels); counted", dev.ordinal);
+    }
+    true
+}
+
+/// Gives back what was added for `ordinal` once this process has no context left on it.
+pub fn forget_if_no_context(active: &Active, ordinal: i32) {
+    let has_context = active.primary.lock().contains_key(&ordinal) || active.contexts.lock().values().any(|(o, _)| *o == ordinal);
+    if has_context {
+        return;
+    }
+    let Some(extra) = active.untracked.lock().remove(&ordinal) else { return };
+    if let Some(dev) = active.known_device(ordinal) {
+        active.release(dev, extra);
+        if let Some(slot) = active.slot_if_joined() {
+            active.ledger.add_context(slot, dev.id, -(extra as i64));
+        }
+    }
+}
