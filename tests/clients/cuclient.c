@@ -95,6 +95,7 @@ typedef struct { unsigned long long flags; CUstream hUploadStream; CUgraphNode h
     X(cuGraphAddMemAllocNode, "cuGraphAddMemAllocNode", CUresult, (CUgraphNode *, CUgraph, const CUgraphNode *, size_t, CUDA_MEM_ALLOC_NODE_PARAMS *)) \
     X(cuGraphAddMemFreeNode, "cuGraphAddMemFreeNode", CUresult, (CUgraphNode *, CUgraph, const CUgraphNode *, size_t, CUdeviceptr)) \
     X(cuGraphInstantiateWithFlags, "cuGraphInstantiateWithFlags", CUresult, (CUgraphExec *, CUgraph, unsigned long long)) \
+    X(cuGraphAddChildGraphNode, "cuGraphAddChildGraphNode", CUresult, (CUgraphNode *, CUgraph, const CUgraphNode *, size_t, CUgraph)) \
     X(cuGraphInstantiateWithParams, "cuGraphInstantiateWithParams", CUresult, (CUgraphExec *, CUgraph, CUDA_GRAPH_INSTANTIATE_PARAMS *)) \
     X(cuGraphLaunch, "cuGraphLaunch", CUresult, (CUgraphExec, CUstream)) \
     X(cuGraphUpload, "cuGraphUpload", CUresult, (CUgraphExec, CUstream)) \
@@ -233,16 +234,23 @@ int main(int argc, char **argv) {
         else if (!strcmp(op, "arraydestroy")) { rc = narrays ? CALL(cuArrayDestroy)(arrays[--narrays]) : 1; printf("arraydestroy rc=%d\n", rc); }
         else if (!strcmp(op, "mipmap")) { CUDA_ARRAY3D_DESCRIPTOR d = { parse_size(argv[i + 1]), parse_size(argv[i + 2]), 0, 0x20, 1, 0 }; unsigned levels = atoi(argv[i + 3]); i += 3; CUarray a; rc = CALL(cuMipmappedArrayCreate)(&a, &d, levels); if (!rc) mipmaps[nmipmaps++] = a; printf("mipmap rc=%d\n", rc); }
         else if (!strcmp(op, "mipmapdestroy")) { rc = nmipmaps ? CALL(cuMipmappedArrayDestroy)(mipmaps[--nmipmaps]) : 1; printf("mipmapdestroy rc=%d\n", rc); }
-        else if (!strcmp(op, "graph") || !strcmp(op, "graphkeep") || !strcmp(op, "graphup")) {
+        else if (!strcmp(op, "graph") || !strcmp(op, "graphkeep") || !strcmp(op, "graphup") || !strcmp(op, "graphchild")) {
             /* a graph with one memory allocation node (and, except for "graphkeep", the node
              * that frees it), instantiated ("graphup": with CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD,
-             * which takes the memory at once); "launch"/"upload" run the newest one */
+             * which takes the memory at once; "graphchild": inside a child graph of the one
+             * instantiated); "launch"/"upload" run the newest one */
             size_t n = parse_size(argv[++i]); CUgraph g = NULL; CUgraphNode a = NULL, f = NULL;
             CUDA_MEM_ALLOC_NODE_PARAMS params; memset(&params, 0, sizeof params);
             params.poolProps.allocType = 1; params.poolProps.location.type = 1; params.poolProps.location.id = dev; params.bytesize = n;
             rc = CALL(cuGraphCreate)(&g, 0);
             if (!rc) rc = CALL(cuGraphAddMemAllocNode)(&a, g, NULL, 0, &params);
             if (!rc && strcmp(op, "graphkeep")) rc = CALL(cuGraphAddMemFreeNode)(&f, g, &a, 1, params.dptr);
+            if (!rc && !strcmp(op, "graphchild")) {
+                CUgraph parent = NULL; CUgraphNode c = NULL;
+                rc = CALL(cuGraphCreate)(&parent, 0);
+                if (!rc) rc = CALL(cuGraphAddChildGraphNode)(&c, parent, NULL, 0, g);
+                if (!rc) g = parent;
+            }
             if (!rc && !strcmp(op, "graphup")) {
                 CUDA_GRAPH_INSTANTIATE_PARAMS ip; memset(&ip, 0, sizeof ip); ip.flags = 2;
                 rc = CALL(cuGraphInstantiateWithParams)(&execs[nexecs], g, &ip);

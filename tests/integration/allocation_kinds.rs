@@ -105,6 +105,15 @@ fn graph_memory_counts_what_the_graph_pool_keeps() {
     assert!(run.stderr().contains("cuGraphUpload of 300 MiB refused"), "one line says why\n{run}");
     let bare = env.client(&ops).success();
     assert_eq!(bare.field("launch", "rc"), "0", "without the shim the launch succeeds\n{bare}");
+    // A graph whose nodes fgpu does not read (a child graph) is counted after its launch:
+    // not refused, but every later allocation is, and one line says so.
+    let env = Env::new("graph-child");
+    let run = env.client(&["init", "primary", "alloc", "600M", "graphchild", "300M", "launch", "info", "alloc", "2M"]).shim().limit("1G").success();
+    assert_eq!(run.field("launch", "rc"), "0", "{run}");
+    assert_eq!(run.field("info", "free"), "0", "{run}");
+    assert_eq!(last_alloc_rc(&run), 2, "{run}");
+    assert!(run.stderr().contains("cuGraphLaunch took 300 MiB of graph memory on"), "{run}");
+    returned("graph-child-trimmed", &["graphchild", "500M", "launch", "graphtrim"]);
     // Per-thread-default-stream launches go through the same hook.
     let env = Env::new("graph-ptds");
     let run = env.client(&["--ptds", "init", "primary", "graph", "500M", "launch", "alloc", "300M"]).shim().limit("1G").success();

@@ -34,8 +34,10 @@ pub const CU_MEMPOOL_ATTR_USED_MEM_CURRENT: u32 = 7;
 /// `CUgraphMem_attribute` values.
 pub const CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT: u32 = 0;
 pub const CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT: u32 = 2;
-/// `CUgraphNodeType::CU_GRAPH_NODE_TYPE_MEM_ALLOC`.
+/// `CUgraphNodeType` values: a child graph, a memory allocation, a conditional.
+pub const CU_GRAPH_NODE_TYPE_GRAPH: u32 = 4;
 pub const CU_GRAPH_NODE_TYPE_MEM_ALLOC: u32 = 10;
+pub const CU_GRAPH_NODE_TYPE_CONDITIONAL: u32 = 13;
 /// `CUgraphInstantiate_flags::CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD`.
 pub const CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD: u64 = 2;
 

@@ -48,7 +48,8 @@ fn graph_attribute(ordinal: CUdevice, attribute: u32) -> Option<u64> {
 }
 
 /// The memory a graph's allocation nodes take, per device, in pool granules. `None` when
-/// the driver cannot tell (the graph is then counted after the fact).
+/// the driver cannot tell, or when the graph holds child graphs or conditional bodies
+/// (whose nodes are not read): the graph is then counted after the fact.
 fn graph_needs(graph: CUgraph) -> Option<Vec<(CUdevice, u64)>> {
     let mut count: usize = 0;
     let rc = crate::call_real!(cuGraphGetNodes: fn(CUgraph, *mut CUgraphNode, *mut usize) -> CUresult, graph, null_mut(), &mut count)?;
@@ -65,7 +66,10 @@ fn graph_needs(graph: CUgraph) -> Option<Vec<(CUdevice, u64)>> {
     for node in nodes {
         let mut kind: u32 = 0;
         let rc = crate::call_real!(cuGraphNodeGetType: fn(CUgraphNode, *mut u32) -> CUresult, node, &mut kind)?;
-        if rc != CUDA_SUCCESS || kind != CU_GRAPH_NODE_TYPE_MEM_ALLOC {
+        if rc != CUDA_SUCCESS || kind == CU_GRAPH_NODE_TYPE_GRAPH || kind == CU_GRAPH_NODE_TYPE_CONDITIONAL {
+            return None;
+        }
+        if kind != CU_GRAPH_NODE_TYPE_MEM_ALLOC {
             continue;
         }
         let mut params = CudaMemAllocNodeParams::default();

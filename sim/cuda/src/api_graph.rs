@@ -350,6 +350,7 @@ pub unsafe extern "C" fn cuDeviceGraphMemTrim(dev: CUdevice) -> CUresult {
     })
 }
 
+const CU_GRAPH_NODE_TYPE_GRAPH: c_int = 4;
 const CU_GRAPH_NODE_TYPE_MEM_ALLOC: c_int = 10;
 const CU_GRAPH_NODE_TYPE_MEM_FREE: c_int = 11;
 
@@ -389,6 +390,7 @@ pub unsafe extern "C" fn cuGraphNodeGetType(node: CUgraphNode, kind: *mut c_int)
         put(kind, match rec {
             NodeRec::MemAlloc { .. } => CU_GRAPH_NODE_TYPE_MEM_ALLOC,
             NodeRec::MemFree => CU_GRAPH_NODE_TYPE_MEM_FREE,
+            NodeRec::ChildGraph => CU_GRAPH_NODE_TYPE_GRAPH,
         });
         CUDA_SUCCESS
     })
@@ -415,6 +417,33 @@ pub unsafe extern "C" fn cuGraphMemAllocNodeGetParams(node: CUgraphNode, params:
         p.access_desc_count = 0;
         p.bytesize = requested as usize;
         p.dptr = address;
+        CUDA_SUCCESS
+    })
+}
+
+/// A child-graph node: the parent runs a copy of `child`, its memory nodes included.
+#[no_mangle]
+pub unsafe extern "C" fn cuGraphAddChildGraphNode(
+    ph: *mut CUgraphNode,
+    graph: CUgraph,
+    _deps: *const CUgraphNode,
+    _num_deps: usize,
+    child: CUgraph,
+) -> CUresult {
+    guard(|| {
+        let d = tri!(driver());
+        if ph.is_null() {
+            return CUDA_ERROR_INVALID_VALUE;
+        }
+        let mut g = d.lock();
+        let Some(copy) = g.graphs.get(&child).cloned() else { return CUDA_ERROR_INVALID_VALUE };
+        let node = g.new_handle();
+        let Some(rec) = g.graphs.get_mut(&graph) else { return CUDA_ERROR_INVALID_VALUE };
+        rec.allocs.extend(copy.allocs);
+        rec.frees.extend(copy.frees);
+        rec.nodes.push(node);
+        g.graph_nodes.insert(node, NodeRec::ChildGraph);
+        put(ph, node);
         CUDA_SUCCESS
     })
 }

@@ -86,6 +86,7 @@ pub struct GraphRec {
 pub enum NodeRec {
     MemAlloc { dev: usize, requested: u64, address: u64 },
     MemFree,
+    ChildGraph,
 }
 
 /// An instantiated graph. `live` holds the bytes of allocations a launch left allocated

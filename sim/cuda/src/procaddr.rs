@@ -122,6 +122,7 @@ pub fn table() -> &'static [Entry] {
             "cuGraphInstantiateWithParams": 12000 => cuGraphInstantiateWithParams, 12000 ptds x => cuGraphInstantiateWithParams_ptsz;
             "cuGraphExecDestroy": 10000 => cuGraphExecDestroy;
             "cuGraphGetNodes": 10000 => cuGraphGetNodes;
+            "cuGraphAddChildGraphNode": 10000 => cuGraphAddChildGraphNode;
             "cuGraphNodeGetType": 10000 => cuGraphNodeGetType;
             "cuGraphMemAllocNodeGetParams": 11040 => cuGraphMemAllocNodeGetParams;
             "cuGraphLaunch": 10000 => cuGraphLaunch, 10000 ptds x => cuGraphLaunch_ptsz;
