@@ -70,6 +70,33 @@ pub unsafe extern "C" fn cuGraphDestroy(graph: CUgraph) -> CUresult {
     })
 }
 
+/// What a new node adds to its graph: memory it allocates (address, bytes) and frees.
+struct NodeAdds {
+    node: NodeRec,
+    allocs: Vec<(u64, u64)>,
+    frees: Vec<u64>,
+}
+
+/// Adds one node to `graph`; `describe` checks the request against the graph as it is and
+/// says what the node adds.
+fn add_node(ph: *mut CUgraphNode, graph: CUgraph, describe: impl FnOnce(&mut Inner, &GraphRec) -> Result<NodeAdds, CUresult>) -> CUresult {
+    let d = tri!(driver());
+    if ph.is_null() {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    let mut g = d.lock();
+    let Some(current) = g.graphs.get(&graph).cloned() else { return CUDA_ERROR_INVALID_VALUE };
+    let adds = tri!(describe(&mut g, &current));
+    let node = g.new_handle();
+    let rec = g.graphs.get_mut(&graph).expect("looked up above");
+    rec.allocs.extend(adds.allocs);
+    rec.frees.extend(adds.frees);
+    rec.nodes.push(node);
+    g.graph_nodes.insert(node, adds.node);
+    put(ph, node);
+    CUDA_SUCCESS
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn cuGraphAddMemAllocNode(
     ph: *mut CUgraphNode,
@@ -80,7 +107,7 @@ pub unsafe extern "C" fn cuGraphAddMemAllocNode(
 ) -> CUresult {
     guard(|| {
         let d = tri!(driver());
-        if ph.is_null() || params.is_null() {
+        if params.is_null() {
             return CUDA_ERROR_INVALID_VALUE;
         }
         // SAFETY: non-NULL, and the API contract makes it a CUDA_MEM_ALLOC_NODE_PARAMS.
@@ -88,22 +115,18 @@ pub unsafe extern "C" fn cuGraphAddMemAllocNode(
         if p.bytesize == 0 || p.location_type as u32 != CU_MEM_LOCATION_TYPE_DEVICE {
             return CUDA_ERROR_INVALID_VALUE;
         }
-        tri!(d.check_dev(p.location_id));
-        let mut g = d.lock();
-        if !g.graphs.contains_key(&graph) {
-            return CUDA_ERROR_INVALID_VALUE;
+        let dev = tri!(d.check_dev(p.location_id));
+        let requested = p.bytesize as u64;
+        let bytes = round_up(requested, GRAPH_GRANULE);
+        let mut address = 0;
+        let rc = add_node(ph, graph, |g, _| {
+            address = g.va.alloc(bytes, GRAPH_GRANULE).ok_or(CUDA_ERROR_OUT_OF_MEMORY)?;
+            Ok(NodeAdds { node: NodeRec::MemAlloc { dev, requested, address }, allocs: vec![(address, bytes)], frees: vec![] })
+        });
+        if rc == CUDA_SUCCESS {
+            p.dptr = address;
         }
-        let bytes = round_up(p.bytesize as u64, GRAPH_GRANULE);
-        let Some(address) = g.va.alloc(bytes, GRAPH_GRANULE) else { return CUDA_ERROR_OUT_OF_MEMORY };
-        let node = g.new_handle();
-        let rec = g.graphs.get_mut(&graph).expect("checked above");
-        rec.allocs.push((address, bytes));
-        rec.nodes.push(node);
-        let dev = p.location_id as usize;
-        g.graph_nodes.insert(node, NodeRec::MemAlloc { dev, requested: p.bytesize as u64, address });
-        p.dptr = address;
-        put(ph, node);
-        CUDA_SUCCESS
+        rc
     })
 }
 
@@ -116,21 +139,12 @@ pub unsafe extern "C" fn cuGraphAddMemFreeNode(
     dptr: CUdeviceptr,
 ) -> CUresult {
     guard(|| {
-        let d = tri!(driver());
-        if ph.is_null() {
-            return CUDA_ERROR_INVALID_VALUE;
-        }
-        let mut g = d.lock();
-        let node = g.new_handle();
-        let Some(rec) = g.graphs.get_mut(&graph) else { return CUDA_ERROR_INVALID_VALUE };
-        if !rec.allocs.iter().any(|(a, _)| *a == dptr) || rec.frees.contains(&dptr) {
-            return CUDA_ERROR_INVALID_VALUE;
-        }
-        rec.frees.push(dptr);
-        rec.nodes.push(node);
-        g.graph_nodes.insert(node, NodeRec::MemFree);
-        put(ph, node);
-        CUDA_SUCCESS
+        add_node(ph, graph, |_, rec| {
+            if !rec.allocs.iter().any(|(a, _)| *a == dptr) || rec.frees.contains(&dptr) {
+                return Err(CUDA_ERROR_INVALID_VALUE);
+            }
+            Ok(NodeAdds { node: NodeRec::MemFree, allocs: vec![], frees: vec![dptr] })
+        })
     })
 }
 
@@ -431,19 +445,9 @@ pub unsafe extern "C" fn cuGraphAddChildGraphNode(
     child: CUgraph,
 ) -> CUresult {
     guard(|| {
-        let d = tri!(driver());
-        if ph.is_null() {
-            return CUDA_ERROR_INVALID_VALUE;
-        }
-        let mut g = d.lock();
-        let Some(copy) = g.graphs.get(&child).cloned() else { return CUDA_ERROR_INVALID_VALUE };
-        let node = g.new_handle();
-        let Some(rec) = g.graphs.get_mut(&graph) else { return CUDA_ERROR_INVALID_VALUE };
-        rec.allocs.extend(copy.allocs);
-        rec.frees.extend(copy.frees);
-        rec.nodes.push(node);
-        g.graph_nodes.insert(node, NodeRec::ChildGraph);
-        put(ph, node);
-        CUDA_SUCCESS
+        add_node(ph, graph, |g, _| {
+            let copy = g.graphs.get(&child).cloned().ok_or(CUDA_ERROR_INVALID_VALUE)?;
+            Ok(NodeAdds { node: NodeRec::ChildGraph, allocs: copy.allocs, frees: copy.frees })
+        })
     })
 }
