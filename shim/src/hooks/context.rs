@@ -52,7 +52,8 @@ fn measured_creation(active: &Active, dev: &Dev, call: &'static str, create: imp
     Ok(actual)
 }
 
-fn forget(active: &Active, ordinal: CUdevice, bytes: u64) {
+/// Returns `bytes` of context memory on `ordinal` (counted and shown as context memory).
+pub(crate) fn forget(active: &Active, ordinal: CUdevice, bytes: u64) {
     if let Some(dev) = active.known_device(ordinal) {
         active.release(dev, bytes);
         if let Some(slot) = active.slot_if_joined() {

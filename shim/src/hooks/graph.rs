@@ -87,11 +87,12 @@ fn graph_needs(graph: CUgraph) -> Option<Vec<(CUdevice, u64)>> {
 }
 
 /// Brings the count of `ordinal`'s graph pool to what the driver reserves for it, from
-/// `before` (what is counted now, reservations for the call included).
-fn settle_locked(active: &Active, book: &mut GraphBook, ordinal: CUdevice, before: u64, call: &str) {
+/// what is counted now plus `reserved_for_call` (reserved before the call that just ran).
+fn settle_locked(active: &Active, book: &mut GraphBook, ordinal: CUdevice, reserved_for_call: u64, call: &str) {
     let Some(dev) = active.known_device(ordinal) else { return };
-    let reserved = graph_attribute(ordinal, CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT).unwrap_or(before);
     let counted = book.counted.get(&ordinal).copied().unwrap_or(0);
+    let before = counted + reserved_for_call;
+    let reserved = graph_attribute(ordinal, CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT).unwrap_or(before);
     active.settle(dev, before, reserved);
     book.counted.insert(ordinal, reserved);
     if reserved > 0 {
@@ -121,8 +122,7 @@ pub fn refresh_graph_memory(active: &Active) {
     let mut book = active.graphs.lock();
     let ordinals: Vec<CUdevice> = book.counted.keys().copied().collect();
     for ordinal in ordinals {
-        let before = book.counted.get(&ordinal).copied().unwrap_or(0);
-        settle_locked(active, &mut book, ordinal, before, "synchronisation");
+        settle_locked(active, &mut book, ordinal, 0, "synchronisation");
     }
 }
 
@@ -139,8 +139,7 @@ fn reserve_and_launch(active: &Active, call: &str, needs: Option<&[(CUdevice, u6
     let Some(needs) = needs else {
         let rc = real();
         if let Ok(dev) = active.current_device() {
-            let before = book.counted.get(&dev.ordinal).copied().unwrap_or(0);
-            settle_locked(active, &mut book, dev.ordinal, before, call);
+            settle_locked(active, &mut book, dev.ordinal, 0, call);
         }
         return rc;
     };
@@ -167,8 +166,7 @@ fn reserve_and_launch(active: &Active, call: &str, needs: Option<&[(CUdevice, u6
     }
     let rc = real();
     for (ordinal, growth) in taken {
-        let before = book.counted.get(&ordinal).copied().unwrap_or(0) + growth;
-        settle_locked(active, &mut book, ordinal, before, call);
+        settle_locked(active, &mut book, ordinal, growth, call);
     }
     rc
 }
@@ -248,9 +246,7 @@ pub unsafe extern "C" fn cuDeviceGraphMemTrim(device: CUdevice) -> CUresult {
     super::guard(CUDA_ERROR_INVALID_VALUE, || {
         let rc = real();
         if let Mode::On(active) = state::mode() {
-            let mut book = active.graphs.lock();
-            let before = book.counted.get(&device).copied().unwrap_or(0);
-            settle_locked(active, &mut book, device, before, "cuDeviceGraphMemTrim");
+            settle_locked(active, &mut active.graphs.lock(), device, 0, "cuDeviceGraphMemTrim");
         }
         rc
     })

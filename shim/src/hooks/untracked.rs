@@ -92,11 +92,7 @@ pub fn forget_if_no_context(active: &Active, ordinal: i32) {
     if has_context {
         return;
     }
-    let Some(extra) = active.untracked.lock().remove(&ordinal) else { return };
-    if let Some(dev) = active.known_device(ordinal) {
-        active.release(dev, extra);
-        if let Some(slot) = active.slot_if_joined() {
-            active.ledger.add_context(slot, dev.id, -(extra as i64));
-        }
+    if let Some(extra) = active.untracked.lock().remove(&ordinal) {
+        super::context::forget(active, ordinal, extra);
     }
 }
