@@ -19,9 +19,46 @@ use thiserror::Error;
 
 /// The configuration file images write.
 pub const CONFIG_PATH: &str = "/etc/fgpu/fgpu.conf";
-/// Ledger used when neither the file nor `FGPU_LEDGER` names one. `/tmp` belongs to the
-/// container's own filesystem, so two containers never share it, even with `--ipc=host`.
-pub const DEFAULT_LEDGER: &str = "/tmp/.fgpu-ledger";
+/// Directory of the per-user default ledgers: `/tmp/fgpu-UID/ledger` is used when neither
+/// the file nor `FGPU_LEDGER` names a ledger. Per user, so that two users' jobs on one host
+/// never share a cap or reach each other's ledger; in `/tmp`, which belongs to a container's
+/// own filesystem, so two containers never share one either, even with `--ipc=host`.
+pub const DEFAULT_LEDGER_DIR_PREFIX: &str = "/tmp/fgpu-";
+
+/// The default ledger of a user.
+pub fn default_ledger(uid: u32) -> PathBuf {
+    PathBuf::from(format!("{DEFAULT_LEDGER_DIR_PREFIX}{uid}/ledger"))
+}
+
+/// What named the ledger a process uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LedgerOrigin {
+    /// Nothing did: the user's own default (private to the user).
+    Default,
+    /// `FGPU_LEDGER` (ignored when the configuration file sets a limit).
+    Env,
+    /// `ledger =` in the configuration file.
+    File,
+}
+
+impl LedgerOrigin {
+    /// Who may share the ledger: a default is the user's own; a ledger named on purpose is
+    /// shared by every user who can open it.
+    pub fn sharing(self) -> crate::ledger::Sharing {
+        match self {
+            LedgerOrigin::Default => crate::ledger::Sharing::User,
+            LedgerOrigin::Env | LedgerOrigin::File => crate::ledger::Sharing::Shared,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LedgerOrigin::Default => "default",
+            LedgerOrigin::Env => "environment",
+            LedgerOrigin::File => "config-file",
+        }
+    }
+}
 
 pub const ENV_LIMIT: &str = "FGPU_LIMIT";
 pub const ENV_LEDGER: &str = "FGPU_LEDGER";
@@ -57,7 +94,10 @@ pub enum LimitSource {
 pub struct Config {
     pub file_limit: Option<LimitSpec>,
     pub env_limit: Option<LimitSpec>,
+    /// The ledger this process uses, and what named it. Everything that shows a ledger
+    /// (`fgpu status`, `doctor`, the exporter) takes it from here, as the shim does.
     pub ledger: PathBuf,
+    pub ledger_origin: LedgerOrigin,
     pub log: Level,
 }
 
@@ -95,7 +135,8 @@ impl Config {
         let mut config = Config {
             file_limit: None,
             env_limit: None,
-            ledger: PathBuf::from(DEFAULT_LEDGER),
+            ledger: default_ledger(sources.euid()),
+            ledger_origin: LedgerOrigin::Default,
             log: Level::Warn,
         };
         if let Some(file) = sources.config_file()? {
@@ -117,6 +158,7 @@ impl Config {
         if let Some(value) = sources.env(ENV_LEDGER) {
             if !value.is_empty() && config.file_limit.is_none() {
                 config.ledger = PathBuf::from(value);
+                config.ledger_origin = LedgerOrigin::Env;
             }
         }
         if let Some(value) = sources.env(ENV_LOG) {
@@ -147,7 +189,10 @@ fn apply_file(config: &mut Config, path: &str, text: &str) -> Result<(), ConfigE
                 })?;
                 config.file_limit = Some(spec);
             }
-            "ledger" if !value.is_empty() => config.ledger = PathBuf::from(value),
+            "ledger" if !value.is_empty() => {
+                config.ledger = PathBuf::from(value);
+                config.ledger_origin = LedgerOrigin::File;
+            }
             "log" => {
                 config.log = value.parse().map_err(|_| ConfigError::BadLogLevel {
                     var: format!("{path}:{} log", index + 1),
@@ -172,6 +217,10 @@ pub struct ConfigFile {
 pub trait Sources {
     fn env(&self, name: &str) -> Option<String>;
     fn config_file(&self) -> Result<Option<ConfigFile>, ConfigError>;
+    /// The effective user id (it names the default ledger).
+    fn euid(&self) -> u32 {
+        crate::ledger::store::euid()
+    }
 }
 
 /// The real environment and [`CONFIG_PATH`].
@@ -218,6 +267,9 @@ mod tests {
         fn config_file(&self) -> Result<Option<ConfigFile>, ConfigError> {
             Ok(self.file.map(|(text, trusted)| ConfigFile { path: CONFIG_PATH.into(), text: text.into(), trusted }))
         }
+        fn euid(&self) -> u32 {
+            1000
+        }
     }
 
     fn load(env: &[(&'static str, &'static str)], file: Option<(&'static str, bool)>) -> Result<Config, ConfigError> {
@@ -228,7 +280,8 @@ mod tests {
     fn nothing_configured_means_uncapped_with_default_ledger() {
         let config = load(&[], None).unwrap();
         assert!(!config.is_capped());
-        assert_eq!(config.ledger, PathBuf::from(DEFAULT_LEDGER));
+        assert_eq!(config.ledger, default_ledger(1000));
+        assert_eq!(config.ledger_origin, LedgerOrigin::Default);
         assert_eq!(config.log, Level::Warn);
     }
 
@@ -250,10 +303,13 @@ mod tests {
         let file = Some(("limit = 8G\nledger = /var/lib/fgpu/ledger\n", true));
         let config = load(&[(ENV_LEDGER, "/tmp/mine")], file).unwrap();
         assert_eq!(config.ledger, PathBuf::from("/var/lib/fgpu/ledger"));
-        let default_ledger = load(&[(ENV_LEDGER, "/tmp/mine")], Some(("limit = 8G", true))).unwrap();
-        assert_eq!(default_ledger.ledger, PathBuf::from(DEFAULT_LEDGER));
+        let pinned = load(&[(ENV_LEDGER, "/tmp/mine")], Some(("limit = 8G", true))).unwrap();
+        assert_eq!(pinned.ledger, default_ledger(1000));
+        assert_eq!(pinned.ledger_origin, LedgerOrigin::Default);
         let no_file_cap = load(&[(ENV_LEDGER, "/tmp/mine")], Some(("log = info", true))).unwrap();
         assert_eq!(no_file_cap.ledger, PathBuf::from("/tmp/mine"));
+        assert_eq!(no_file_cap.ledger_origin, LedgerOrigin::Env);
+        assert_eq!(config.ledger_origin, LedgerOrigin::File);
     }
 
     #[test]

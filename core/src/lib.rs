@@ -7,6 +7,8 @@
 //! * [`log`]: one-line diagnostics.
 
 pub mod config;
+#[cfg(feature = "crash-points")]
+pub mod crash;
 pub mod ledger;
 pub mod limit;
 pub mod log;

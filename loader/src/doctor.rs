@@ -88,6 +88,8 @@ pub struct PreloadEntry {
 pub enum LedgerFact {
     Missing { dir: PathBuf, dir_problem: Option<String> },
     Healthy { devices: usize, processes: usize },
+    /// In use, but its file was deleted or replaced while its processes run.
+    FileReplaced(String),
     Broken(String),
 }
 
@@ -282,7 +284,13 @@ pub fn assess(f: &Facts) -> Vec<Finding> {
     let lp = f.ledger_path.display();
     match &f.ledger {
         LedgerFact::Healthy { devices, processes } => out.push(finding("ledger", Level::Ok, format!("The ledger {lp} ({origin}) is healthy: {devices} GPU(s), {processes} live process(es)."), None)),
-        LedgerFact::Missing { dir_problem: None, .. } => out.push(finding("ledger", Level::Ok, format!("The ledger {lp} ({origin}) does not exist yet; the first capped process creates it."), None)),
+        LedgerFact::Missing { dir_problem: None, .. } => out.push(finding("ledger", Level::Ok, format!("The ledger {lp} ({origin}) is not in use; the first capped process creates it."), None)),
+        LedgerFact::FileReplaced(why) => out.push(finding(
+            "ledger",
+            Level::Warn,
+            format!("The ledger {lp} ({origin}) is in use, but {why}. New processes reach the old file through a running member's /proc/PID/fd where they may, and refuse GPU memory where they may not."),
+            Some("Do not delete or replace a ledger's file while its processes run; the ledger is whole again once they have all exited.".into()),
+        )),
         LedgerFact::Missing { dir, dir_problem: Some(p) } => out.push(finding(
             "ledger",
             Level::Fail,
@@ -412,6 +420,9 @@ fn probe_driver() -> Result<DriverProbe, String> {
 fn ledger_fact(path: &Path) -> LedgerFact {
     match Ledger::open_existing(path) {
         Ok(ledger) => {
+            if let Some(why) = ledger.file_problem() {
+                return LedgerFact::FileReplaced(why);
+            }
             let snap = ledger.snapshot(None);
             LedgerFact::Healthy { devices: snap.devices.len(), processes: snap.processes.iter().filter(|p| p.alive).count() }
         }
@@ -426,7 +437,7 @@ fn ledger_fact(path: &Path) -> LedgerFact {
             let dir_problem = (!writable).then(|| format!("{} is not writable by this user", existing.display()));
             LedgerFact::Missing { dir: existing, dir_problem }
         }
-        Err(LedgerError::Empty { .. }) => {
+        Err(LedgerError::NotInUse { .. }) => {
             let dir = path.parent().map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from("/"));
             LedgerFact::Missing { dir, dir_problem: None }
         }
@@ -658,7 +669,7 @@ mod tests {
             glibc: Some("2.36".into()),
             shim_trial: Some(Ok(())),
             preloads: vec![PreloadEntry { path: "/usr/lib/fgpu/libfgpu.so".into(), source: "LD_PRELOAD", exists: true, is_fgpu: true, interposes: false }],
-            config: Ok(Config { file_limit: None, env_limit: Some(parse_limit("8G").unwrap()), ledger: "/tmp/.fgpu-ledger".into(), log: fgpu_core::log::Level::Warn }),
+            config: Ok(Config { file_limit: None, env_limit: Some(parse_limit("8G").unwrap()), ledger: "/tmp/fgpu-0/ledger".into(), ledger_origin: fgpu_core::config::LedgerOrigin::Default, log: fgpu_core::log::Level::Warn }),
             driver: Ok(DriverProbe {
                 cuda: LibraryProbe { loaded: true, cuda_version: Some(12080), device_count: Some(1), ..Default::default() },
                 nvml: LibraryProbe { loaded: true, driver_version: Some("570.1".into()), device_count: Some(1), ..Default::default() },
@@ -712,7 +723,7 @@ mod tests {
         assert!(failed.iter().any(|(c, m)| *c == "cap" && m.contains("does not apply")), "{failed:?}");
 
         let mut f = good_facts();
-        f.config = Ok(Config { file_limit: None, env_limit: None, ledger: "/x".into(), log: fgpu_core::log::Level::Warn });
+        f.config = Ok(Config { file_limit: None, env_limit: None, ledger: "/x".into(), ledger_origin: fgpu_core::config::LedgerOrigin::Env, log: fgpu_core::log::Level::Warn });
         assert!(fails(&f).iter().any(|(c, m)| *c == "cap" && m.contains("No cap")));
 
         let mut f = good_facts();

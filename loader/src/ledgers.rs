@@ -1,17 +1,22 @@
 //! Which ledgers to show: the one in effect here, one named on the command line, or (with
 //! `--all`) every ledger some process on the machine has mapped.
 //!
+//! The ledger in effect is the one the shim would use here: [`Config`] decides, for both.
+//!
 //! `--all` needs no knowledge of where containers keep their ledgers: every capped process
-//! maps its ledger, a shared file mapping of exactly [`FILE_SIZE`] bytes, and
-//! `/proc/PID/maps` lists it. The file is opened through `/proc/PID/root/PATH`, the path as
-//! seen in that process's mount namespace, and the header decides whether it is a ledger.
-//! Mappings of one file by many processes are folded by device and inode.
+//! attaches its ledger, a System V segment of exactly [`SEGMENT_SIZE`] bytes, and
+//! `/proc/PID/maps` lists it (`/SYSV00000000`, the segment id as inode). The segment's header
+//! names the lock file; it is opened through `/proc/PID/root/PATH`, the path as seen in that
+//! process's mount namespace, and the segment is looked up in that process's IPC namespace.
+//! Attachments of one segment by many processes are folded by IPC namespace and id.
 
 use crate::cli::LedgerSelection;
-use fgpu_core::config::{Config, Sources, DEFAULT_LEDGER, ENV_LEDGER};
-use fgpu_core::ledger::layout::{FILE_SIZE, MAGIC};
+use fgpu_core::config::{Config, LedgerOrigin, Sources};
+use fgpu_core::ledger::layout::SEGMENT_SIZE;
+use fgpu_core::ledger::store;
 use std::collections::BTreeMap;
 use std::io::Read;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 /// Where a ledger to show came from.
@@ -55,24 +60,32 @@ pub struct Target {
     pub identity: Option<String>,
     /// A problem found while scanning (the file was deleted, could not be opened).
     pub problem: Option<String>,
+    /// The IPC namespace (`/proc/PID/ns/ipc`) of its processes, when not ours.
+    pub ipc_ns: Option<PathBuf>,
 }
 
 impl Target {
     pub fn plain(path: PathBuf, origin: Origin) -> Target {
-        Target { open_path: path.clone(), path, origin, mapped_by: Vec::new(), identity: None, problem: None }
+        Target { open_path: path.clone(), path, origin, mapped_by: Vec::new(), identity: None, problem: None, ipc_ns: None }
     }
 }
 
 /// The ledger a capped process started in this environment would use, and a warning if
 /// the configuration could not be read (then the default is assumed, as the shim does).
 pub fn in_effect(sources: &dyn Sources) -> (Target, Option<String>) {
-    if let Some(value) = sources.env(ENV_LEDGER).filter(|v| !v.is_empty()) {
-        return (Target::plain(PathBuf::from(value), Origin::Env), None);
-    }
     match Config::from_sources(sources) {
-        Ok(config) if config.ledger != Path::new(DEFAULT_LEDGER) => (Target::plain(config.ledger, Origin::ConfigFile), None),
-        Ok(_) => (Target::plain(PathBuf::from(DEFAULT_LEDGER), Origin::Default), None),
-        Err(e) => (Target::plain(PathBuf::from(DEFAULT_LEDGER), Origin::Default), Some(format!("the configuration is not valid ({e}); showing the default ledger"))),
+        Ok(config) => {
+            let origin = match config.ledger_origin {
+                LedgerOrigin::Default => Origin::Default,
+                LedgerOrigin::Env => Origin::Env,
+                LedgerOrigin::File => Origin::ConfigFile,
+            };
+            (Target::plain(config.ledger, origin), None)
+        }
+        Err(e) => (
+            Target::plain(fgpu_core::config::default_ledger(sources.euid()), Origin::Default),
+            Some(format!("the configuration is not valid ({e}); the shim refuses GPU memory until it is fixed; showing the default ledger")),
+        ),
     }
 }
 
@@ -140,9 +153,9 @@ pub fn parse_maps_line(line: &str) -> Option<Mapping> {
     })
 }
 
-/// Whether a mapping could be a ledger: a shared mapping of a file, of the ledger's size.
+/// Whether a mapping could be a ledger: a shared System V segment of the ledger's size.
 pub fn may_be_ledger(m: &Mapping) -> bool {
-    m.shared && m.inode != 0 && m.end - m.start == FILE_SIZE as u64 && m.path.starts_with('/')
+    m.shared && m.end - m.start == SEGMENT_SIZE as u64 && m.path.starts_with("/SYSV")
 }
 
 pub struct Scan {
@@ -152,14 +165,18 @@ pub struct Scan {
 }
 
 struct Candidate {
-    path: String,
-    deleted: bool,
-    holders: Vec<(u32, String)>, // (pid, map_files name)
+    /// (pid, `map_files` name of the attachment)
+    holders: Vec<(u32, String)>,
 }
 
-/// Scans `proc_root` (normally /proc) for ledgers mapped by any process but `own_pid`.
+fn ns_inode(pid_dir: &Path, kind: &str) -> Option<u64> {
+    std::fs::metadata(pid_dir.join("ns").join(kind)).ok().map(|m| m.ino())
+}
+
+/// Scans `proc_root` (normally /proc) for ledgers attached by any process but `own_pid`.
 pub fn scan(proc_root: &Path, own_pid: u32) -> Scan {
-    let mut by_file: BTreeMap<(String, u64), Candidate> = BTreeMap::new();
+    let own_ipc = std::fs::metadata("/proc/self/ns/ipc").map(|m| m.ino()).unwrap_or(0);
+    let mut by_segment: BTreeMap<(u64, u64), Candidate> = BTreeMap::new();
     let mut denied = 0;
     let Ok(entries) = std::fs::read_dir(proc_root) else {
         return Scan { targets: Vec::new(), denied: 0 };
@@ -170,7 +187,8 @@ pub fn scan(proc_root: &Path, own_pid: u32) -> Scan {
         if pid == own_pid {
             continue;
         }
-        let maps = match std::fs::read_to_string(proc_root.join(pid.to_string()).join("maps")) {
+        let pid_dir = proc_root.join(pid.to_string());
+        let maps = match std::fs::read_to_string(pid_dir.join("maps")) {
             Ok(text) => text,
             Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
                 denied += 1;
@@ -179,65 +197,55 @@ pub fn scan(proc_root: &Path, own_pid: u32) -> Scan {
             Err(_) => continue, // exited meanwhile, or a kernel thread
         };
         for m in maps.lines().filter_map(parse_maps_line).filter(may_be_ledger) {
-            let entry = by_file
-                .entry((m.dev.clone(), m.inode))
-                .or_insert_with(|| Candidate { path: m.path.clone(), deleted: m.deleted, holders: Vec::new() });
+            let Some(ipc) = ns_inode(&pid_dir, "ipc") else {
+                denied += 1;
+                continue;
+            };
+            let entry = by_segment.entry((ipc, m.inode)).or_insert_with(|| Candidate { holders: Vec::new() });
             if !entry.holders.iter().any(|(p, _)| *p == pid) {
                 entry.holders.push((pid, format!("{:x}-{:x}", m.start, m.end)));
             }
         }
     }
     let mut targets = Vec::new();
-    for ((dev, inode), candidate) in by_file {
-        let identity = Some(format!("{dev}:{inode}"));
+    for ((ipc, shmid), candidate) in by_segment {
         let mapped_by: Vec<u32> = candidate.holders.iter().map(|(p, _)| *p).collect();
-        // Is it a ledger at all? Read the magic through the mapping itself (root), else the path.
-        let mut verdict: Option<bool> = None;
-        let mut open_path = None;
-        for (pid, range) in &candidate.holders {
-            let pid_dir = proc_root.join(pid.to_string());
-            if verdict.is_none() {
-                verdict = has_magic(&pid_dir.join("map_files").join(range));
+        let first = proc_root.join(mapped_by[0].to_string());
+        // The segment's header names its lock file: read it through the attachment (root),
+        // else by attaching it here (same IPC namespace).
+        let path = candidate
+            .holders
+            .iter()
+            .find_map(|(pid, range)| header_path(&proc_root.join(pid.to_string()).join("map_files").join(range)))
+            .or_else(|| (ipc == own_ipc).then(|| store::segment_path(shmid as i32)).flatten());
+        let Some(path) = path else {
+            if ipc == own_ipc {
+                continue; // not a ledger of this version
             }
-            if open_path.is_none() && !candidate.deleted {
-                let path = pid_dir.join("root").join(candidate.path.trim_start_matches('/'));
-                if let Some(is_ledger) = has_magic(&path) {
-                    verdict.get_or_insert(is_ledger);
-                    open_path = Some(path);
-                }
-            }
-            if verdict.is_some() && (open_path.is_some() || candidate.deleted) {
-                break;
-            }
-        }
-        if verdict == Some(false) {
+            denied += 1;
             continue;
-        }
-        let problem = if candidate.deleted {
-            Some("the file was deleted while processes still use it; it cannot be opened by path".to_string())
-        } else if open_path.is_none() {
-            Some("cannot open it through /proc/PID/root (run as root)".to_string())
-        } else {
-            None
         };
+        let open_path = first.join("root").join(path.strip_prefix("/").unwrap_or(&path));
+        let ipc_ns = (ipc != own_ipc).then(|| first.join("ns").join("ipc"));
         targets.push(Target {
-            path: PathBuf::from(&candidate.path),
-            open_path: open_path.unwrap_or_else(|| PathBuf::from(&candidate.path)),
+            path,
+            open_path,
             origin: Origin::Scan,
             mapped_by,
-            identity,
-            problem,
+            identity: Some(format!("ipc:{ipc}:shm:{shmid}")),
+            problem: None,
+            ipc_ns,
         });
     }
     Scan { targets, denied }
 }
 
-/// `Some(true)` if the file starts with the ledger magic, `None` if it cannot be read.
-fn has_magic(path: &Path) -> Option<bool> {
+/// The lock-file path in a ledger segment read through `map_files` (needs root).
+fn header_path(path: &Path) -> Option<PathBuf> {
     let mut file = std::fs::File::open(path).ok()?;
-    let mut magic = [0u8; 8];
-    file.read_exact(&mut magic).ok()?;
-    Some(u64::from_le_bytes(magic) == MAGIC)
+    let mut head = vec![0u8; 512];
+    file.read_exact(&mut head).ok()?;
+    store::path_in_header_bytes(&head)
 }
 
 #[cfg(test)]
@@ -248,15 +256,17 @@ mod tests {
 
     #[test]
     fn maps_lines() {
-        // A mapping of exactly one ledger's size.
-        let end = 0x7f0a1c000000 + fgpu_core::ledger::layout::FILE_SIZE as u64;
-        let line = format!("7f0a1c000000-{end:x} rw-s 00000000 fd:01 1234567                    /tmp/my ledger (deleted)");
+        // An attachment of exactly one ledger's size.
+        let end = 0x7f0a1c000000 + SEGMENT_SIZE as u64;
+        let line = format!("7f0a1c000000-{end:x} rw-s 00000000 00:01 1234567                    /SYSV00000000 (deleted)");
         let m = parse_maps_line(&line).unwrap();
         assert_eq!((m.start, m.end, m.shared, m.inode), (0x7f0a1c000000, end, true, 1234567));
-        assert_eq!(m.dev, "fd:01");
-        assert_eq!(m.path, "/tmp/my ledger");
+        assert_eq!(m.dev, "00:01");
+        assert_eq!(m.path, "/SYSV00000000");
         assert!(m.deleted);
         assert!(may_be_ledger(&m));
+        let file = parse_maps_line(&format!("7f0a1c000000-{end:x} rw-s 00000000 fd:01 1234567 /tmp/ledger")).unwrap();
+        assert!(!may_be_ledger(&file), "a file of the same size is not a ledger");
         let private = parse_maps_line("7f0a1c000000-7f0a1c051000 rw-p 00000000 fd:01 1234567 /tmp/x").unwrap();
         assert!(!may_be_ledger(&private));
         let anon = parse_maps_line("7ffd5a1d0000-7ffd5a1f1000 rw-p 00000000 00:00 0                          [stack]").unwrap();
@@ -274,16 +284,22 @@ mod tests {
         fn config_file(&self) -> Result<Option<ConfigFile>, ConfigError> {
             Ok(self.1.map(|text| ConfigFile { path: "/etc/fgpu/fgpu.conf".into(), text: text.into(), trusted: true }))
         }
+        fn euid(&self) -> u32 {
+            1000
+        }
     }
 
     #[test]
     fn ledger_in_effect() {
         let (t, w) = in_effect(&Fixed(HashMap::from([("FGPU_LEDGER", "/run/a")]), Some("ledger = /var/b")));
         assert_eq!((t.path, t.origin, w), (PathBuf::from("/run/a"), Origin::Env, None));
+        // A file that sets a limit pins its ledger: FGPU_LEDGER is ignored, as by the shim.
+        let (t, _) = in_effect(&Fixed(HashMap::from([("FGPU_LEDGER", "/tmp/mine")]), Some("limit = 8G\nledger = /srv/fgpu/ledger")));
+        assert_eq!((t.path, t.origin), (PathBuf::from("/srv/fgpu/ledger"), Origin::ConfigFile));
         let (t, _) = in_effect(&Fixed(HashMap::new(), Some("ledger = /var/b")));
         assert_eq!((t.path, t.origin), (PathBuf::from("/var/b"), Origin::ConfigFile));
         let (t, _) = in_effect(&Fixed(HashMap::new(), None));
-        assert_eq!((t.path, t.origin), (PathBuf::from(DEFAULT_LEDGER), Origin::Default));
+        assert_eq!((t.path, t.origin), (PathBuf::from("/tmp/fgpu-1000/ledger"), Origin::Default));
         let (t, w) = in_effect(&Fixed(HashMap::from([("FGPU_LIMIT", "lots")]), None));
         assert_eq!(t.origin, Origin::Default);
         assert!(w.unwrap().contains("FGPU_LIMIT"));
@@ -296,27 +312,15 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("ledger");
         let ledger = Ledger::open_or_create(&path).unwrap();
-        // A foreign file of the same size, shared-mapped: must be ignored.
-        let foreign = dir.join("foreign");
-        std::fs::write(&foreign, vec![1u8; FILE_SIZE]).unwrap();
-        let foreign_file = std::fs::OpenOptions::new().read(true).write(true).open(&foreign).unwrap();
-        // SAFETY: maps a file we just created, shared, of exactly FILE_SIZE bytes.
-        let map = unsafe {
-            use std::os::fd::AsRawFd;
-            libc::mmap(std::ptr::null_mut(), FILE_SIZE, libc::PROT_READ, libc::MAP_SHARED, foreign_file.as_raw_fd(), 0)
-        };
-        assert_ne!(map, libc::MAP_FAILED);
         // Pretend to be someone else so our own process is scanned.
         let found = scan(Path::new("/proc"), 0);
         let ours: Vec<_> = found.targets.iter().filter(|t| t.path == path).collect();
         assert_eq!(ours.len(), 1, "{:?}", found.targets);
         assert!(ours[0].mapped_by.contains(&std::process::id()));
         assert!(ours[0].problem.is_none());
-        assert!(!found.targets.iter().any(|t| t.path == foreign));
+        assert!(ours[0].ipc_ns.is_none());
         // Our own PID is skipped when named.
         assert!(!scan(Path::new("/proc"), std::process::id()).targets.iter().any(|t| t.path == path));
-        // SAFETY: unmaps what we mapped above.
-        unsafe { libc::munmap(map, FILE_SIZE) };
         drop(ledger);
         let _ = std::fs::remove_dir_all(&dir);
     }

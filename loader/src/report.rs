@@ -25,9 +25,10 @@ pub struct StatusReport {
 pub enum LedgerState {
     /// Read.
     Ok,
-    /// No file yet: no capped process has used this ledger.
+    /// No capped process uses this ledger now (no lock file, or no live shared memory: a
+    /// ledger goes away with its last process).
     Missing,
-    /// The file exists but could not be read as a ledger.
+    /// The ledger exists but cannot be used (an untrusted or replaced file, no permission).
     Error,
 }
 
@@ -40,7 +41,7 @@ pub struct LedgerReport {
     pub open_path: String,
     /// For scanned ledgers: PIDs (as seen here) that map it.
     pub mapped_by: Vec<u32>,
-    /// For scanned ledgers: `major:minor:inode` of the file.
+    /// For scanned ledgers: `ipc:NAMESPACE-INODE:shm:SEGMENT-ID`.
     pub id: Option<String>,
     pub state: LedgerState,
     pub error: Option<String>,
@@ -163,19 +164,19 @@ pub fn read(target: &Target) -> LedgerReport {
     if let Some(problem) = &target.problem {
         return LedgerReport::empty(target, LedgerState::Error, Some(problem.clone()));
     }
-    match Ledger::open_existing(&target.open_path) {
+    match Ledger::open_existing_in(&target.open_path, target.ipc_ns.as_deref()) {
         Ok(ledger) => {
             let before = ledger.snapshot(None);
-            // Also repairs counters a process killed mid-update left behind once nobody is live.
             ledger.reclaim_dead(None);
             let after = ledger.snapshot(None);
-            LedgerReport::from_snapshots(target, &before, &after)
+            let mut report = LedgerReport::from_snapshots(target, &before, &after);
+            report.error = ledger.file_problem();
+            report
         }
         Err(LedgerError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
             LedgerReport::empty(target, LedgerState::Missing, None)
         }
-        // Images ship the ledger as an empty file; the first capped process fills it in.
-        Err(LedgerError::Empty { .. }) => LedgerReport::empty(target, LedgerState::Missing, None),
+        Err(LedgerError::NotInUse { .. }) => LedgerReport::empty(target, LedgerState::Missing, None),
         Err(e) => LedgerReport::empty(target, LedgerState::Error, Some(e.to_string())),
     }
 }
@@ -228,14 +229,18 @@ fn render_ledger(out: &mut String, l: &LedgerReport, width: usize) {
     let _ = writeln!(out, "Ledger {} ({source})", l.path);
     match l.state {
         LedgerState::Missing => {
-            out.push_str("  Not created yet: no capped process has used this ledger.\n");
+            out.push_str("  Not in use: no capped process uses this ledger now.\n");
             return;
         }
         LedgerState::Error => {
             let _ = writeln!(out, "  Cannot be read: {}", l.error.as_deref().unwrap_or("unknown error"));
             return;
         }
-        LedgerState::Ok => {}
+        LedgerState::Ok => {
+            if let Some(problem) = &l.error {
+                let _ = writeln!(out, "  Warning: {problem}");
+            }
+        }
     }
     if l.devices.is_empty() {
         out.push_str("  No GPU registered yet: no process has used CUDA under this ledger.\n");
@@ -371,12 +376,17 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let missing = read(&Target::plain(dir.join("nothing"), Origin::Argument));
         assert_eq!(missing.state, LedgerState::Missing);
+        // A file that names no live ledger: nobody uses it.
         std::fs::write(dir.join("foreign"), b"not a ledger at all, really").unwrap();
         let foreign = read(&Target::plain(dir.join("foreign"), Origin::Argument));
-        assert_eq!(foreign.state, LedgerState::Error);
-        assert!(foreign.error.as_deref().unwrap().contains("not an fgpu ledger"));
-        let text = render_text(&StatusReport { schema: 1, ledgers: vec![missing, foreign], notes: vec![] }, 80);
-        assert!(text.contains("Not created yet") && text.contains("Cannot be read"), "{text}");
+        assert_eq!(foreign.state, LedgerState::Missing);
+        // A link is never followed.
+        std::os::unix::fs::symlink(dir.join("foreign"), dir.join("link")).unwrap();
+        let link = read(&Target::plain(dir.join("link"), Origin::Argument));
+        assert_eq!(link.state, LedgerState::Error);
+        assert!(link.error.as_deref().unwrap().contains("symbolic link"), "{:?}", link.error);
+        let text = render_text(&StatusReport { schema: 1, ledgers: vec![missing, foreign, link], notes: vec![] }, 80);
+        assert!(text.contains("Not in use") && text.contains("Cannot be read"), "{text}");
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

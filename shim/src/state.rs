@@ -33,10 +33,9 @@ pub enum Mode {
 
 static MODE: AtomicPtr<Mode> = AtomicPtr::new(null_mut());
 static INIT: Mutex<()> = Mutex::new(());
-/// The ledger descriptor and mapping, so a forked child can drop its inherited copies.
+/// The ledger descriptor and segment, so a forked child can drop its inherited copies.
 static LEDGER_FD: AtomicI32 = AtomicI32::new(-1);
 static LEDGER_MAP: AtomicPtr<u8> = AtomicPtr::new(null_mut());
-static LEDGER_MAP_LEN: AtomicUsize = AtomicUsize::new(0);
 
 /// The state of this process, built on first use.
 pub fn mode() -> &'static Mode {
@@ -59,9 +58,7 @@ fn init_slow() -> &'static Mode {
     let mode: &'static Mode = Box::leak(Box::new(build()));
     if let Mode::On(active) = mode {
         LEDGER_FD.store(active.ledger.raw_fd(), Ordering::Relaxed);
-        let (base, len) = active.ledger.mapping();
-        LEDGER_MAP_LEN.store(len, Ordering::Relaxed);
-        LEDGER_MAP.store(base, Ordering::Relaxed);
+        LEDGER_MAP.store(active.ledger.mapping().0, Ordering::Relaxed);
     }
     register_fork_handler();
     MODE.store(mode as *const Mode as *mut Mode, Ordering::Release);
@@ -82,7 +79,7 @@ fn build() -> Mode {
         log_at!(Level::Debug, "no cap configured (FGPU_LIMIT unset, no limit in {}); not capping", fgpu_core::config::CONFIG_PATH);
         return Mode::Off;
     }
-    match Ledger::open_or_create(&config.ledger) {
+    match Ledger::open(&config.ledger, config.ledger_origin.sharing()) {
         Ok(ledger) => {
             log_at!(Level::Debug, "ledger {} opened", config.ledger.display());
             Mode::On(Active::new(config, ledger))
@@ -117,9 +114,10 @@ extern "C" fn after_fork_in_child() {
     }
     let map = LEDGER_MAP.swap(null_mut(), Ordering::Relaxed);
     if !map.is_null() {
-        // SAFETY: unmaps the child's copy of the ledger mapping; nothing in the child uses
-        // the parent's state (MODE was reset above) and so nothing reads through it again.
-        unsafe { libc::munmap(map.cast(), LEDGER_MAP_LEN.load(Ordering::Relaxed)) };
+        // SAFETY: detaches the child's copy of the ledger segment (shmdt is a plain system
+        // call, safe after fork); nothing in the child uses the parent's state (MODE was
+        // reset above) and so nothing reads through it again.
+        unsafe { libc::shmdt(map.cast()) };
     }
     if INIT.is_locked() {
         // SAFETY: the thread that held INIT does not exist in the child; nobody will unlock it.
@@ -169,7 +167,6 @@ pub struct Active {
     pub settling: AtomicU64,
     pub settle_generation: AtomicU64,
     pub last_untracked_check: AtomicU64,
-    last_forced_scan: AtomicU64,
     /// This process's host PID, if it can know it (see `fgpu_core::pidns`).
     pub host_pid: OnceLock<Option<u32>>,
 }
@@ -197,7 +194,6 @@ impl Active {
             settling: AtomicU64::new(0),
             settle_generation: AtomicU64::new(0),
             last_untracked_check: AtomicU64::new(0),
-            last_forced_scan: AtomicU64::new(0),
             host_pid: OnceLock::new(),
         }
     }
@@ -307,46 +303,46 @@ impl Active {
         self.devices.get(usize::try_from(ordinal).ok()?)?.get()
     }
 
-    /// Reserves `bytes` on `dev` against the cap before the driver is asked. On refusal,
-    /// dead processes are reclaimed once and the reservation retried, then one line is
-    /// logged (rate-limited) and `CUDA_ERROR_OUT_OF_MEMORY` returned.
+    /// Reserves `bytes` on `dev` against the cap before the driver is asked. Before saying
+    /// no, the ledger takes back other processes' unspent credit and drops dead processes;
+    /// a refusal is counted and said in one line (rate-limited), and
+    /// `CUDA_ERROR_OUT_OF_MEMORY` returned.
     pub fn reserve(&self, dev: &Dev, bytes: u64, call: &str) -> Result<(), CUresult> {
         let slot = self.slot().ok_or(CUDA_ERROR_OUT_OF_MEMORY)?;
-        if self.ledger.reserve(slot, dev.id, bytes, dev.limit).is_ok() {
-            return Ok(());
-        }
-        // Before saying no, make sure no dead process is holding the memory. Bounded to one
-        // scan per 10 ms so an allocation loop that keeps failing costs little.
-        let now = log::monotonic_ns();
-        let last = self.last_forced_scan.load(Ordering::Relaxed);
-        if now.saturating_sub(last) >= 10_000_000 && self.last_forced_scan.compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed).is_ok() {
-            self.ledger.reclaim_dead(Some(slot));
-        }
-        match self.ledger.reserve(slot, dev.id, bytes, dev.limit) {
-            Ok(()) => Ok(()),
-            Err(refusal) => {
-                self.ledger.count_refusal(dev.id);
-                static LIMIT: RateLimit = RateLimit::new(1_000_000_000);
-                if let Some(held_back) = LIMIT.check(now) {
-                    let more = if held_back > 0 { format!(" ({held_back} more refusals not shown)") } else { String::new() };
-                    log_at!(
-                        Level::Warn,
-                        "{call} of {} refused on {}: the container already holds {} of its {} cap{more}",
-                        format_bytes(refusal.requested),
-                        format_gpu_uuid(&dev.uuid),
-                        format_bytes(refusal.used),
-                        format_bytes(refusal.cap)
-                    );
-                }
-                Err(CUDA_ERROR_OUT_OF_MEMORY)
+        let refusal = match self.ledger.reserve(slot, dev.id, bytes, dev.limit) {
+            Ok(()) => return Ok(()),
+            Err(refusal) => refusal,
+        };
+        self.ledger.count_refusal(dev.id);
+        static LIMIT: RateLimit = RateLimit::new(1_000_000_000);
+        if let Some(held_back) = LIMIT.check(log::monotonic_ns()) {
+            let more = if held_back > 0 { format!(" ({held_back} more refusals not shown)") } else { String::new() };
+            if refusal.lock_timeout {
+                log_at!(
+                    Level::Error,
+                    "{call} of {} refused on {}: ledger {} stayed locked by another process for too long{more}",
+                    format_bytes(refusal.requested),
+                    format_gpu_uuid(&dev.uuid),
+                    self.ledger.path().display()
+                );
+            } else {
+                log_at!(
+                    Level::Warn,
+                    "{call} of {} refused on {}: the container already holds {} of its {} cap{more}",
+                    format_bytes(refusal.requested),
+                    format_gpu_uuid(&dev.uuid),
+                    format_bytes(refusal.used),
+                    format_bytes(refusal.cap)
+                );
             }
         }
+        Err(CUDA_ERROR_OUT_OF_MEMORY)
     }
 
     /// Returns bytes to the ledger (through this process's credit).
     pub fn release(&self, dev: &Dev, bytes: u64) {
         if let Some(slot) = self.slot_if_joined() {
-            self.ledger.unreserve(slot, dev.id, bytes);
+            self.ledger.release(slot, dev.id, bytes);
         }
     }
 

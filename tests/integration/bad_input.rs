@@ -41,28 +41,31 @@ fn per_device_limits_by_uuid() {
 }
 
 #[test]
-fn corrupt_truncated_and_foreign_ledgers_fail_closed() {
+fn a_ledger_file_that_cannot_be_trusted_or_locked_fails_closed() {
     let env = Env::new("bad-ledger");
-    // A healthy ledger first, to corrupt.
-    env.client(&["init", "primary"]).shim().limit("8G").success();
-    let healthy = std::fs::read(&env.ledger).unwrap();
-    let cases: Vec<(&str, Vec<u8>, &str)> = vec![
-        ("foreign", b"this is somebody else's file, not a ledger".to_vec(), "not an fgpu ledger"),
-        ("truncated", healthy[..5000].to_vec(), "truncated"),
-        ("version", {
-            let mut v = healthy.clone();
-            v[8] = 99;
-            v
-        }, "format version 99"),
-    ];
-    for (name, bytes, expected) in cases {
-        let path = env.dir.join(format!("ledger-{name}"));
-        std::fs::write(&path, &bytes).unwrap();
-        let run = env.client(&["init", "primary", "alloc", "1M"]).shim().limit("8G").env("FGPU_LEDGER", &path).success();
-        assert_eq!(run.rc("primary"), 2, "context refused ({name})\n{run}");
-        assert_eq!(run.rc("alloc"), 2, "allocation refused ({name})\n{run}");
-        assert!(run.stderr().contains(expected) && run.stderr().contains(&path.display().to_string()), "{name}\n{run}");
-        assert_eq!(std::fs::read(&path).unwrap(), bytes, "the bad file is left as it was ({name})");
+    // A link in place of the file: never followed (it could point anywhere).
+    let link = env.dir.join("ledger-link");
+    std::os::unix::fs::symlink(env.dir.join("elsewhere"), &link).unwrap();
+    let run = env.client(&["init", "primary", "alloc", "1M"]).shim().limit("8G").env("FGPU_LEDGER", &link).success();
+    assert_eq!(run.rc("primary"), 2, "context refused\n{run}");
+    assert_eq!(run.rc("alloc"), 2, "allocation refused\n{run}");
+    assert!(run.stderr().contains("symbolic link") && run.stderr().contains(&link.display().to_string()), "{run}");
+    assert!(!env.dir.join("elsewhere").exists(), "nothing was created through the link");
+    if is_root() {
+        // A file this user cannot open for writing (root's, 0644): one line says so.
+        use std::os::unix::fs::PermissionsExt;
+        let locked = env.dir.join("ledger-root-only");
+        std::fs::write(&locked, b"").unwrap();
+        std::fs::set_permissions(&locked, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let run = env
+            .command_as(65534, reachable_client("cuclient"))
+            .args(["init", "primary", "alloc", "1M"])
+            .env("LD_PRELOAD", &reachable().shim)
+            .env("FGPU_LIMIT", "8G")
+            .env("FGPU_LEDGER", &locked)
+            .success();
+        assert_eq!(run.rc("alloc"), 2, "{run}");
+        assert!(run.stderr().contains("cannot be opened for writing by uid 65534"), "{run}");
     }
 }
 

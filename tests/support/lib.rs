@@ -97,6 +97,48 @@ pub fn helper_library(name: &str) -> PathBuf {
     out
 }
 
+/// Copies of the shim, the simulated driver and the test clients where every user can
+/// reach them (a clone under a private home directory is not reachable by user 65534).
+pub struct Reachable {
+    pub dir: PathBuf,
+    pub shim: PathBuf,
+    pub sim_lib_dir: PathBuf,
+}
+
+pub fn reachable() -> &'static Reachable {
+    static REACHABLE: OnceLock<Reachable> = OnceLock::new();
+    REACHABLE.get_or_init(|| {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!("fgpu-it-reachable-{}", std::process::id()));
+        let sim = dir.join("sim-driver");
+        std::fs::create_dir_all(&sim).unwrap();
+        let open = |p: &Path, mode| std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap();
+        open(&dir, 0o755);
+        open(&sim, 0o755);
+        let shim = dir.join("libfgpu.so");
+        std::fs::copy(shim_path(), &shim).unwrap();
+        open(&shim, 0o755);
+        for entry in std::fs::read_dir(sim_lib_dir()).unwrap() {
+            let entry = entry.unwrap();
+            let to = sim.join(entry.file_name());
+            std::fs::copy(entry.path(), &to).unwrap();
+            open(&to, 0o755);
+        }
+        Reachable { dir, shim, sim_lib_dir: sim }
+    })
+}
+
+/// A copy of a test client (see [`client`]) that every user can run.
+pub fn reachable_client(name: &str) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let to = reachable().dir.join(name);
+    if !to.exists() {
+        std::fs::copy(client(name), &to).unwrap();
+        std::fs::set_permissions(&to, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    to
+}
+
 /// One test's world: a temp dir, a simulated GPU (state file) and a ledger.
 pub struct Env {
     pub dir: PathBuf,
@@ -165,6 +207,18 @@ impl Env {
         Cmd(cmd)
     }
 
+    /// `program` run as user and group `uid` (through setpriv; root only), seeing the
+    /// simulated driver; preload with `.env("LD_PRELOAD", &reachable().shim)`.
+    pub fn command_as(&self, uid: u32, program: impl AsRef<std::ffi::OsStr>) -> Cmd {
+        use std::os::unix::fs::PermissionsExt;
+        assert!(is_root() && tool("setpriv"), "running as another user needs root and setpriv(1) (CI has both)");
+        std::fs::set_permissions(&self.dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let mut cmd = self.command("setpriv");
+        cmd.0.args(["--reuid", &uid.to_string(), "--regid", &uid.to_string(), "--clear-groups", "--"]).arg(program);
+        cmd.0.env("LD_LIBRARY_PATH", &reachable().sim_lib_dir);
+        cmd
+    }
+
     /// A command running a test client.
     pub fn client(&self, args: &[&str]) -> Cmd {
         let mut cmd = self.command(client("cuclient"));
@@ -194,9 +248,22 @@ impl Env {
         fgpu_sim_state::SimState::open(&self.sim_state).expect("open simulated driver state")
     }
 
-    /// The ledger, opened the way `fgpu status` opens it.
+    /// The ledger, opened the way `fgpu status` opens it (while some process uses it).
     pub fn ledger(&self) -> fgpu_core::ledger::Ledger {
         fgpu_core::ledger::Ledger::open_existing(&self.ledger).expect("open ledger")
+    }
+
+    /// What the ledger's processes hold on its first device once dead ones are dropped; 0
+    /// when no process uses the ledger any more (it went away with the last one).
+    pub fn ledger_used(&self) -> u64 {
+        match fgpu_core::ledger::Ledger::open_existing(&self.ledger) {
+            Ok(ledger) => {
+                ledger.reclaim_dead(None);
+                ledger.snapshot(None).devices.first().map(|d| d.used).unwrap_or(0)
+            }
+            Err(fgpu_core::ledger::LedgerError::NotInUse { .. }) => 0,
+            Err(e) => panic!("cannot open the ledger {}: {e}", self.ledger.display()),
+        }
     }
 }
 

@@ -47,6 +47,27 @@ pub fn ofd_lock(fd: BorrowedFd<'_>, offset: i64, wait: bool) -> io::Result<bool>
     }
 }
 
+/// Takes a write OFD lock on one byte, waiting at most [`LOCK_WAIT`]. The locks guard
+/// short critical sections; one held longer belongs to a process that is stuck or hostile,
+/// and waiting for it forever would hang the host program in a driver call.
+pub fn ofd_lock_timed(fd: BorrowedFd<'_>, offset: i64) -> io::Result<()> {
+    let deadline = std::time::Instant::now() + LOCK_WAIT;
+    let mut pause = std::time::Duration::from_micros(20);
+    loop {
+        if ofd_lock(fd, offset, false)? {
+            return Ok(());
+        }
+        if std::time::Instant::now() >= deadline {
+            return Err(io::Error::new(io::ErrorKind::TimedOut, format!("a lock of the ledger was held for over {} s", LOCK_WAIT.as_secs())));
+        }
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(std::time::Duration::from_millis(2));
+    }
+}
+
+/// How long [`ofd_lock_timed`] waits.
+pub const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
 pub fn ofd_unlock(fd: BorrowedFd<'_>, offset: i64) {
     let mut lock = flock_for(libc::F_UNLCK, offset);
     let _ = fcntl_lock(fd, libc::F_OFD_SETLK, &mut lock);
@@ -55,6 +76,14 @@ pub fn ofd_unlock(fd: BorrowedFd<'_>, offset: i64) {
 /// Whether another open file description holds a lock on the byte.
 pub fn ofd_held_by_other(fd: BorrowedFd<'_>, offset: i64) -> io::Result<bool> {
     let mut lock = flock_for(libc::F_WRLCK, offset);
+    fcntl_lock(fd, libc::F_OFD_GETLK, &mut lock)?;
+    Ok(lock.l_type != libc::F_UNLCK as libc::c_short)
+}
+
+/// Whether another open file description holds a lock on any byte of `[offset, offset+len)`.
+pub fn ofd_any_held(fd: BorrowedFd<'_>, offset: i64, len: i64) -> io::Result<bool> {
+    let mut lock = flock_for(libc::F_WRLCK, offset);
+    lock.l_len = len;
     fcntl_lock(fd, libc::F_OFD_GETLK, &mut lock)?;
     Ok(lock.l_type != libc::F_UNLCK as libc::c_short)
 }

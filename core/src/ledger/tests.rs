@@ -1,59 +1,115 @@
 use super::*;
+use std::os::unix::fs::FileExt;
+use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::Arc;
 
 const MIB: u64 = 1 << 20;
 const UUID: [u8; 16] = [7; 16];
 
-fn temp_path(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("fgpu-ledger-test-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir.join("ledger")
+/// A private directory for one test's ledger, removed when the test ends (pass or fail).
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(name: &str) -> TempDir {
+        let dir = std::env::temp_dir().join(format!("fgpu-ledger-test-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        TempDir(dir)
+    }
+
+    fn ledger(&self) -> PathBuf {
+        self.0.join("ledger")
+    }
 }
 
-#[derive(Clone, Copy, PartialEq)]
-enum Reserve {
-    /// `try_reserve` / `release`: every reservation on the device counter.
-    Exact,
-    /// `reserve` / `unreserve`: through each process's credit.
-    Credit,
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A ledger, a joined slot and a registered device.
+fn member(path: &Path, cap: u64) -> (Ledger, SlotId, DeviceId) {
+    let ledger = Ledger::open_or_create(path).unwrap();
+    let slot = ledger.join().unwrap();
+    let device = ledger.register_device(UUID, 80 << 30, cap, Some(slot)).unwrap().device;
+    (ledger, slot, device)
+}
+
+/// Runs `body` in a forked child that is then killed with SIGKILL, as a process dying while
+/// holding what `body` reserved; `body` gets a fresh open of the ledger.
+fn in_killed_child(path: &Path, body: impl FnOnce(&Ledger, SlotId)) -> libc::pid_t {
+    // SAFETY: fork(2). Tests of this binary run on several threads, so the child must not
+    // take locks another thread may hold: it only opens the ledger (open, fcntl, shmat and
+    // atomics, plus allocations that glibc's malloc makes fork-safe), then kills itself with
+    // SIGKILL, never returning into the test harness.
+    let child = unsafe { libc::fork() };
+    if child == 0 {
+        let ok = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let ledger = Ledger::open_or_create(path).unwrap();
+            let slot = ledger.join().unwrap();
+            body(&ledger, slot);
+            std::mem::forget(ledger);
+        }))
+        .is_ok();
+        if ok {
+            // SAFETY: kill(2) of ourselves: the process dies holding what it reserved.
+            unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+        }
+        // SAFETY: leaves the forked child without running the parent's destructors.
+        unsafe { libc::_exit(1) };
+    }
+    let mut status = 0;
+    // SAFETY: waits for our own child.
+    unsafe { libc::waitpid(child, &mut status, 0) };
+    assert!(libc::WIFSIGNALED(status) && libc::WTERMSIG(status) == libc::SIGKILL, "child status {status:#x}");
+    child
+}
+
+#[test]
+fn reserve_respects_cap_and_release_returns() {
+    let dir = TempDir::new("cap");
+    let (ledger, me, device) = member(&dir.ledger(), 100 * MIB);
+    ledger.reserve(me, device, 60 * MIB, 100 * MIB).unwrap();
+    let refusal = ledger.reserve(me, device, 41 * MIB, 100 * MIB).unwrap_err();
+    assert_eq!(refusal, Refusal { requested: 41 * MIB, cap: 100 * MIB, used: 60 * MIB, lock_timeout: false });
+    ledger.reserve(me, device, 40 * MIB, 100 * MIB).unwrap();
+    assert_eq!(ledger.used(device), 100 * MIB);
+    assert_eq!(ledger.holding(me, device).reserved, 100 * MIB, "no credit left at the cap");
+    ledger.release(me, device, 100 * MIB);
+    assert_eq!(ledger.used(device), 0);
+    // Releasing more than held never underflows.
+    ledger.release(me, device, 5 * MIB);
+    assert_eq!(ledger.used(device), 0);
+    assert!(ledger.holding(me, device).reserved <= 2 * CREDIT_CHUNK, "credit beyond two chunks went back");
 }
 
 /// Four threads, each with its own open of the ledger (OFD locks make each a separate
-/// "process"), reserve and release random sizes; returns the highest device counter seen
-/// (credit included).
-fn race(path: &Path, device: DeviceId, cap: u64, how: Reserve) -> u64 {
-    let peak = Arc::new(std::sync::atomic::AtomicU64::new(0));
-    let threads: Vec<_> = (0..4)
+/// "process"), reserve and release random sizes, and after each step read the sum of all
+/// reservations (credit included). Returns the highest sum seen.
+fn race(path: &Path, device: DeviceId, cap: u64) -> u64 {
+    let peak = Arc::new(AtomicU64::new(0));
+    let threads: Vec<_> = (0..4u64)
         .map(|t| {
             let (path, peak) = (path.to_path_buf(), peak.clone());
             std::thread::spawn(move || {
                 let ledger = Ledger::open_or_create(&path).unwrap();
                 let me = ledger.join().unwrap();
-                let take = |size| match how {
-                    Reserve::Exact => ledger.try_reserve(me, device, size, cap),
-                    Reserve::Credit => ledger.reserve(me, device, size, cap),
-                };
-                let give = |size| match how {
-                    Reserve::Exact => ledger.release(me, device, size),
-                    Reserve::Credit => ledger.unreserve(me, device, size),
-                };
-                let keep = if how == Reserve::Exact { 3 } else { 6 };
                 let mut held = Vec::new();
                 for i in 0..20_000u64 {
                     let size = ((i * 7919 + t) % 13 + 1) * MIB;
-                    if take(size).is_ok() {
+                    if ledger.reserve(me, device, size, cap).is_ok() {
                         held.push(size);
                     }
-                    peak.fetch_max(ledger.device(device).used.load(Relaxed), Relaxed);
-                    if held.len() > keep || i % 3 == 0 {
+                    peak.fetch_max(ledger.reserved_total(device), Relaxed);
+                    if held.len() > 6 || i % 3 == 0 {
                         if let Some(size) = held.pop() {
-                            give(size);
+                            ledger.release(me, device, size);
                         }
                     }
                 }
                 for size in held {
-                    give(size);
+                    ledger.release(me, device, size);
                 }
                 assert_eq!(ledger.slot_used(me, device), 0);
                 ledger.leave(me);
@@ -67,92 +123,107 @@ fn race(path: &Path, device: DeviceId, cap: u64, how: Reserve) -> u64 {
 }
 
 #[test]
-fn reserve_respects_cap_and_release_returns() {
-    let path = temp_path("cap");
-    let ledger = Ledger::open_or_create(&path).unwrap();
-    let me = ledger.join().unwrap();
-    let reg = ledger.register_device(UUID, 80 << 30, 100 * MIB, Some(me)).unwrap();
-    assert_eq!(reg.ledger_cap, 100 * MIB);
-    ledger.try_reserve(me, reg.device, 60 * MIB, 100 * MIB).unwrap();
-    let refusal = ledger.try_reserve(me, reg.device, 41 * MIB, 100 * MIB).unwrap_err();
-    assert_eq!(refusal, Refusal { requested: 41 * MIB, cap: 100 * MIB, used: 60 * MIB });
-    ledger.try_reserve(me, reg.device, 40 * MIB, 100 * MIB).unwrap();
-    assert_eq!(ledger.used(reg.device), 100 * MIB);
-    ledger.release(me, reg.device, 100 * MIB);
-    assert_eq!(ledger.used(reg.device), 0);
-    // Releasing more than held never underflows the device counter.
-    ledger.release(me, reg.device, 5 * MIB);
-    assert_eq!(ledger.used(reg.device), 0);
-}
-
-#[test]
-fn racing_threads_on_separate_opens_never_pass_the_cap() {
-    let path = temp_path("race");
+fn racing_processes_never_pass_the_cap_and_give_everything_back() {
+    let dir = TempDir::new("race");
     let cap = 64 * MIB;
-    let first = Ledger::open_or_create(&path).unwrap();
-    let first_slot = first.join().unwrap();
-    let device = first.register_device(UUID, 80 << 30, cap, Some(first_slot)).unwrap().device;
-    let peak = race(&path, device, cap, Reserve::Exact);
+    let (first, _, device) = member(&dir.ledger(), cap);
+    let peak = race(&dir.ledger(), device, cap);
     assert!(peak <= cap, "peak {peak} over cap {cap}");
+    assert!(peak > cap / 2, "the race never came near the cap ({peak}): it tested nothing");
     assert_eq!(first.used(device), 0);
+    assert_eq!(first.reserved_total(device), 0, "every byte and every credit returned");
 }
 
 #[test]
-fn a_killed_process_is_reclaimed_and_its_slot_reused() {
-    let path = temp_path("dead");
-    let ledger = Ledger::open_or_create(&path).unwrap();
-    let me = ledger.join().unwrap();
-    let device = ledger.register_device(UUID, 80 << 30, 100 * MIB, Some(me)).unwrap().device;
-    // SAFETY: the child only calls async-signal-safe-enough code on fresh objects and exits
-    // with _exit; the test process is single-threaded at this point of this test.
-    let child = unsafe { libc::fork() };
-    if child == 0 {
-        let code = std::panic::catch_unwind(|| {
-            let ledger = Ledger::open_or_create(&path).unwrap();
-            let slot = ledger.join().unwrap();
-            ledger.try_reserve(slot, device, 70 * MIB, 100 * MIB).unwrap();
-            std::mem::forget(ledger);
-            // SAFETY: raising SIGKILL on ourselves: the process dies holding its reservation.
-            unsafe { libc::raise(libc::SIGKILL) };
-        });
-        // SAFETY: leave the forked child without running the parent's destructors.
-        unsafe { libc::_exit(if code.is_ok() { 0 } else { 1 }) };
+fn usage_never_reads_low_while_others_reserve_and_release() {
+    // The reproduction of the bug report: 100 MiB held, one thread moving 20 MiB in and out
+    // (through refills and give-backs), another reading. Every read must show >= 100 MiB.
+    let dir = TempDir::new("low-reads");
+    let cap = 1 << 30;
+    let (ledger, me, device) = member(&dir.ledger(), cap);
+    ledger.reserve(me, device, 100 * MIB, cap).unwrap();
+    let ledger = Arc::new(ledger);
+    let stop = Arc::new(AtomicBool::new(false));
+    let mover = {
+        let (ledger, stop) = (ledger.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut rounds = 0u64;
+            while !stop.load(Relaxed) {
+                // 20 MiB > credit: every reserve refills, every release gives back.
+                ledger.reserve(me, device, 20 * MIB, cap).unwrap();
+                ledger.release(me, device, 20 * MIB);
+                ledger.reserve(me, device, 40 * MIB, cap).unwrap();
+                ledger.release(me, device, 40 * MIB);
+                rounds += 1;
+            }
+            rounds
+        })
+    };
+    let other = Ledger::open_or_create(&dir.ledger()).unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+    let (mut low_used, mut low_slot, mut reads) = (u64::MAX, u64::MAX, 0u64);
+    while std::time::Instant::now() < deadline {
+        low_used = low_used.min(other.used(device));
+        low_slot = low_slot.min(other.slot_used(me, device));
+        reads += 1;
     }
-    let mut status = 0;
-    // SAFETY: waits for our own child.
-    unsafe { libc::waitpid(child, &mut status, 0) };
-    assert!(libc::WIFSIGNALED(status));
-    assert_eq!(ledger.used(device), 70 * MIB);
+    stop.store(true, Relaxed);
+    let rounds = mover.join().unwrap();
+    assert!(rounds > 100, "the mover made only {rounds} rounds");
+    assert!(low_used >= 100 * MIB, "used() read {low_used} < 100 MiB in {reads} reads");
+    assert!(low_slot >= 100 * MIB, "slot_used() read {low_slot} < 100 MiB in {reads} reads");
+}
+
+#[test]
+fn a_killed_process_leaves_exactly_what_the_survivors_hold() {
+    let dir = TempDir::new("dead");
+    let cap = 100 * MIB;
+    let (ledger, me, device) = member(&dir.ledger(), cap);
+    ledger.reserve(me, device, 10 * MIB, cap).unwrap();
+    let child = in_killed_child(&dir.ledger(), |child, slot| {
+        child.reserve(slot, device, 70 * MIB, cap).unwrap();
+    });
     let snapshot = ledger.snapshot(Some(me));
     let dead: Vec<_> = snapshot.processes.iter().filter(|p| !p.alive).collect();
     assert_eq!(dead.len(), 1);
     assert_eq!(dead[0].pid, child as u32);
-    assert_eq!(ledger.reclaim_dead(Some(me)), 1);
-    assert_eq!(ledger.used(device), 0);
-    ledger.try_reserve(me, device, 100 * MIB, 100 * MIB).unwrap();
+    assert_eq!(ledger.used(device), 80 * MIB, "counted until found dead");
+    // The survivor's next refusal finds the dead process and drops it: the whole rest of the
+    // cap is granted, to the byte, and not one byte more.
+    let rest = cap - 10 * MIB;
+    ledger.reserve(me, device, rest, cap).unwrap();
+    assert_eq!(ledger.used(device), cap);
+    assert!(ledger.reserve(me, device, 1, cap).is_err());
+    assert_eq!(ledger.snapshot(Some(me)).processes.len(), 1);
 }
 
 #[test]
-fn empty_ledger_repairs_leaked_counters() {
-    let path = temp_path("repair");
-    let ledger = Ledger::open_or_create(&path).unwrap();
-    let me = ledger.join().unwrap();
-    let device = ledger.register_device(UUID, 80 << 30, 100 * MIB, Some(me)).unwrap().device;
-    // Simulate a process killed between the device CAS and the slot credit.
-    ledger.device(device).used.fetch_add(5 * MIB, Relaxed);
-    ledger.leave(me);
-    assert_eq!(ledger.used(device), 5 * MIB);
-    ledger.reclaim_dead(None);
-    assert_eq!(ledger.used(device), 0);
+fn a_process_killed_holding_credit_or_mid_refill_leaves_nothing_behind() {
+    let dir = TempDir::new("dead-credit");
+    let cap = 512 * MIB;
+    let (ledger, me, device) = member(&dir.ledger(), cap);
+    ledger.reserve(me, device, 3 * MIB, cap).unwrap();
+    for _ in 0..3 {
+        in_killed_child(&dir.ledger(), |child, slot| {
+            // Allocations served from credit, one refill, a give-back, then death with both
+            // credit and holdings in the slot.
+            for _ in 0..40 {
+                child.reserve(slot, device, MIB, cap).unwrap();
+            }
+            child.release(slot, device, 20 * MIB);
+            child.reserve(slot, device, 100 * MIB, cap).unwrap();
+        });
+    }
+    assert_eq!(ledger.reclaim_dead(Some(me)), 3);
+    assert_eq!(ledger.used(device), 3 * MIB);
+    assert_eq!(ledger.reserved_total(device), ledger.holding(me, device).reserved, "only the survivor's word is left");
 }
 
 #[test]
 fn ledger_cap_is_kept_while_others_live_and_reset_when_alone() {
-    let path = temp_path("capjoin");
-    let a = Ledger::open_or_create(&path).unwrap();
-    let a_slot = a.join().unwrap();
-    assert_eq!(a.register_device(UUID, 80 << 30, 8 << 30, Some(a_slot)).unwrap().ledger_cap, 8 << 30);
-    let b = Ledger::open_or_create(&path).unwrap();
+    let dir = TempDir::new("capjoin");
+    let (a, a_slot, _) = member(&dir.ledger(), 8 << 30);
+    let b = Ledger::open_or_create(&dir.ledger()).unwrap();
     let b_slot = b.join().unwrap();
     assert_eq!(b.register_device(UUID, 80 << 30, 16 << 30, Some(b_slot)).unwrap().ledger_cap, 8 << 30);
     a.leave(a_slot);
@@ -160,45 +231,70 @@ fn ledger_cap_is_kept_while_others_live_and_reset_when_alone() {
 }
 
 #[test]
-fn bad_files_are_refused_with_the_reason() {
-    let path = temp_path("bad");
-    std::fs::write(&path, b"hello, this is not a ledger at all").unwrap();
-    assert!(matches!(Ledger::open_or_create(&path), Err(LedgerError::Foreign { .. })));
-
-    let good = temp_path("truncated");
-    drop(Ledger::open_or_create(&good).unwrap());
-    let file = OpenOptions::new().write(true).open(&good).unwrap();
-    file.set_len(1000).unwrap();
-    let err = Ledger::open_or_create(&good).err().unwrap();
-    assert!(matches!(err, LedgerError::Corrupt { .. }), "{err}");
-    assert!(err.to_string().contains("truncated to 1000 bytes"), "{err}");
-
-    let other = temp_path("version");
-    drop(Ledger::open_or_create(&other).unwrap());
-    let file = OpenOptions::new().write(true).open(&other).unwrap();
-    file.write_all_at(&7u32.to_le_bytes(), 8).unwrap();
-    let err = Ledger::open_or_create(&other).err().unwrap();
-    assert!(matches!(err, LedgerError::Version { found: 7, expected: VERSION, .. }), "{err}");
-
-    // A file left empty by a creator that died is initialised, not refused.
-    let empty = temp_path("empty");
-    std::fs::write(&empty, b"").unwrap();
-    Ledger::open_or_create(&empty).unwrap();
-    assert!(matches!(Ledger::open_existing(&temp_path("none")), Err(LedgerError::Io { .. })));
+fn the_lock_file_can_be_truncated_or_garbled_without_harm() {
+    let dir = TempDir::new("garble");
+    let cap = 100 * MIB;
+    let (a, a_slot, device) = member(&dir.ledger(), cap);
+    a.reserve(a_slot, device, 60 * MIB, cap).unwrap();
+    let shmid = a.shmid();
+    // Truncated: the segment cannot shrink, so the holder keeps working.
+    std::fs::OpenOptions::new().write(true).open(dir.ledger()).unwrap().set_len(0).unwrap();
+    a.reserve(a_slot, device, MIB, cap).unwrap();
+    // Garbage over the hint: a newcomer searches and finds the same ledger.
+    std::fs::write(dir.ledger(), vec![0xa5u8; 4096]).unwrap();
+    let b = Ledger::open_or_create(&dir.ledger()).unwrap();
+    assert_eq!(b.shmid(), shmid);
+    let b_slot = b.join().unwrap();
+    let refusal = b.reserve(b_slot, device, 40 * MIB, cap).unwrap_err();
+    assert_eq!(refusal.used, 61 * MIB);
+    b.reserve(b_slot, device, 39 * MIB, cap).unwrap();
+    // The hint was rewritten: a third process is sent straight to it.
+    let mut head = [0u8; HINT_SIZE];
+    std::fs::File::open(dir.ledger()).unwrap().read_at(&mut head, 0).unwrap();
+    assert_eq!(Hint::from_bytes(&head).map(|h| h.shmid), Some(shmid));
 }
 
 #[test]
-fn snapshot_names_processes_in_our_namespace() {
-    let path = temp_path("snap");
-    let ledger = Ledger::open_or_create(&path).unwrap();
-    let me = ledger.join().unwrap();
-    let device = ledger.register_device(UUID, 80 << 30, 100 * MIB, Some(me)).unwrap().device;
-    ledger.try_reserve(me, device, 10 * MIB, 100 * MIB).unwrap();
+fn a_deleted_or_replaced_lock_file_never_starts_a_second_ledger() {
+    let dir = TempDir::new("replaced");
+    let cap = 100 * MIB;
+    let (a, a_slot, device) = member(&dir.ledger(), cap);
+    a.reserve(a_slot, device, 60 * MIB, cap).unwrap();
+    for how in ["delete", "replace"] {
+        std::fs::remove_file(dir.ledger()).unwrap();
+        if how == "replace" {
+            std::fs::write(dir.ledger(), b"someone else's file").unwrap();
+        }
+        // A newcomer reaches the old file through the holder's /proc/PID/fd (same user) and
+        // joins the same ledger: the 60 MiB still count.
+        let b = Ledger::open_or_create(&dir.ledger()).unwrap();
+        assert_eq!(b.shmid(), a.shmid(), "{how}: a second ledger was started");
+        assert!(b.adopted_from().is_some(), "{how}");
+        let b_slot = b.join().unwrap();
+        assert!(b.reserve(b_slot, device, 41 * MIB, cap).is_err(), "{how}: the cap was doubled");
+        b.reserve(b_slot, device, 40 * MIB, cap).unwrap();
+        assert!(a.file_problem().is_some(), "{how}: the holder does not see the problem");
+        // Liveness still works across the two: b's slot is alive for a.
+        assert_eq!(a.reclaim_dead(Some(a_slot)), 0, "{how}");
+        b.leave(b_slot);
+    }
+}
+
+#[test]
+fn snapshot_names_processes_and_device_totals_add_up() {
+    let dir = TempDir::new("snap");
+    let (ledger, me, device) = member(&dir.ledger(), 100 * MIB);
+    ledger.reserve(me, device, 10 * MIB, 100 * MIB).unwrap();
     ledger.add_context(me, device, 4 * MIB as i64);
+    let other = Ledger::open_or_create(&dir.ledger()).unwrap();
+    let other_slot = other.join().unwrap();
+    other.reserve(other_slot, device, 7 * MIB, 100 * MIB).unwrap();
     let snap = ledger.snapshot(Some(me));
     assert_eq!(snap.devices.len(), 1);
     assert_eq!(snap.devices[0].uuid, UUID);
-    let p = &snap.processes[0];
+    assert_eq!(snap.devices[0].used, 17 * MIB);
+    assert_eq!(snap.devices[0].used, snap.processes.iter().map(|p| p.used[device.0]).sum::<u64>());
+    let p = snap.processes.iter().find(|p| p.slot == me).unwrap();
     assert_eq!(p.pid_here, Some(std::process::id()));
     assert!(p.alive);
     assert_eq!(p.used[device.0], 10 * MIB);
@@ -206,43 +302,36 @@ fn snapshot_names_processes_in_our_namespace() {
 }
 
 #[test]
-fn credit_never_passes_the_cap_and_never_blocks_an_allocation_that_fits() {
-    let path = temp_path("credit");
+fn credit_never_blocks_an_allocation_that_fits() {
+    let dir = TempDir::new("credit");
     let cap = 256 * MIB;
-    let a = Ledger::open_or_create(&path).unwrap();
-    let a_slot = a.join().unwrap();
-    let device = a.register_device(UUID, 80 << 30, cap, Some(a_slot)).unwrap().device;
+    let (a, a_slot, device) = member(&dir.ledger(), cap);
     // A takes 1 MiB and frees it: it keeps credit, which is not counted as used.
     a.reserve(a_slot, device, MIB, cap).unwrap();
-    a.unreserve(a_slot, device, MIB);
-    assert!(a.device(device).used.load(Relaxed) > 0, "credit stays reserved");
+    a.release(a_slot, device, MIB);
+    assert!(a.reserved_total(device) > 0, "credit stays reserved");
     assert_eq!(a.used(device), 0, "but is not shown as used");
     // B needs all of the cap: A's idle credit is taken back rather than refusing B.
-    let b = Ledger::open_or_create(&path).unwrap();
+    let b = Ledger::open_or_create(&dir.ledger()).unwrap();
     let b_slot = b.join().unwrap();
     b.reserve(b_slot, device, cap, cap).unwrap();
     assert_eq!(b.used(device), cap);
     let refusal = a.reserve(a_slot, device, MIB, cap).unwrap_err();
     assert_eq!((refusal.requested, refusal.used), (MIB, cap));
-    b.unreserve(b_slot, device, cap);
-    // Racing processes through credit: the raw counter (credit included) never passes the cap.
-    let peak = race(&path, device, cap, Reserve::Credit);
-    assert!(peak <= cap, "peak {peak} over cap {cap}");
+    b.release(b_slot, device, cap);
     a.leave(a_slot);
     b.leave(b_slot);
-    assert_eq!(a.device(device).used.load(Relaxed), 0, "every byte and every credit returned");
+    assert_eq!(a.reserved_total(device), 0, "every byte and every credit returned");
 }
 
 #[test]
 fn memory_counted_past_the_cap_leaves_no_credit_to_allocate_from() {
-    let path = temp_path("force-past-cap");
+    let dir = TempDir::new("force-past-cap");
     let cap = 256 * MIB;
-    let ledger = Ledger::open_or_create(&path).unwrap();
-    let slot = ledger.join().unwrap();
-    let device = ledger.register_device(UUID, 80 << 30, cap, Some(slot)).unwrap().device;
+    let (ledger, slot, device) = member(&dir.ledger(), cap);
     // An allocation leaves credit behind (reserved, not handed out).
     ledger.reserve(slot, device, MIB, cap).unwrap();
-    ledger.unreserve(slot, device, MIB);
+    ledger.release(slot, device, MIB);
     // Memory the driver took without asking (graph memory) pushes the container past its cap:
     // the credit reserved earlier must not let the next allocation through.
     ledger.force_add(slot, device, cap);
@@ -252,5 +341,69 @@ fn memory_counted_past_the_cap_leaves_no_credit_to_allocate_from() {
     ledger.release(slot, device, cap);
     ledger.reserve(slot, device, MIB, cap).unwrap();
     ledger.leave(slot);
-    assert_eq!(ledger.device(device).used.load(Relaxed), 0);
+    assert_eq!(ledger.reserved_total(device), 0);
+}
+
+#[test]
+fn the_segment_goes_away_with_its_last_process() {
+    let dir = TempDir::new("lifetime");
+    let (ledger, slot, device) = member(&dir.ledger(), 100 * MIB);
+    ledger.reserve(slot, device, 50 * MIB, 100 * MIB).unwrap();
+    let shmid = ledger.shmid();
+    assert!(Ledger::open_existing(&dir.ledger()).is_ok());
+    drop(ledger);
+    // SAFETY: all-zero bytes are a valid shmid_ds; IPC_STAT only writes into it.
+    let mut ds: libc::shmid_ds = unsafe { std::mem::zeroed() };
+    // SAFETY: models shmctl(2) IPC_STAT; fails once the kernel removed the segment.
+    assert_eq!(unsafe { libc::shmctl(shmid, libc::IPC_STAT, &mut ds) }, -1, "segment {shmid} outlived its processes");
+    assert!(matches!(Ledger::open_existing(&dir.ledger()), Err(LedgerError::NotInUse { .. })));
+    // A new ledger starts empty.
+    let (fresh, _, device) = member(&dir.ledger(), 100 * MIB);
+    assert_eq!(fresh.used(device), 0);
+}
+
+#[test]
+fn a_per_user_ledger_refuses_a_directory_or_file_of_another_user() {
+    let dir = TempDir::new("per-user");
+    let own = dir.0.join("mine");
+    let path = own.join("ledger");
+    let ledger = Ledger::open(&path, Sharing::User).unwrap();
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    assert_eq!(std::fs::metadata(&own).unwrap().mode() & 0o777, 0o700);
+    assert_eq!(std::fs::metadata(&path).unwrap().mode() & 0o777, 0o600);
+    drop(ledger);
+    // A directory open to others is refused.
+    std::fs::set_permissions(&own, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let err = Ledger::open(&path, Sharing::User).err().unwrap();
+    assert!(err.to_string().contains("must be 0700"), "{err}");
+    std::fs::set_permissions(&own, std::fs::Permissions::from_mode(0o700)).unwrap();
+    // A link in place of the file is never followed.
+    std::fs::remove_file(&path).unwrap();
+    std::os::unix::fs::symlink("/etc/passwd", &path).unwrap();
+    let err = Ledger::open(&path, Sharing::User).err().unwrap();
+    assert!(err.to_string().contains("symbolic link"), "{err}");
+    std::fs::remove_file(&path).unwrap();
+    if store::euid() == 0 {
+        // Another user's directory: somebody who made /tmp/fgpu-UID first to share it.
+        std::os::unix::fs::chown(&own, Some(65534), Some(65534)).unwrap();
+        let err = Ledger::open(&path, Sharing::User).err().unwrap();
+        assert!(err.to_string().contains("belongs to uid 65534"), "{err}");
+    }
+}
+
+#[test]
+fn a_file_an_older_fgpu_still_uses_is_refused() {
+    let dir = TempDir::new("older");
+    // Format 2 kept its data in the file; a live process of it holds a slot lock there.
+    let mut v2 = vec![0u8; 4096];
+    v2[..8].copy_from_slice(&MAGIC.to_le_bytes());
+    v2[8..12].copy_from_slice(&2u32.to_le_bytes());
+    std::fs::write(dir.ledger(), &v2).unwrap();
+    let holder = std::fs::OpenOptions::new().read(true).write(true).open(dir.ledger()).unwrap();
+    assert!(lock::ofd_lock(holder.as_fd(), LOCK_BASE + 16 + 2 * 5, false).unwrap());
+    let err = Ledger::open_or_create(&dir.ledger()).err().unwrap();
+    assert!(matches!(err, LedgerError::Version { found: 2, expected: VERSION, .. }), "{err}");
+    // Once no process of it is left, the file is taken over.
+    drop(holder);
+    Ledger::open_or_create(&dir.ledger()).unwrap();
 }

@@ -9,10 +9,13 @@
 //! `fgpu status` under the context, in every "used" figure, and holds later allocations to
 //! the cap). It is only ever added, never taken back early: memory being freed, and
 //! reservations made before the driver is called, make the ledger read *higher* than NVML,
-//! never lower. The exception is a reservation about to be corrected upwards (a context,
-//! array, pitch, pool or graph whose real size is only known afterwards): while one is in
-//! flight ([`settling`]) no comparison is made. What was added goes back with the last
-//! context of the process on that device.
+//! never lower. Two things could still make it read lower, and both stop the comparison:
+//! a reservation about to be corrected upwards (a context, array, pitch, pool or graph whose
+//! real size is only known afterwards) in flight ([`settling`]), and any change of this
+//! process's ledger word while NVML was being asked (an allocation freed in between would
+//! otherwise be counted twice; the word's change count tells even a free that restored the
+//! same figure). What was added goes back with the last context of the process on that
+//! device.
 
 use crate::hooks::nvml::query;
 use crate::state::{Active, Dev};
@@ -53,6 +56,8 @@ pub fn count_untracked(active: &Active) {
     let Some(pid) = query::own_host_pid() else { return };
     for dev in active.registered_devices() {
         if !compare(active, dev, slot, pid) {
+            // Try again at the next chance rather than an interval later.
+            active.last_untracked_check.store(last, Relaxed);
             return;
         }
     }
@@ -64,6 +69,7 @@ fn compare(active: &Active, dev: &Dev, slot: fgpu_core::ledger::SlotId, pid: u32
         return false;
     }
     let generation = active.settle_generation.load(SeqCst);
+    let before = active.ledger.holding(slot, dev.id);
     let Some(handle) = query::handle_for(&dev.uuid) else { return true };
     let Some(mine) = query::compute_processes(handle).and_then(|list| list.into_iter().find(|p| p.pid == pid)).map(|p| p.used_gpu_memory) else {
         return true;
@@ -72,10 +78,11 @@ fn compare(active: &Active, dev: &Dev, slot: fgpu_core::ledger::SlotId, pid: u32
     if mine > dev.total {
         return true;
     }
-    let counted = active.ledger.slot_used(slot, dev.id);
-    if active.settling.load(SeqCst) != 0 || active.settle_generation.load(SeqCst) != generation {
+    let after = active.ledger.holding(slot, dev.id);
+    if after != before || active.settling.load(SeqCst) != 0 || active.settle_generation.load(SeqCst) != generation {
         return false;
     }
+    let counted = after.held();
     if mine > counted + SLACK {
         let extra = mine - counted;
         active.force_add(dev, extra);

@@ -1,0 +1,39 @@
+//! Crash points: named places in the accounting where a test build of the shim kills its
+//! own process, so that every crash window is tested deterministically.
+//!
+//! Compiled only with the `crash-points` feature (never in the released library). A process
+//! with `FGPU_CRASH_AT=NAME` (or `NAME@N` for the N-th time the point is reached) sends
+//! itself SIGKILL there: no handler, no unwinding, no flush, as a kill -9 would.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
+
+struct Target {
+    name: String,
+    nth: u64,
+}
+
+static TARGET: OnceLock<Option<Target>> = OnceLock::new();
+static HITS: AtomicU64 = AtomicU64::new(0);
+
+fn target() -> Option<&'static Target> {
+    TARGET
+        .get_or_init(|| {
+            let value = std::env::var("FGPU_CRASH_AT").ok()?;
+            let (name, nth) = match value.split_once('@') {
+                Some((name, n)) => (name.to_string(), n.parse().unwrap_or(1)),
+                None => (value, 1),
+            };
+            Some(Target { name, nth })
+        })
+        .as_ref()
+}
+
+/// Kills this process if it is the configured crash point (and hit the configured time).
+pub fn point(name: &str) {
+    let Some(target) = target() else { return };
+    if target.name == name && HITS.fetch_add(1, Ordering::SeqCst) + 1 == target.nth {
+        // SAFETY: models kill(2) of the calling process with SIGKILL; it does not return.
+        unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+    }
+}
