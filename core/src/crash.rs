@@ -37,3 +37,11 @@ pub fn point(name: &str) {
         unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
     }
 }
+
+/// A named crash point (see the module): nothing at all without the `crash-points` feature.
+#[macro_export]
+macro_rules! crash_point {
+    ($name:literal) => {
+        $crate::crash::point($name)
+    };
+}

@@ -9,6 +9,13 @@
 pub mod config;
 #[cfg(feature = "crash-points")]
 pub mod crash;
+
+/// A named crash point (`crash.rs`); compiled to nothing without the `crash-points` feature.
+#[cfg(not(feature = "crash-points"))]
+#[macro_export]
+macro_rules! crash_point {
+    ($name:literal) => {};
+}
 pub mod ledger;
 pub mod limit;
 pub mod log;

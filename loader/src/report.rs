@@ -316,7 +316,7 @@ mod tests {
         let mut context = vec![0; 16];
         used[0] = used0;
         context[0] = ctx0;
-        ProcessView { slot: SlotId(slot), pid, pid_here: Some(pid), host_pid: Some(pid + 1000), name: format!("p{pid}"), alive, started_unix_ms: 1, used, context }
+        ProcessView { slot: SlotId(slot), pid, pid_here: Some(pid), host_pid: Some(pid + 1000), name: format!("p{pid}"), alive, started_unix_ms: 1, reserved: used.clone(), used, context }
     }
 
     fn snapshot(processes: Vec<ProcessView>, used: u64) -> Snapshot {

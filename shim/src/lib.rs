@@ -7,6 +7,7 @@
 //! * [`real`]: finds the real driver functions without going through our own hooks.
 //! * [`state`]: this process's configuration, ledger slot and devices.
 //! * [`allocs`]: its live allocations, found again at free time without a lock.
+//! * [`counted_pool`]: driver-side pools (stream-ordered, graph) counted as what they reserve.
 //! * [`abi`]: the C types of CUDA and NVML.
 //!
 //! The policy (limits, configuration) and the ledger live in `fgpu-core`, which knows
@@ -23,6 +24,7 @@
 
 pub mod abi;
 pub mod allocs;
+pub mod counted_pool;
 pub mod hooks;
 pub mod real;
 pub mod state;

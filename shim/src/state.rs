@@ -152,8 +152,8 @@ pub struct Active {
     pub contexts: Mutex<HashMap<usize, (CUdevice, u64)>>,
     /// Primary contexts this process holds: device -> bytes counted.
     pub primary: Mutex<HashMap<CUdevice, u64>>,
-    /// Stream-ordered pools: pool -> (device, reserved bytes counted).
-    pub pools: Mutex<HashMap<usize, (CUdevice, u64)>>,
+    /// Stream-ordered pools: pool -> what is counted for it (`counted_pool.rs`).
+    pub pools: Mutex<HashMap<usize, crate::counted_pool::CountedPool>>,
     pub any_pool: AtomicBool,
     pub vmm: Mutex<crate::hooks::vmm::Handles>,
     pub arrays: Mutex<HashMap<usize, Alloc>>,

@@ -6,6 +6,7 @@
 mod allocation_kinds;
 mod bad_input;
 mod cli;
+mod crash_windows;
 mod config_file;
 mod cuda_bindings;
 mod entry_paths;

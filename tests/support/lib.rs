@@ -29,6 +29,18 @@ pub fn shim_path() -> PathBuf {
     path
 }
 
+/// The shim built with its crash points (`--features crash-points`, into target/crash;
+/// tests/run.sh builds it): `FGPU_CRASH_AT=NAME` kills the process at that point.
+pub fn crash_shim_path() -> PathBuf {
+    let target = release_dir().parent().unwrap().join("crash/release/libfgpu.so");
+    assert!(
+        target.exists(),
+        "{} is missing: run `cargo build --release -p fgpu-shim --features crash-points --target-dir target/crash` (tests/run.sh does)",
+        target.display()
+    );
+    target
+}
+
 pub fn fgpu_bin() -> PathBuf {
     release_dir().join("fgpu")
 }

@@ -84,7 +84,9 @@ pub struct Header {
     /// One past the highest slot index ever claimed: scans stop there.
     pub slot_high: AtomicU32,
     pub reserved0: AtomicU32,
-    pub reserved: [AtomicU64; 18],
+    /// Scans for dead processes so far (the soak test counts how many a repair takes).
+    pub scans: AtomicU64,
+    pub reserved: [AtomicU64; 17],
     /// The ledger's path as its creator named it, NUL-padded.
     pub path: [AtomicU64; PATH_BYTES / 8],
 }

@@ -39,8 +39,8 @@ use thiserror::Error;
 /// Credit a process reserves at once for its next allocations (see [`Ledger::reserve`]).
 pub const CREDIT_CHUNK: u64 = 16 << 20;
 
-/// How often, at most, the processes of a ledger scan it for dead processes when they only
-/// report usage. Refusals and `fgpu status` always scan.
+/// How often, at most, [`Ledger::reclaim_if_due`] scans for dead processes. Refusals,
+/// `cuMemGetInfo`, NVML memory and process queries and `fgpu status` always scan.
 pub const SCAN_INTERVAL_NS: u64 = 100_000_000;
 
 #[derive(Debug, Error)]
@@ -100,16 +100,6 @@ pub struct Ledger {
     refill: [Mutex<()>; MAX_DEVICES],
 }
 
-#[cfg(feature = "crash-points")]
-macro_rules! crash_point {
-    ($name:literal) => {
-        $crate::crash::point($name)
-    };
-}
-#[cfg(not(feature = "crash-points"))]
-macro_rules! crash_point {
-    ($name:literal) => {};
-}
 
 impl Ledger {
     /// Opens the ledger at `path`, creating its lock file and segment if needed.
@@ -264,10 +254,12 @@ impl Ledger {
                 if !locked {
                     continue;
                 }
+                crate::crash_point!("ledger.join.locked");
                 if self.slot(id).state.load(Acquire) == SLOT_LIVE {
                     self.reclaim_locked(id);
                 }
                 self.fill_slot(id);
+                crate::crash_point!("ledger.join.filled");
                 return Ok(id);
             }
         }
@@ -347,7 +339,7 @@ impl Ledger {
     pub fn reserve(&self, id: SlotId, device: DeviceId, bytes: u64, limit: u64) -> Result<(), Refusal> {
         let spent = self.update(id, device, |h| (h.credit as u64 >= bytes).then(|| (h.reserved, h.credit as u64 - bytes)));
         if spent.is_some() {
-            crash_point!("ledger.spend.after");
+            crate::crash_point!("ledger.spend.after");
             return Ok(());
         }
         self.refill(id, device, bytes, limit)
@@ -358,7 +350,7 @@ impl Ledger {
         if lock::ofd_lock_timed(self.fd(), refill_lock(device.0)).is_err() {
             return Err(Refusal { requested: bytes, cap: limit, used: self.used(device), lock_timeout: true });
         }
-        crash_point!("ledger.refill.locked");
+        crate::crash_point!("ledger.refill.locked");
         let mut result = Err(());
         for attempt in 0..3 {
             match attempt {
@@ -391,7 +383,7 @@ impl Ledger {
             let refill = chunk.min(room.checked_sub(need)?);
             Some((h.reserved + need + refill, credit + need + refill - bytes))
         });
-        crash_point!("ledger.refill.after");
+        crate::crash_point!("ledger.refill.after");
         let (_, new) = done.ok_or(())?;
         self.device(device).peak.fetch_max(others.saturating_add(new.reserved), Relaxed);
         Ok(())
@@ -415,7 +407,7 @@ impl Ledger {
                 Some((h.reserved, credit))
             }
         });
-        crash_point!("ledger.release.after");
+        crate::crash_point!("ledger.release.after");
     }
 
     /// Gives unspent credit on a device back: every live slot's but `own`'s.
@@ -423,7 +415,7 @@ impl Ledger {
         for id in self.live_slots() {
             if Some(id) != own {
                 self.update(id, device, |h| (h.credit > 0).then(|| (h.reserved - h.credit as u64, 0)));
-                crash_point!("ledger.take_back.after_one");
+                crate::crash_point!("ledger.take_back.after_one");
             }
         }
     }
@@ -433,7 +425,7 @@ impl Ledger {
     /// is refused.
     pub fn force_add(&self, id: SlotId, device: DeviceId, bytes: u64) {
         self.update(id, device, |h| Some((h.reserved.saturating_add(bytes), h.credit as u64)));
-        crash_point!("ledger.force_add.after");
+        crate::crash_point!("ledger.force_add.after");
         let entry = self.device(device);
         let total = self.reserved_total(device);
         entry.peak.fetch_max(total, Relaxed);
@@ -499,7 +491,7 @@ impl Ledger {
             }
             if let Ok(true) = lock::ofd_lock(self.fd(), alive_lock(id.0), false) {
                 if self.slot(id).state.load(Acquire) == SLOT_LIVE {
-                    crash_point!("ledger.reclaim.locked");
+                    crate::crash_point!("ledger.reclaim.locked");
                     self.reclaim_locked(id);
                     reclaimed += 1;
                 }
@@ -507,7 +499,13 @@ impl Ledger {
             }
         }
         self.header().last_scan_ns.store(crate::log::monotonic_ns(), Relaxed);
+        self.header().scans.fetch_add(1, Relaxed);
         reclaimed
+    }
+
+    /// How many scans for dead processes any process of the ledger has made.
+    pub fn scans(&self) -> u64 {
+        self.header().scans.load(Relaxed)
     }
 
     /// [`Ledger::reclaim_dead`], at most once per [`SCAN_INTERVAL_NS`] across all processes.
@@ -557,6 +555,7 @@ impl Ledger {
                 alive,
                 started_unix_ms: slot.started_unix_ms.load(Relaxed),
                 used: (0..MAX_DEVICES).map(|d| self.holding(id, DeviceId(d)).held()).collect(),
+                reserved: (0..MAX_DEVICES).map(|d| self.holding(id, DeviceId(d)).reserved).collect(),
                 context: (0..MAX_DEVICES).map(|d| slot.context[d].load(Relaxed)).collect(),
             });
         }
@@ -618,6 +617,8 @@ pub struct ProcessView {
     pub started_unix_ms: u64,
     /// Bytes held per ledger device index, contexts included.
     pub used: Vec<u64>,
+    /// Bytes reserved against the cap per device: held plus unspent credit.
+    pub reserved: Vec<u64>,
     pub context: Vec<u64>,
 }
 

@@ -344,8 +344,9 @@ fn write_hint(file: &File, shmid: i32, header: &Header, ipcns: u64) {
 
 fn random_id() -> [u64; 2] {
     let mut bytes = [0u8; 16];
+    // The system call, not glibc's wrapper: released builds target glibc 2.17, which has none.
     // SAFETY: models getrandom(2) writing at most 16 bytes into a 16-byte buffer.
-    let n = unsafe { libc::getrandom(bytes.as_mut_ptr().cast(), 16, 0) };
+    let n = unsafe { libc::syscall(libc::SYS_getrandom, bytes.as_mut_ptr(), 16usize, 0u32) };
     if n != 16 {
         let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
         bytes = (t ^ (std::process::id() as u128) << 64).to_le_bytes();

@@ -28,6 +28,7 @@ pub const CUDA_ERROR_NOT_FOUND: CUresult = 500;
 pub const CU_MEM_LOCATION_TYPE_DEVICE: u32 = 1;
 
 /// `CUmemPool_attribute` values.
+pub const CU_MEMPOOL_ATTR_RELEASE_THRESHOLD: u32 = 4;
 pub const CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT: u32 = 5;
 pub const CU_MEMPOOL_ATTR_USED_MEM_CURRENT: u32 = 7;
 

@@ -28,7 +28,9 @@ pub(crate) fn counted_on(active: &Active, dev: &Dev, call: &'static str, bytes: 
     if let Err(rc) = active.reserve(dev, bytes, call) {
         return rc;
     }
+    fgpu_core::crash_point!("alloc.reserved");
     let (rc, ptr, actual) = allocate();
+    fgpu_core::crash_point!("alloc.allocated");
     if rc == CUDA_SUCCESS {
         active.settle(dev, bytes, actual);
         active.allocs.insert(ptr, Alloc { ordinal: dev.ordinal, bytes: actual });
@@ -55,6 +57,7 @@ pub(crate) fn counted_free(ptr: u64, free: impl FnOnce() -> CUresult) -> CUresul
     };
     let record = active.allocs.remove(ptr);
     let rc = free();
+    fgpu_core::crash_point!("free.freed");
     match (rc, record) {
         (CUDA_SUCCESS, Some(alloc)) => {
             if let Some(dev) = active.known_device(alloc.ordinal) {

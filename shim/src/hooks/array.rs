@@ -57,7 +57,9 @@ fn settled_array(active: &state::Active, dev: &state::Dev, call: &'static str, o
     if let Err(rc) = active.reserve(dev, estimate, call) {
         return rc;
     }
+    fgpu_core::crash_point!("array.reserved");
     let rc = create();
+    fgpu_core::crash_point!("array.created");
     if rc != CUDA_SUCCESS {
         active.release(dev, estimate);
         return rc;
@@ -74,6 +76,7 @@ fn counted_destroy(handle: *mut c_void, destroy: impl FnOnce() -> CUresult) -> C
     let Mode::On(active) = state::mode() else { return destroy() };
     let record = active.arrays.lock().remove(&(handle as usize));
     let rc = destroy();
+    fgpu_core::crash_point!("array.destroyed");
     match (rc, record) {
         (CUDA_SUCCESS, Some(alloc)) => {
             if let Some(dev) = active.known_device(alloc.ordinal) {

@@ -33,8 +33,10 @@ fn counted_creation(active: &Active, dev: &Dev, call: &'static str, create: impl
 fn measured_creation(active: &Active, dev: &Dev, call: &'static str, create: impl FnOnce() -> CUresult) -> Result<u64, CUresult> {
     let reserved = estimate(active, dev);
     active.reserve(dev, reserved, call)?;
+    fgpu_core::crash_point!("context.reserved");
     let before = query::before_context(dev);
     let rc = create();
+    fgpu_core::crash_point!("context.created");
     if rc != CUDA_SUCCESS {
         active.release(dev, reserved);
         return Err(rc);
@@ -87,6 +89,7 @@ fn create_context(call: &'static str, pctx: *mut CUcontext, ordinal: CUdevice, r
 
 fn destroy_context(ctx: CUcontext, real: impl FnOnce() -> CUresult) -> CUresult {
     let rc = real();
+    fgpu_core::crash_point!("context.destroyed");
     if rc == CUDA_SUCCESS {
         if let Mode::On(active) = state::mode() {
             let removed = active.contexts.lock().remove(&(ctx as usize));
@@ -203,6 +206,7 @@ fn after_primary_release(ordinal: CUdevice, real: impl FnOnce() -> CUresult) -> 
     let Mode::On(active) = state::mode() else { return real() };
     let mut primary = active.primary.lock();
     let rc = real();
+    fgpu_core::crash_point!("context.released");
     if rc == CUDA_SUCCESS && primary_active(ordinal) != Some(true) {
         if let Some(bytes) = primary.remove(&ordinal) {
             forget(active, ordinal, bytes);

@@ -12,11 +12,15 @@
 //! * after it, and after trims, graph-exec destruction and synchronisation, it settles the
 //!   device's count to the pool's `CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT`.
 //!
+//! No lock is held across a launch or upload: graphs launch in parallel on many streams
+//! (`counted_pool.rs` says how overlapping calls are counted).
+//!
 //! A graph fgpu did not see instantiated (or whose nodes it cannot read) is counted after
 //! the fact: its launch is not refused, its memory is counted once the call returns, and a
 //! warning says so if that passes the cap.
 
 use crate::abi::cuda::*;
+use crate::counted_pool::{CountedPool, InFlight};
 use crate::state::{self, Active, Mode};
 use fgpu_core::limit::format_bytes;
 use fgpu_core::log::{self, Level, RateLimit};
@@ -32,8 +36,8 @@ const GRAPH_GRANULE: u64 = 2 << 20;
 /// What fgpu knows of graph memory in this process.
 #[derive(Default)]
 pub struct GraphBook {
-    /// Device -> bytes counted for its graph pool.
-    counted: HashMap<CUdevice, u64>,
+    /// Device -> what is counted for its graph pool.
+    counted: HashMap<CUdevice, CountedPool>,
     /// Instantiated graph -> what its allocation nodes need, per device.
     execs: HashMap<usize, Vec<(CUdevice, u64)>>,
 }
@@ -86,26 +90,24 @@ fn graph_needs(graph: CUgraph) -> Option<Vec<(CUdevice, u64)>> {
     Some(needs)
 }
 
-/// Brings the count of `ordinal`'s graph pool to what the driver reserves for it, from
-/// what is counted now plus `reserved_for_call` (reserved before the call that just ran).
-fn settle_locked(active: &Active, book: &mut GraphBook, ordinal: CUdevice, reserved_for_call: u64, call: &str) {
+/// Brings the count of `ordinal`'s graph pool to what the driver reserves for it, once
+/// `done` (the part of a call that just ran, or nothing) has finished.
+fn settle(active: &Active, book: &mut GraphBook, ordinal: CUdevice, done: InFlight, call: &str) {
     let Some(dev) = active.known_device(ordinal) else { return };
-    let counted = book.counted.get(&ordinal).copied().unwrap_or(0);
-    let before = counted + reserved_for_call;
-    let reserved = graph_attribute(ordinal, CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT).unwrap_or(before);
-    active.settle(dev, before, reserved);
-    book.counted.insert(ordinal, reserved);
-    if reserved > 0 {
+    let counted = book.counted.entry(ordinal).or_insert_with(|| CountedPool::new(ordinal));
+    let (before, after) = counted.finish(done, graph_attribute(ordinal, CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT));
+    active.settle(dev, before, after);
+    if after > 0 {
         active.any_graph_memory.store(true, Ordering::Release);
     }
     let held = active.container_used(dev);
-    if reserved > before && reserved > counted && held > dev.limit {
+    if after > before && held > dev.limit {
         static LIMIT: RateLimit = RateLimit::new(1_000_000_000);
         if LIMIT.check(log::monotonic_ns()).is_some() {
             log_at!(
                 Level::Warn,
                 "{call} took {} of graph memory on {} that fgpu could not reserve beforehand: the container now holds {} of its {} cap; allocations are refused until graph memory is trimmed (cuDeviceGraphMemTrim)",
-                format_bytes(reserved - counted),
+                format_bytes(after - before),
                 format_gpu_uuid(&dev.uuid),
                 format_bytes(held),
                 format_bytes(dev.limit)
@@ -122,7 +124,7 @@ pub fn refresh_graph_memory(active: &Active) {
     let mut book = active.graphs.lock();
     let ordinals: Vec<CUdevice> = book.counted.keys().copied().collect();
     for ordinal in ordinals {
-        settle_locked(active, &mut book, ordinal, 0, "synchronisation");
+        settle(active, &mut book, ordinal, InFlight::default(), "synchronisation");
     }
 }
 
@@ -135,38 +137,41 @@ fn taking_graph_memory(active: &Active, call: &str, needs: Option<&[(CUdevice, u
 }
 
 fn reserve_and_launch(active: &Active, call: &str, needs: Option<&[(CUdevice, u64)]>, real: impl FnOnce() -> CUresult) -> CUresult {
-    let mut book = active.graphs.lock();
     let Some(needs) = needs else {
         let rc = real();
         if let Ok(dev) = active.current_device() {
-            settle_locked(active, &mut book, dev.ordinal, 0, call);
+            settle(active, &mut active.graphs.lock(), dev.ordinal, InFlight::default(), call);
         }
         return rc;
     };
-    let mut taken: Vec<(CUdevice, u64)> = Vec::with_capacity(needs.len());
-    for &(ordinal, bytes) in needs {
-        let dev = match active.device(ordinal) {
-            Ok(dev) => dev,
-            Err(_) => continue,
-        };
-        let reserved = graph_attribute(ordinal, CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT).unwrap_or(0);
-        let used = graph_attribute(ordinal, CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT).unwrap_or(0);
-        let growth = bytes.saturating_sub(reserved.saturating_sub(used)).next_multiple_of(GRAPH_GRANULE);
-        if growth > 0 {
-            if let Err(rc) = active.reserve(dev, growth, call) {
-                for &(ordinal, growth) in &taken {
-                    if let Some(dev) = active.known_device(ordinal) {
-                        active.release(dev, growth);
+    let mut taken: Vec<(CUdevice, InFlight)> = Vec::with_capacity(needs.len());
+    {
+        let mut book = active.graphs.lock();
+        for &(ordinal, bytes) in needs {
+            let Ok(dev) = active.device(ordinal) else { continue };
+            let reserved = graph_attribute(ordinal, CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT).unwrap_or(0);
+            let used = graph_attribute(ordinal, CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT).unwrap_or(0);
+            let counted = book.counted.entry(ordinal).or_insert_with(|| CountedPool::new(ordinal));
+            // A graph pool keeps its memory until trimmed.
+            let growth = counted.growth_for(bytes, reserved, used, u64::MAX, GRAPH_GRANULE);
+            if growth > 0 {
+                if let Err(rc) = active.reserve(dev, growth, call) {
+                    for (ordinal, in_flight) in taken {
+                        settle(active, &mut book, ordinal, in_flight, call);
                     }
+                    return rc;
                 }
-                return rc;
             }
+            let in_flight = book.counted.get_mut(&ordinal).expect("inserted above").begin(growth, bytes);
+            taken.push((ordinal, in_flight));
         }
-        taken.push((ordinal, growth));
     }
+    fgpu_core::crash_point!("graph.reserved");
     let rc = real();
-    for (ordinal, growth) in taken {
-        settle_locked(active, &mut book, ordinal, growth, call);
+    fgpu_core::crash_point!("graph.launched");
+    let mut book = active.graphs.lock();
+    for (ordinal, in_flight) in taken {
+        settle(active, &mut book, ordinal, in_flight, call);
     }
     rc
 }
@@ -246,7 +251,7 @@ pub unsafe extern "C" fn cuDeviceGraphMemTrim(device: CUdevice) -> CUresult {
     super::guard(CUDA_ERROR_INVALID_VALUE, || {
         let rc = real();
         if let Mode::On(active) = state::mode() {
-            settle_locked(active, &mut active.graphs.lock(), device, 0, "cuDeviceGraphMemTrim");
+            settle(active, &mut active.graphs.lock(), device, InFlight::default(), "cuDeviceGraphMemTrim");
         }
         rc
     })

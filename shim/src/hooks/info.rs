@@ -7,7 +7,8 @@ use std::ffi::c_uint;
 
 /// (free, total) as fgpu reports them for `dev`, given the driver's real free memory.
 fn capped_view(active: &state::Active, dev: &Dev, real_free: u64) -> (u64, u64) {
-    active.ledger.reclaim_if_due(active.slot_if_joined());
+    // A process that died must be gone from `used` at once (the driver freed its memory).
+    active.ledger.reclaim_dead(active.slot_if_joined());
     super::untracked::count_untracked(active);
     let used = active.container_used(dev);
     (dev.limit.saturating_sub(used).min(real_free), dev.limit)

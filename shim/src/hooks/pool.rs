@@ -6,13 +6,20 @@
 //! `CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT`:
 //!
 //! * before an allocation, it reserves what the pool may have to grow by (the request minus
-//!   the pool's free reserve, rounded up to 2 MiB), so a pool that would pass the cap is
-//!   refused before the driver is asked;
+//!   the free reserve the pool is sure to keep, rounded up to 2 MiB: a pool gives back what
+//!   lies above its release threshold at any synchronisation, perhaps another thread's
+//!   just before this allocation), so a pool that would pass the cap is refused before the
+//!   driver is asked;
 //! * after it, and after every stream/event/context synchronisation, trim and pool
 //!   destruction, it settles the count to the pool's reserved memory.
+//!
+//! No lock is held across the allocation itself: streams of one process allocate in
+//! parallel (see `counted_pool.rs` for how overlapping calls are counted).
 
 use crate::abi::cuda::*;
+use crate::counted_pool::{CountedPool, InFlight};
 use crate::state::{self, Active, Mode};
+use std::collections::HashMap;
 use std::ffi::c_void;
 use std::sync::atomic::Ordering;
 
@@ -33,22 +40,12 @@ fn current_pool(ordinal: CUdevice) -> Option<CUmemoryPool> {
     (rc == CUDA_SUCCESS && !pool.is_null()).then_some(pool)
 }
 
-/// Brings the count for one pool to its reserved memory. Caller holds `active.pools`.
-fn settle_pool(active: &Active, pools: &mut std::collections::HashMap<usize, (CUdevice, u64)>, pool: CUmemoryPool, extra_reserved: u64) {
-    let Some(&(ordinal, counted)) = pools.get(&(pool as usize)) else {
-        return;
-    };
-    let Some(dev) = active.known_device(ordinal) else { return };
-    let counted = counted + extra_reserved;
-    match pool_attribute(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT) {
-        Some(reserved) => {
-            active.settle(dev, counted, reserved);
-            pools.insert(pool as usize, (ordinal, reserved));
-        }
-        None => {
-            pools.insert(pool as usize, (ordinal, counted));
-        }
-    }
+/// Brings the count for one pool to its reserved memory, once `done` has run.
+fn settle_pool(active: &Active, pools: &mut HashMap<usize, CountedPool>, pool: CUmemoryPool, done: InFlight) {
+    let Some(counted) = pools.get_mut(&(pool as usize)) else { return };
+    let Some(dev) = active.known_device(counted.ordinal) else { return };
+    let (before, after) = counted.finish(done, pool_attribute(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT));
+    active.settle(dev, before, after);
 }
 
 /// Re-reads every known pool (after synchronisation points, where pools shrink).
@@ -59,7 +56,7 @@ pub fn refresh_pools(active: &Active) {
     let mut pools = active.pools.lock();
     let keys: Vec<usize> = pools.keys().copied().collect();
     for pool in keys {
-        settle_pool(active, &mut pools, pool as CUmemoryPool, 0);
+        settle_pool(active, &mut pools, pool as CUmemoryPool, InFlight::default());
     }
 }
 
@@ -82,23 +79,26 @@ fn pool_alloc(bytesize: usize, pool: Option<CUmemoryPool>, real: impl FnOnce() -
 
 /// Reserves what `pool` may grow by for `bytesize`, runs `real`, settles the pool.
 fn grow_pool(active: &Active, dev: &crate::state::Dev, pool: CUmemoryPool, bytesize: usize, real: impl FnOnce() -> CUresult) -> CUresult {
-    let mut pools = active.pools.lock();
-    pools.entry(pool as usize).or_insert((dev.ordinal, 0));
-    active.any_pool.store(true, Ordering::Release);
-    let reserved = pool_attribute(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT).unwrap_or(0);
-    let used = pool_attribute(pool, CU_MEMPOOL_ATTR_USED_MEM_CURRENT).unwrap_or(0);
-    let growth = (bytesize as u64).saturating_sub(reserved.saturating_sub(used)).next_multiple_of(POOL_GRANULE);
-    if growth > 0 {
-        if let Err(rc) = active.reserve(dev, growth, "cuMemAllocAsync") {
-            return rc;
+    let in_flight = {
+        let mut pools = active.pools.lock();
+        let counted = pools.entry(pool as usize).or_insert_with(|| CountedPool::new(dev.ordinal));
+        active.any_pool.store(true, Ordering::Release);
+        let reserved = pool_attribute(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT).unwrap_or(0);
+        let used = pool_attribute(pool, CU_MEMPOOL_ATTR_USED_MEM_CURRENT).unwrap_or(0);
+        // What a synchronisation leaves the pool (its release threshold, in granules).
+        let kept = pool_attribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD).map_or(0, |t| t.saturating_add(POOL_GRANULE - 1) / POOL_GRANULE * POOL_GRANULE);
+        let growth = counted.growth_for(bytesize as u64, reserved, used, kept, POOL_GRANULE);
+        if growth > 0 {
+            if let Err(rc) = active.reserve(dev, growth, "cuMemAllocAsync") {
+                return rc;
+            }
         }
-    }
+        counted.begin(growth, bytesize as u64)
+    };
+    fgpu_core::crash_point!("pool.reserved");
     let rc = real();
-    if rc == CUDA_SUCCESS {
-        settle_pool(active, &mut pools, pool, growth);
-    } else if growth > 0 {
-        active.release(dev, growth);
-    }
+    fgpu_core::crash_point!("pool.allocated");
+    settle_pool(active, &mut active.pools.lock(), pool, in_flight);
     rc
 }
 
@@ -143,6 +143,7 @@ pub unsafe extern "C" fn cuMemAllocFromPoolAsync_ptsz(dptr: *mut CUdeviceptr, by
 /// Runs a call after which pools may have shrunk, then re-reads them.
 fn then_refresh(real: impl FnOnce() -> CUresult) -> CUresult {
     let rc = real();
+    fgpu_core::crash_point!("sync.returned");
     if let Mode::On(active) = state::mode() {
         refresh_pools(active);
         super::graph::refresh_graph_memory(active);
@@ -182,12 +183,12 @@ pub unsafe extern "C" fn cuMemPoolDestroy(pool: CUmemoryPool) -> CUresult {
     let real = || crate::call_real!(cuMemPoolDestroy: fn(CUmemoryPool) -> CUresult, pool).unwrap_or(CUDA_ERROR_NOT_FOUND);
     super::guard(CUDA_ERROR_INVALID_VALUE, || {
         let Mode::On(active) = state::mode() else { return real() };
-        let mut pools = active.pools.lock();
         let rc = real();
         if rc == CUDA_SUCCESS {
-            if let Some((ordinal, counted)) = pools.remove(&(pool as usize)) {
-                if let Some(dev) = active.known_device(ordinal) {
-                    active.release(dev, counted);
+            let removed = active.pools.lock().remove(&(pool as usize));
+            if let Some(counted) = removed {
+                if let Some(dev) = active.known_device(counted.ordinal) {
+                    active.release(dev, counted.counted());
                 }
             }
         }

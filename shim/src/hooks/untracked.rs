@@ -85,7 +85,9 @@ fn compare(active: &Active, dev: &Dev, slot: fgpu_core::ledger::SlotId, pid: u32
     let counted = after.held();
     if mine > counted + SLACK {
         let extra = mine - counted;
+        fgpu_core::crash_point!("untracked.measured");
         active.force_add(dev, extra);
+        fgpu_core::crash_point!("untracked.charged");
         active.ledger.add_context(slot, dev.id, extra as i64);
         *active.untracked.lock().entry(dev.ordinal).or_insert(0) += extra;
         log_at!(Level::Debug, "device {}: the driver holds {extra} bytes for this process that no call announced (modules, lazily loaded kernels); counted", dev.ordinal);

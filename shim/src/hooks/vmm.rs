@@ -4,6 +4,9 @@
 //! `cuMemCreate` with a device location takes physical memory: reserved before the call.
 //! The memory goes away only when the handle is released *and* no mapping of it remains,
 //! so that is when fgpu gives it back. Host-located handles are not device memory.
+//!
+//! The driver is called without holding this process's handle table: what it did is
+//! recorded once it has answered, so threads map and unmap in parallel.
 
 use crate::abi::cuda::*;
 use crate::state::{self, Mode};
@@ -51,7 +54,9 @@ pub unsafe extern "C" fn cuMemCreate(handle: *mut CUmemGenericAllocationHandle, 
             if let Err(rc) = active.reserve(dev, size as u64, "cuMemCreate") {
                 return rc;
             }
+            fgpu_core::crash_point!("vmm.reserved");
             let rc = real();
+            fgpu_core::crash_point!("vmm.created");
             if rc == CUDA_SUCCESS {
                 // SAFETY: on success the driver wrote the new handle.
                 let created = unsafe { *handle };
@@ -82,9 +87,10 @@ pub unsafe extern "C" fn cuMemRelease(handle: CUmemGenericAllocationHandle) -> C
     let real = || crate::call_real!(cuMemRelease: fn(CUmemGenericAllocationHandle) -> CUresult, handle).unwrap_or(CUDA_ERROR_NOT_FOUND);
     super::guard(CUDA_ERROR_INVALID_VALUE, || {
         let Mode::On(active) = state::mode() else { return real() };
-        let mut handles = active.vmm.lock();
         let rc = real();
+        fgpu_core::crash_point!("vmm.released");
         if rc == CUDA_SUCCESS {
+            let mut handles = active.vmm.lock();
             if let Some(h) = handles.handles.get_mut(&handle) {
                 h.released = true;
             }
@@ -104,9 +110,10 @@ pub unsafe extern "C" fn cuMemMap(ptr: CUdeviceptr, size: usize, offset: usize, 
     };
     super::guard(CUDA_ERROR_INVALID_VALUE, || {
         let Mode::On(active) = state::mode() else { return real() };
-        let mut handles = active.vmm.lock();
         let rc = real();
+        fgpu_core::crash_point!("vmm.mapped");
         if rc == CUDA_SUCCESS {
+            let mut handles = active.vmm.lock();
             if let Some(h) = handles.handles.get_mut(&handle) {
                 h.mappings += 1;
                 handles.mappings.insert(ptr, (size, handle));
@@ -123,9 +130,10 @@ pub unsafe extern "C" fn cuMemUnmap(ptr: CUdeviceptr, size: usize) -> CUresult {
     let real = || crate::call_real!(cuMemUnmap: fn(CUdeviceptr, usize) -> CUresult, ptr, size).unwrap_or(CUDA_ERROR_NOT_FOUND);
     super::guard(CUDA_ERROR_INVALID_VALUE, || {
         let Mode::On(active) = state::mode() else { return real() };
-        let mut handles = active.vmm.lock();
         let rc = real();
+        fgpu_core::crash_point!("vmm.unmapped");
         if rc == CUDA_SUCCESS {
+            let mut handles = active.vmm.lock();
             // One unmap may cover several mapped ranges.
             let end = ptr.saturating_add(size as u64);
             let covered: Vec<CUdeviceptr> = handles.mappings.range(ptr..end).map(|(start, _)| *start).collect();

@@ -1,0 +1,146 @@
+//! Every crash window of the accounting, tested: a process killed by SIGKILL at each named
+//! point of each path (a test build of the shim kills itself there, `core/src/crash.rs`),
+//! while a survivor holds memory. After each kill:
+//!
+//! 1. `fgpu status --json` shows the device's `used_bytes` equal to the sum of the live
+//!    processes' `used_bytes`, which is what the survivor holds;
+//! 2. a fresh process is granted `cap - holdings - its own context`, to the byte, and not
+//!    one byte more;
+//! 3. the simulated driver's own count agrees with the ledger.
+//!
+//! docs/reliability.md lists the windows with these tests' names.
+
+use fgpu_tests::*;
+use std::os::unix::process::ExitStatusExt;
+
+const CAP: u64 = 4 * GIB;
+const CONTEXT: u64 = 300 * MIB;
+/// The survivor: 1 GiB and its context.
+const SURVIVOR: u64 = GIB + CONTEXT;
+
+/// (crash point, what the victim runs, a process to kill first so the victim meets a dead one)
+const WINDOWS: &[(&str, &str, bool)] = &[
+    ("ledger.join.locked", "init primary", false),
+    ("ledger.join.filled", "init primary", false),
+    ("ledger.spend.after", "init primary alloc 1M", false),
+    ("ledger.refill.locked", "init primary alloc 100M", false),
+    ("ledger.refill.after", "init primary alloc 100M", false),
+    ("ledger.release.after", "init primary alloc 1M free", false),
+    // 4096 - 1324 (survivor) - 300 (own context) = 2472 MiB: only with the survivor's credit.
+    ("ledger.take_back.after_one", "init primary alloc 2472M", false),
+    ("ledger.reclaim.locked", "init primary alloc 2472M", true),
+    ("ledger.force_add.after", "init primary module 100M ctxsync", false),
+    ("context.reserved", "init primary", false),
+    ("context.created", "init primary", false),
+    ("context.destroyed", "init primary ctx ctxdestroy", false),
+    ("context.released", "init primary alloc 64M release", false),
+    ("alloc.reserved", "init primary alloc 100M", false),
+    ("alloc.allocated", "init primary alloc 100M", false),
+    ("free.freed", "init primary alloc 100M free", false),
+    ("untracked.measured", "init primary module 100M ctxsync", false),
+    ("untracked.charged", "init primary module 100M ctxsync", false),
+    ("pool.reserved", "init primary async 64M", false),
+    ("pool.allocated", "init primary async 64M", false),
+    ("sync.returned", "init primary async 64M trim 0", false),
+    ("vmm.reserved", "init primary vmm 64M", false),
+    ("vmm.created", "init primary vmm 64M", false),
+    ("vmm.mapped", "init primary vmm 64M", false),
+    ("vmm.unmapped", "init primary vmm 64M vmmunmap", false),
+    ("vmm.released", "init primary vmm 64M vmmrelease", false),
+    ("array.reserved", "init primary array 4096 4096", false),
+    ("array.created", "init primary array 4096 4096", false),
+    ("array.destroyed", "init primary array 4096 4096 arraydestroy", false),
+    ("graph.reserved", "init primary graph 64M launch", false),
+    ("graph.launched", "init primary graph 64M launch", false),
+];
+
+fn status_json(env: &Env) -> serde_json::Value {
+    let run = env.command(fgpu_bin()).args(["status", "--json"]).success();
+    serde_json::from_str(&run.stdout()).unwrap_or_else(|e| panic!("{e}\n{run}"))
+}
+
+/// Runs one window; returns what went wrong, if anything.
+fn one_window(point: &str, victim: &str, dead_first: bool) -> Result<(), String> {
+    let env = Env::new(&format!("crash-{point}"));
+    let mut survivor = env.client(&["init", "primary", "alloc", "1G", "hold"]).shim().limit("4G").spawn();
+    survivor.wait_for("holding");
+    if dead_first {
+        let mut dead = env.client(&["init", "primary", "alloc", "1G", "hold"]).shim().limit("4G").spawn();
+        dead.wait_for("holding");
+        dead.kill(libc::SIGKILL);
+    }
+    let args: Vec<&str> = victim.split_whitespace().collect();
+    let run = env.client(&args).env("LD_PRELOAD", crash_shim_path()).limit("4G").env("FGPU_CRASH_AT", point).run();
+    if run.output.status.signal() != Some(libc::SIGKILL) {
+        return Err(format!("the victim never reached the crash point\n{run}"));
+    }
+    // 1. status: the device total is the sum of the live processes, and that is the survivor.
+    let status = status_json(&env);
+    let ledger = &status["ledgers"][0];
+    let device_used = ledger["devices"][0]["used_bytes"].as_u64().unwrap_or(u64::MAX);
+    let processes = ledger["processes"].as_array().cloned().unwrap_or_default();
+    let sum: u64 = processes.iter().map(|p| p["used_bytes"].as_u64().unwrap()).sum();
+    if device_used != sum || device_used != SURVIVOR || processes.len() != 1 {
+        return Err(format!("status after the kill: device used {device_used}, processes sum {sum}, survivor holds {SURVIVOR}\n{ledger:#}"));
+    }
+    // 2. a fresh process gets the rest of the cap to the byte, and not one byte more.
+    let exact = (CAP - SURVIVOR - CONTEXT).to_string();
+    let fresh = env.client(&["init", "primary", "alloc", &exact, "alloc", "1"]).shim().limit("4G").success();
+    let rcs: Vec<String> = fresh.lines("alloc").iter().map(|l| field(l, "rc").unwrap()).collect();
+    if rcs != ["0", "2"] {
+        return Err(format!("a fresh process was not granted exactly cap - holdings - its context ({exact} bytes)\n{fresh}"));
+    }
+    // 3. the simulated driver holds what the ledger counts.
+    let sim = env.sim();
+    sim.reclaim_dead();
+    if sim.device_used(0) != SURVIVOR {
+        return Err(format!("the simulated driver holds {} bytes, the ledger counts {SURVIVOR}", sim.device_used(0)));
+    }
+    survivor.finish();
+    Ok(())
+}
+
+#[test]
+fn a_kill_at_any_crash_point_leaves_the_ledger_exact_while_a_survivor_runs() {
+    let failures: Vec<String> = WINDOWS
+        .iter()
+        .filter_map(|(point, victim, dead_first)| one_window(point, victim, *dead_first).err().map(|e| format!("== {point} ({victim}):\n{e}")))
+        .collect();
+    assert!(failures.is_empty(), "{} of {} crash windows failed:\n{}", failures.len(), WINDOWS.len(), failures.join("\n"));
+}
+
+#[test]
+fn every_crash_point_in_the_code_is_tested() {
+    // A crash point added to the code without a row here (and in docs/reliability.md) fails.
+    let mut in_code = Vec::new();
+    for dir in ["core/src", "shim/src"] {
+        for entry in walk(&workspace().join(dir)) {
+            let text = std::fs::read_to_string(&entry).unwrap();
+            for part in text.split("crash_point!(\"").skip(1) {
+                in_code.push(part.split('"').next().unwrap().to_string());
+            }
+        }
+    }
+    in_code.sort();
+    in_code.dedup();
+    let mut tested: Vec<String> = WINDOWS.iter().map(|(p, _, _)| p.to_string()).collect();
+    tested.sort();
+    assert_eq!(in_code, tested, "crash points in the code vs. rows of this test");
+    let doc = std::fs::read_to_string(workspace().join("docs/reliability.md")).unwrap();
+    for point in &tested {
+        assert!(doc.contains(&format!("`{point}`")), "docs/reliability.md has no row for `{point}`");
+    }
+}
+
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            out.extend(walk(&path));
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+    out
+}
