@@ -3,6 +3,8 @@
 //!
 //! The tests drive the release build (`cargo build --release` first; `tests/run.sh` does).
 
+pub mod c_layout;
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::OnceLock;
