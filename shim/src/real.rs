@@ -290,11 +290,60 @@ pub fn identify(address: *mut c_void) -> Option<Sym> {
         .find(|s| get(*s) == address)
 }
 
-/// Calls a real driver function: `call_real!(Sym, fn(args) -> ret, args...)`. Evaluates to
-/// `None` when the driver lacks the symbol. Call sites pass plain values (forwarded
-/// arguments, pointers to locals), so evaluating them inside the unsafe call is harmless.
+macro_rules! prototypes {
+    ($( $(#[$doc:meta])* $name:ident: fn($($ty:ty),*) -> $ret:ty; )*) => {
+        $( $(#[$doc])* pub type $name = unsafe extern "C" fn($($ty),*) -> $ret; )*
+
+        /// The symbols declared here.
+        #[cfg(test)]
+        pub const DECLARED: &[&str] = &[$(stringify!($name)),*];
+    };
+}
+
+/// C prototypes (`cuda.h`, `nvml.h`) of the driver functions that more than one place
+/// calls, each declared once: `call_real!(symbol, args...)` calls through these. A symbol
+/// called from one place only may instead be typed at its `call_real!` site; never both,
+/// and never twice (checked by this module's tests).
+#[allow(non_camel_case_types)]
+pub mod proto {
+    use crate::abi::cuda::{CUdevice, CUgraph, CUgraphNode, CUresult};
+    use crate::abi::nvml::{NvmlDevice, NvmlMemory, NvmlReturn};
+    use std::ffi::c_uint;
+
+    prototypes! {
+        /// `cuMemGetInfo` before CUDA 3.2: 32-bit outputs.
+        cuMemGetInfo: fn(*mut c_uint, *mut c_uint) -> CUresult;
+        /// `CUresult cuMemGetInfo(size_t *free, size_t *total)`.
+        cuMemGetInfo_v2: fn(*mut usize, *mut usize) -> CUresult;
+        /// `CUresult cuDeviceTotalMem(size_t *bytes, CUdevice dev)`.
+        cuDeviceTotalMem_v2: fn(*mut usize, CUdevice) -> CUresult;
+        /// `CUresult cuGraphGetNodes(CUgraph hGraph, CUgraphNode *nodes, size_t *numNodes)`.
+        cuGraphGetNodes: fn(CUgraph, *mut CUgraphNode, *mut usize) -> CUresult;
+        /// `nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory)`.
+        nvmlDeviceGetMemoryInfo: fn(NvmlDevice, *mut NvmlMemory) -> NvmlReturn;
+    }
+}
+
+/// Calls a real driver function: `call_real!(Sym, args...)` through its prototype in
+/// [`proto`], or `call_real!(Sym: fn(args) -> ret, args...)` for a symbol typed at its only
+/// call site. Evaluates to `None` when the driver lacks the symbol. Call sites pass plain
+/// values (forwarded arguments, pointers to locals), so evaluating them inside the unsafe
+/// call is harmless.
 #[macro_export]
 macro_rules! call_real {
+    ($sym:ident $(, $arg:expr)* $(,)?) => {{
+        let address = $crate::real::get($crate::real::Sym::$sym);
+        if address.is_null() {
+            None
+        } else {
+            // SAFETY: `address` is the driver's own implementation of this symbol, whose C
+            // prototype (from cuda.h / nvml.h) is the one declared in `real::proto`.
+            let f = unsafe { std::mem::transmute::<*mut std::ffi::c_void, $crate::real::proto::$sym>(address) };
+            // SAFETY: arguments are forwarded as the caller of the hook passed them, or are
+            // pointers to live locals of the right C type.
+            Some(unsafe { f($($arg),*) })
+        }
+    }};
     ($sym:ident : fn($($ty:ty),*) -> $ret:ty $(, $arg:expr)* ) => {{
         let address = $crate::real::get($crate::real::Sym::$sym);
         if address.is_null() {
@@ -309,3 +358,4 @@ macro_rules! call_real {
         }
     }};
 }
+
