@@ -359,3 +359,46 @@ macro_rules! call_real {
     }};
 }
 
+#[cfg(test)]
+mod tests {
+    use super::proto::DECLARED;
+    use std::collections::BTreeMap;
+
+    /// Every `call_real!(name: fn(...) ...)` site in the shim's sources: (name, file:line).
+    fn typed_call_sites() -> Vec<(String, String)> {
+        let mut sites = Vec::new();
+        let mut dirs = vec![std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src")];
+        while let Some(dir) = dirs.pop() {
+            for entry in std::fs::read_dir(&dir).unwrap() {
+                let path = entry.unwrap().path();
+                if path.is_dir() {
+                    dirs.push(path);
+                    continue;
+                }
+                let text = std::fs::read_to_string(&path).unwrap();
+                for (at, _) in text.match_indices("call_real!(") {
+                    let rest = text[at + "call_real!(".len()..].trim_start();
+                    let name: String = rest.chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
+                    if !name.is_empty() && rest[name.len()..].trim_start().starts_with(':') {
+                        let line = text[..at].lines().count();
+                        sites.push((name, format!("{}:{line}", path.display())));
+                    }
+                }
+            }
+        }
+        sites
+    }
+
+    #[test]
+    fn each_driver_prototype_is_declared_once() {
+        let mut typed: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for (name, site) in typed_call_sites() {
+            typed.entry(name).or_default().push(site);
+        }
+        assert!(typed.len() > 20, "found only {} typed call sites: has call_real! changed shape?", typed.len());
+        for (name, sites) in &typed {
+            assert!(sites.len() == 1, "{name} is typed at {} call sites ({}): declare it once in real::proto", sites.len(), sites.join(", "));
+            assert!(!DECLARED.contains(&name.as_str()), "{name} is declared in real::proto and typed again at {}", sites[0]);
+        }
+    }
+}
