@@ -1,7 +1,8 @@
 //! The simulated driver's C types and constants against NVIDIA's `cuda.h`: every field's
 //! offset, size and alignment, every struct's size and alignment, the value of every
-//! named constant, every code of the `cuGetErrorName` table, and every
-//! `cuDeviceGetAttribute` number whose arm in attributes.rs names its attribute. The
+//! named constant, every code of the `cuGetErrorName` table, every `cuDeviceGetAttribute`
+//! number whose arm in attributes.rs names its attribute, and the `CUarray_format` arms of
+//! `driver::array_bytes`. The
 //! mechanism (a C program compiled against the pinned headers of
 //! tests/abi/requirements.txt) is in tests/support/c_layout.rs.
 
@@ -127,36 +128,53 @@ fn checks() -> Checks {
     }
 
     // cuDeviceGetAttribute: the arms whose comment names the attribute.
-    let arms = attribute_arms(include_str!("attributes.rs"));
+    let arms = named_arms(include_str!("attributes.rs"));
     assert!(arms.len() >= 60, "attributes.rs: only {} named arms found; has its layout changed?", arms.len());
     for (number, name) in arms {
         c.value(Value::new(Cuda, format!("attributes.rs arm {number}"), format!("CU_DEVICE_ATTRIBUTE_{name}"), number as i128));
     }
+
+    // Array element sizes: the CUarray_format arms of driver::array_bytes.
+    let source = include_str!("driver.rs");
+    let body = source.split("fn array_bytes").nth(1).expect("driver.rs: fn array_bytes");
+    let arms = named_arms(body.split("0 => return None").next().unwrap());
+    assert_eq!(arms.len(), 8, "driver.rs: the CUarray_format arms of array_bytes have changed shape");
+    for (number, name) in arms {
+        c.value(Value::new(Cuda, format!("driver.rs array_bytes arm {number:#x}"), format!("CU_AD_FORMAT_{name}"), number as i128));
+    }
     c
 }
 
-/// `(number, NAME)` for each arm of attributes.rs written `N => value, // NAME ...` or
-/// `N | M => value, // NAME_X / Y` (the second name differs in its last word) or
-/// `N | M => value, // GLOBAL / LOCAL_REST` (in its first).
-fn attribute_arms(source: &str) -> Vec<(i64, String)> {
+/// `(number, NAME)` for each match arm written `N => value, // NAME ...`, or with several
+/// numbers `N | M => value, // NAME_N, NAME_M`, `// NAME_X / Y` (the second name differs in
+/// its last word) or `// GLOBAL / LOCAL_REST` (in its first). Numbers may be hexadecimal.
+fn named_arms(source: &str) -> Vec<(i64, String)> {
     let mut arms = Vec::new();
     for line in source.lines() {
         let Some((pattern, rest)) = line.split_once("=>") else { continue };
         let Some((_, comment)) = rest.split_once("//") else { continue };
-        let numbers: Option<Vec<i64>> = pattern.split('|').map(|n| n.trim().parse().ok()).collect();
-        let Some(numbers) = numbers else { continue };
+        let number = |n: &str| {
+            let n = n.trim().replace('_', "");
+            match n.strip_prefix("0x") {
+                Some(hex) => i64::from_str_radix(hex, 16).ok(),
+                None => n.parse().ok(),
+            }
+        };
+        let Some(numbers) = pattern.split('|').map(number).collect::<Option<Vec<i64>>>() else { continue };
         let word = |s: &str| -> Option<String> {
             let w: String = s.trim().chars().take_while(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || *c == '_').collect();
             (!w.is_empty() && w.starts_with(|c: char| c.is_ascii_uppercase())).then_some(w)
         };
-        let names: Vec<String> = match (numbers.len(), comment.split_once('/')) {
-            (1, _) => word(comment).into_iter().collect(),
-            (2, Some((a, b))) => match (word(a), word(b)) {
-                (Some(a), Some(b)) if a.contains('_') && !b.contains('_') => vec![a.clone(), format!("{}_{b}", a.rsplit_once('_').unwrap().0)],
-                (Some(a), Some(b)) if !a.contains('_') && b.contains('_') => vec![format!("{a}_{}", b.split_once('_').unwrap().1), b],
+        let names: Vec<String> = if numbers.len() == 1 {
+            word(comment).into_iter().collect()
+        } else if comment.contains(',') {
+            comment.split(',').map(word).collect::<Option<Vec<String>>>().unwrap_or_default()
+        } else {
+            match comment.split_once('/').map(|(a, b)| (word(a), word(b))) {
+                Some((Some(a), Some(b))) if a.contains('_') && !b.contains('_') => vec![a.clone(), format!("{}_{b}", a.rsplit_once('_').unwrap().0)],
+                Some((Some(a), Some(b))) if !a.contains('_') && b.contains('_') => vec![format!("{a}_{}", b.split_once('_').unwrap().1), b],
                 _ => Vec::new(),
-            },
-            _ => Vec::new(),
+            }
         };
         if names.len() == numbers.len() {
             arms.extend(numbers.into_iter().zip(names));
@@ -171,8 +189,8 @@ fn simulated_cuda_abi_matches_nvidia_headers() {
 }
 
 #[test]
-fn attribute_comments_are_read() {
-    let arms = attribute_arms("        2 | 3 => 1024,     // MAX_BLOCK_DIM_X / Y\n        79 | 80 => 1,      // GLOBAL / LOCAL_L1_CACHE_SUPPORTED\n        13 => 1_980_000,   // CLOCK_RATE (kHz)\n        24..=26 => 16384,\n");
-    let expected = [(2, "MAX_BLOCK_DIM_X"), (3, "MAX_BLOCK_DIM_Y"), (79, "GLOBAL_L1_CACHE_SUPPORTED"), (80, "LOCAL_L1_CACHE_SUPPORTED"), (13, "CLOCK_RATE")];
+fn arm_comments_are_read() {
+    let arms = named_arms("        2 | 3 => 1024,     // MAX_BLOCK_DIM_X / Y\n        79 | 80 => 1,      // GLOBAL / LOCAL_L1_CACHE_SUPPORTED\n        13 => 1_980_000,   // CLOCK_RATE (kHz)\n        24..=26 => 16384,\n        0x02 | 0x10 => 2, // UNSIGNED_INT16, HALF\n");
+    let expected = [(2, "MAX_BLOCK_DIM_X"), (3, "MAX_BLOCK_DIM_Y"), (79, "GLOBAL_L1_CACHE_SUPPORTED"), (80, "LOCAL_L1_CACHE_SUPPORTED"), (13, "CLOCK_RATE"), (2, "UNSIGNED_INT16"), (16, "HALF")];
     assert_eq!(arms, expected.map(|(n, s)| (n, s.to_string())));
 }
