@@ -20,7 +20,7 @@
 //! layout only one release had). A constant is checked against every header of its kind
 //! that names all identifiers of its expression. A check that no header can answer fails.
 
-use crate::{workspace, Cmd};
+use crate::{target_dir, workspace, Cmd};
 use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::process::Command;
@@ -67,11 +67,7 @@ impl HeaderSet {
 /// kind). `None` (test skipped, with a printed reason) when they are not fetched; a
 /// failure under CI, where tests/run.sh fetches them.
 pub fn header_sets() -> Option<Vec<HeaderSet>> {
-    let root = std::env::var_os("FGPU_TEST_NVIDIA_HEADERS").map(PathBuf::from).unwrap_or_else(|| {
-        let target = std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| workspace().join("target"));
-        let target = if target.is_absolute() { target } else { workspace().join(target) };
-        target.join("nvidia-headers")
-    });
+    let root = std::env::var_os("FGPU_TEST_NVIDIA_HEADERS").map(PathBuf::from).unwrap_or_else(|| target_dir().join("nvidia-headers"));
     let requirements = workspace().join("tests/abi/requirements.txt");
     let text = std::fs::read_to_string(&requirements).unwrap_or_else(|e| panic!("cannot read {}: {e}", requirements.display()));
     let mut sets = Vec::new();
@@ -299,11 +295,7 @@ impl Checks {
             }
         }
 
-        let dir = std::env::var_os("CARGO_TARGET_DIR")
-            .map(PathBuf::from)
-            .map(|t| if t.is_absolute() { t } else { workspace().join(t) })
-            .unwrap_or_else(|| workspace().join("target"))
-            .join("c-layout");
+        let dir = target_dir().join("c-layout");
         std::fs::create_dir_all(&dir).unwrap();
         for (n, (set_index, defines, probes)) in programs.iter().enumerate() {
             let set = &sets[*set_index];
