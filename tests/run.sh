@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Every test of fgpu, on a fresh machine with no GPU: installs what the tests need (Debian
-# packages, a Python venv with the real NVML/CUDA clients, the real nvidia-smi, Docker for
-# the image tests), builds the workspace, and runs
+# packages, a Python venv with the real NVML/CUDA clients, NVIDIA's cuda.h and nvml.h, the
+# real nvidia-smi, Docker for the image tests), builds the workspace, and runs
 #   1. cargo test: unit tests of every crate and the integration tests against the
 #      simulated driver (tests/integration),
 #   2. the container tests of the images (images/test.sh),
@@ -58,6 +58,15 @@ if [ ! -x .venv/bin/python ] || ! .venv/bin/python -c 'import pynvml, gpustat, n
         || { echo "cannot set up .venv"; exit 1; }
 fi
 export FGPU_TEST_PYTHON=$root/.venv/bin/python
+
+step "NVIDIA's C headers (cuda.h, nvml.h) for the layout checks (tests/abi/requirements.txt)"
+if headers=$(bash scripts/get-nvidia-headers.sh "$root/target/nvidia-headers" "$root/.venv/bin/python" | tail -n 1) && [ -d "$headers" ]; then
+    export FGPU_TEST_NVIDIA_HEADERS=$headers
+    echo "$headers"
+else
+    echo "cannot fetch NVIDIA's headers"
+    exit 1
+fi
 
 step "the real nvidia-smi (Debian non-free, without its NVML)"
 if smi=$(bash scripts/get-nvidia-smi.sh "$root/target/nvidia-smi" | tail -n 1) && [ -x "$smi" ]; then

@@ -290,11 +290,60 @@ pub fn identify(address: *mut c_void) -> Option<Sym> {
         .find(|s| get(*s) == address)
 }
 
-/// Calls a real driver function: `call_real!(Sym, fn(args) -> ret, args...)`. Evaluates to
-/// `None` when the driver lacks the symbol. Call sites pass plain values (forwarded
-/// arguments, pointers to locals), so evaluating them inside the unsafe call is harmless.
+macro_rules! prototypes {
+    ($( $(#[$doc:meta])* $name:ident: fn($($ty:ty),*) -> $ret:ty; )*) => {
+        $( $(#[$doc])* pub type $name = unsafe extern "C" fn($($ty),*) -> $ret; )*
+
+        /// The symbols declared here.
+        #[cfg(test)]
+        pub const DECLARED: &[&str] = &[$(stringify!($name)),*];
+    };
+}
+
+/// C prototypes (`cuda.h`, `nvml.h`) of the driver functions that more than one place
+/// calls, each declared once: `call_real!(symbol, args...)` calls through these. A symbol
+/// called from one place only may instead be typed at its `call_real!` site; never both,
+/// and never twice (checked by this module's tests).
+#[allow(non_camel_case_types)]
+pub mod proto {
+    use crate::abi::cuda::{CUdevice, CUgraph, CUgraphNode, CUresult};
+    use crate::abi::nvml::{NvmlDevice, NvmlMemory, NvmlReturn};
+    use std::ffi::c_uint;
+
+    prototypes! {
+        /// `cuMemGetInfo` before CUDA 3.2: 32-bit outputs.
+        cuMemGetInfo: fn(*mut c_uint, *mut c_uint) -> CUresult;
+        /// `CUresult cuMemGetInfo(size_t *free, size_t *total)`.
+        cuMemGetInfo_v2: fn(*mut usize, *mut usize) -> CUresult;
+        /// `CUresult cuDeviceTotalMem(size_t *bytes, CUdevice dev)`.
+        cuDeviceTotalMem_v2: fn(*mut usize, CUdevice) -> CUresult;
+        /// `CUresult cuGraphGetNodes(CUgraph hGraph, CUgraphNode *nodes, size_t *numNodes)`.
+        cuGraphGetNodes: fn(CUgraph, *mut CUgraphNode, *mut usize) -> CUresult;
+        /// `nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory)`.
+        nvmlDeviceGetMemoryInfo: fn(NvmlDevice, *mut NvmlMemory) -> NvmlReturn;
+    }
+}
+
+/// Calls a real driver function: `call_real!(Sym, args...)` through its prototype in
+/// [`proto`], or `call_real!(Sym: fn(args) -> ret, args...)` for a symbol typed at its only
+/// call site. Evaluates to `None` when the driver lacks the symbol. Call sites pass plain
+/// values (forwarded arguments, pointers to locals), so evaluating them inside the unsafe
+/// call is harmless.
 #[macro_export]
 macro_rules! call_real {
+    ($sym:ident $(, $arg:expr)* $(,)?) => {{
+        let address = $crate::real::get($crate::real::Sym::$sym);
+        if address.is_null() {
+            None
+        } else {
+            // SAFETY: `address` is the driver's own implementation of this symbol, whose C
+            // prototype (from cuda.h / nvml.h) is the one declared in `real::proto`.
+            let f = unsafe { std::mem::transmute::<*mut std::ffi::c_void, $crate::real::proto::$sym>(address) };
+            // SAFETY: arguments are forwarded as the caller of the hook passed them, or are
+            // pointers to live locals of the right C type.
+            Some(unsafe { f($($arg),*) })
+        }
+    }};
     ($sym:ident : fn($($ty:ty),*) -> $ret:ty $(, $arg:expr)* ) => {{
         let address = $crate::real::get($crate::real::Sym::$sym);
         if address.is_null() {
@@ -308,4 +357,48 @@ macro_rules! call_real {
             Some(unsafe { f($($arg),*) })
         }
     }};
+}
+
+#[cfg(test)]
+mod tests {
+    use super::proto::DECLARED;
+    use std::collections::BTreeMap;
+
+    /// Every `call_real!(name: fn(...) ...)` site in the shim's sources: (name, file:line).
+    fn typed_call_sites() -> Vec<(String, String)> {
+        let mut sites = Vec::new();
+        let mut dirs = vec![std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src")];
+        while let Some(dir) = dirs.pop() {
+            for entry in std::fs::read_dir(&dir).unwrap() {
+                let path = entry.unwrap().path();
+                if path.is_dir() {
+                    dirs.push(path);
+                    continue;
+                }
+                let text = std::fs::read_to_string(&path).unwrap();
+                for (at, _) in text.match_indices("call_real!(") {
+                    let rest = text[at + "call_real!(".len()..].trim_start();
+                    let name: String = rest.chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
+                    if !name.is_empty() && rest[name.len()..].trim_start().starts_with(':') {
+                        let line = text[..at].lines().count();
+                        sites.push((name, format!("{}:{line}", path.display())));
+                    }
+                }
+            }
+        }
+        sites
+    }
+
+    #[test]
+    fn each_driver_prototype_is_declared_once() {
+        let mut typed: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for (name, site) in typed_call_sites() {
+            typed.entry(name).or_default().push(site);
+        }
+        assert!(typed.len() > 20, "found only {} typed call sites: has call_real! changed shape?", typed.len());
+        for (name, sites) in &typed {
+            assert!(sites.len() == 1, "{name} is typed at {} call sites ({}): declare it once in real::proto", sites.len(), sites.join(", "));
+            assert!(!DECLARED.contains(&name.as_str()), "{name} is declared in real::proto and typed again at {}", sites[0]);
+        }
+    }
 }

@@ -243,7 +243,7 @@ impl Active {
             return Err(rc);
         }
         let mut total: usize = 0;
-        let rc = crate::call_real!(cuDeviceTotalMem_v2: fn(*mut usize, CUdevice) -> CUresult, &mut total, ordinal)
+        let rc = crate::call_real!(cuDeviceTotalMem_v2, &mut total, ordinal)
             .unwrap_or(CUDA_ERROR_NOT_FOUND);
         if rc != CUDA_SUCCESS {
             return Err(rc);

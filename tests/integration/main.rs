@@ -3,6 +3,7 @@
 //! Run `cargo build --release` first (tests/run.sh does); every test gets its own temp
 //! directory, simulated GPU and ledger (see tests/support).
 
+mod abi_layout;
 mod allocation_kinds;
 mod bad_input;
 mod cli;

@@ -3,6 +3,8 @@
 //!
 //! The tests drive the release build (`cargo build --release` first; `tests/run.sh` does).
 
+pub mod c_layout;
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::OnceLock;
@@ -16,11 +18,15 @@ pub fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
 }
 
-/// Where the release build lives (honours CARGO_TARGET_DIR).
-pub fn release_dir() -> PathBuf {
+/// Cargo's target directory (honours CARGO_TARGET_DIR).
+pub fn target_dir() -> PathBuf {
     let target = std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| workspace().join("target"));
-    let dir = if target.is_absolute() { target } else { workspace().join(target) };
-    dir.join("release")
+    if target.is_absolute() { target } else { workspace().join(target) }
+}
+
+/// Where the release build lives.
+pub fn release_dir() -> PathBuf {
+    target_dir().join("release")
 }
 
 pub fn shim_path() -> PathBuf {

@@ -127,12 +127,22 @@ pub struct CudaArrayMemoryRequirements {
     pub reserved: [c_uint; 4],
 }
 
+/// `CUarray_format` values whose channel size fgpu knows.
+pub const CU_AD_FORMAT_UNSIGNED_INT8: u32 = 0x01;
+pub const CU_AD_FORMAT_UNSIGNED_INT16: u32 = 0x02;
+pub const CU_AD_FORMAT_UNSIGNED_INT32: u32 = 0x03;
+pub const CU_AD_FORMAT_SIGNED_INT8: u32 = 0x08;
+pub const CU_AD_FORMAT_SIGNED_INT16: u32 = 0x09;
+pub const CU_AD_FORMAT_SIGNED_INT32: u32 = 0x0a;
+pub const CU_AD_FORMAT_HALF: u32 = 0x10;
+pub const CU_AD_FORMAT_FLOAT: u32 = 0x20;
+
 /// Bytes per channel of a `CUarray_format`; unknown formats count as 4 (the common case).
 pub fn array_format_bytes(format: u32) -> u64 {
     match format {
-        0x01 | 0x08 => 1,        // UNSIGNED_INT8, SIGNED_INT8
-        0x02 | 0x09 | 0x10 => 2, // UNSIGNED_INT16, SIGNED_INT16, HALF
-        0x03 | 0x0a | 0x20 => 4, // UNSIGNED_INT32, SIGNED_INT32, FLOAT
+        CU_AD_FORMAT_UNSIGNED_INT8 | CU_AD_FORMAT_SIGNED_INT8 => 1,
+        CU_AD_FORMAT_UNSIGNED_INT16 | CU_AD_FORMAT_SIGNED_INT16 | CU_AD_FORMAT_HALF => 2,
+        CU_AD_FORMAT_UNSIGNED_INT32 | CU_AD_FORMAT_SIGNED_INT32 | CU_AD_FORMAT_FLOAT => 4,
         _ => 4,
     }
 }
@@ -151,7 +161,8 @@ const _: () = {
     assert!(size_of::<CudaArrayMemoryRequirements>() == 32);
 };
 
-/// `CUmemPoolProps` (cuda.h, 12.x layout: 88 bytes).
+/// `CUmemPoolProps` (cuda.h, CUDA 13 layout: 88 bytes; CUDA 12 has `reserved[54]` where
+/// CUDA 13 has `gpuDirectRDMACapable` and `reserved[53]`).
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub struct CUmemPoolProps {
@@ -162,7 +173,8 @@ pub struct CUmemPoolProps {
     pub win32_security_attributes: *mut c_void,
     pub max_size: usize,
     pub usage: u16,
-    pub reserved: [u8; 54],
+    pub gpu_direct_rdma_capable: u8,
+    pub reserved: [u8; 53],
 }
 
 /// `CUDA_MEM_ALLOC_NODE_PARAMS` (`_v1`; `_v2` is the same struct).

@@ -56,12 +56,12 @@ fn graph_attribute(ordinal: CUdevice, attribute: u32) -> Option<u64> {
 /// (whose nodes are not read): the graph is then counted after the fact.
 fn graph_needs(graph: CUgraph) -> Option<Vec<(CUdevice, u64)>> {
     let mut count: usize = 0;
-    let rc = crate::call_real!(cuGraphGetNodes: fn(CUgraph, *mut CUgraphNode, *mut usize) -> CUresult, graph, null_mut(), &mut count)?;
+    let rc = crate::call_real!(cuGraphGetNodes, graph, null_mut(), &mut count)?;
     if rc != CUDA_SUCCESS {
         return None;
     }
     let mut nodes: Vec<CUgraphNode> = vec![null_mut(); count];
-    let rc = crate::call_real!(cuGraphGetNodes: fn(CUgraph, *mut CUgraphNode, *mut usize) -> CUresult, graph, nodes.as_mut_ptr(), &mut count)?;
+    let rc = crate::call_real!(cuGraphGetNodes, graph, nodes.as_mut_ptr(), &mut count)?;
     if rc != CUDA_SUCCESS {
         return None;
     }

@@ -39,12 +39,12 @@ fn mem_get_info(real: impl FnOnce(&mut u64, &mut u64) -> CUresult) -> (CUresult,
 #[no_mangle]
 pub unsafe extern "C" fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize) -> CUresult {
     if free.is_null() || total.is_null() {
-        return crate::call_real!(cuMemGetInfo_v2: fn(*mut usize, *mut usize) -> CUresult, free, total).unwrap_or(CUDA_ERROR_NOT_FOUND);
+        return crate::call_real!(cuMemGetInfo_v2, free, total).unwrap_or(CUDA_ERROR_NOT_FOUND);
     }
     super::guard(CUDA_ERROR_INVALID_VALUE, || {
         let (rc, f, t) = mem_get_info(|f, t| {
             let (mut rf, mut rt) = (0usize, 0usize);
-            let rc = crate::call_real!(cuMemGetInfo_v2: fn(*mut usize, *mut usize) -> CUresult, &mut rf, &mut rt).unwrap_or(CUDA_ERROR_NOT_FOUND);
+            let rc = crate::call_real!(cuMemGetInfo_v2, &mut rf, &mut rt).unwrap_or(CUDA_ERROR_NOT_FOUND);
             (*f, *t) = (rf as u64, rt as u64);
             rc
         });
@@ -61,12 +61,12 @@ pub unsafe extern "C" fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize) ->
 #[no_mangle]
 pub unsafe extern "C" fn cuMemGetInfo(free: *mut c_uint, total: *mut c_uint) -> CUresult {
     if free.is_null() || total.is_null() {
-        return crate::call_real!(cuMemGetInfo: fn(*mut c_uint, *mut c_uint) -> CUresult, free, total).unwrap_or(CUDA_ERROR_NOT_FOUND);
+        return crate::call_real!(cuMemGetInfo, free, total).unwrap_or(CUDA_ERROR_NOT_FOUND);
     }
     super::guard(CUDA_ERROR_INVALID_VALUE, || {
         let (rc, f, t) = mem_get_info(|f, t| {
             let (mut rf, mut rt) = (0 as c_uint, 0 as c_uint);
-            let rc = crate::call_real!(cuMemGetInfo: fn(*mut c_uint, *mut c_uint) -> CUresult, &mut rf, &mut rt).unwrap_or(CUDA_ERROR_NOT_FOUND);
+            let rc = crate::call_real!(cuMemGetInfo, &mut rf, &mut rt).unwrap_or(CUDA_ERROR_NOT_FOUND);
             (*f, *t) = (rf as u64, rt as u64);
             rc
         });
@@ -89,7 +89,7 @@ fn capped_total(ordinal: CUdevice, real_total: u64) -> u64 {
 /// `cuDeviceTotalMem_v2` contract.
 #[no_mangle]
 pub unsafe extern "C" fn cuDeviceTotalMem_v2(bytes: *mut usize, dev: CUdevice) -> CUresult {
-    let rc = crate::call_real!(cuDeviceTotalMem_v2: fn(*mut usize, CUdevice) -> CUresult, bytes, dev).unwrap_or(CUDA_ERROR_NOT_FOUND);
+    let rc = crate::call_real!(cuDeviceTotalMem_v2, bytes, dev).unwrap_or(CUDA_ERROR_NOT_FOUND);
     if rc != CUDA_SUCCESS || bytes.is_null() {
         return rc;
     }

@@ -57,7 +57,7 @@ pub mod query {
 
     pub fn device_memory(device: NvmlDevice) -> Option<NvmlMemory> {
         let mut memory = NvmlMemory::default();
-        let rc = crate::call_real!(nvmlDeviceGetMemoryInfo: fn(NvmlDevice, *mut NvmlMemory) -> NvmlReturn, device, &mut memory)?;
+        let rc = crate::call_real!(nvmlDeviceGetMemoryInfo, device, &mut memory)?;
         (rc == NVML_SUCCESS).then_some(memory)
     }
 
@@ -165,7 +165,7 @@ fn memory_answer(device: NvmlDevice, real_total: u64) -> MemoryAnswer {
 /// `nvmlDeviceGetMemoryInfo` contract.
 #[no_mangle]
 pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo(device: NvmlDevice, memory: *mut NvmlMemory) -> NvmlReturn {
-    let rc = crate::call_real!(nvmlDeviceGetMemoryInfo: fn(NvmlDevice, *mut NvmlMemory) -> NvmlReturn, device, memory).unwrap_or(NVML_ERROR_FUNCTION_NOT_FOUND);
+    let rc = crate::call_real!(nvmlDeviceGetMemoryInfo, device, memory).unwrap_or(NVML_ERROR_FUNCTION_NOT_FOUND);
     if rc != NVML_SUCCESS || memory.is_null() {
         return rc;
     }

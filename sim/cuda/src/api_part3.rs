@@ -9,7 +9,11 @@ pub struct CUmemAllocationProp {
     pub location_type: c_uint,
     pub location_id: c_int,
     pub win32_handle_meta_data: *mut c_void,
-    pub alloc_flags: [u8; 8],
+    // allocFlags
+    pub compression_type: u8,
+    pub gpu_direct_rdma_capable: u8,
+    pub usage: u16,
+    pub reserved: [u8; 4],
 }
 
 /// `CUmemAccessDesc` (12 bytes).

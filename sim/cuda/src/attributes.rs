@@ -3,8 +3,9 @@
 
 use fgpu_sim_state::SimState;
 
-/// One past the highest attribute number known (CU_DEVICE_ATTRIBUTE_MAX in CUDA 12.8).
-const ATTRIBUTE_MAX: i32 = 144;
+/// One past the highest attribute number known (CU_DEVICE_ATTRIBUTE_MAX in CUDA 12.9's cuda.h;
+/// CUDA 13 numbers more).
+pub(crate) const ATTRIBUTE_MAX: i32 = 144;
 
 pub fn value(state: &SimState, phys: usize, attr: i32) -> Option<i32> {
     if !(1..ATTRIBUTE_MAX).contains(&attr) {

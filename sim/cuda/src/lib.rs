@@ -6,6 +6,8 @@
 
 #![allow(non_snake_case, clippy::missing_safety_doc, clippy::too_many_arguments)]
 
+#[cfg(test)]
+mod abi_layout;
 mod attributes;
 mod driver;
 mod errors;

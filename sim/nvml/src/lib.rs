@@ -4,6 +4,9 @@
 
 #![allow(non_snake_case, clippy::missing_safety_doc)]
 
+#[cfg(test)]
+mod abi_layout;
+
 use fgpu_sim_state::{SimProcess, SimState};
 use std::ffi::{c_char, c_int, c_uint, c_ulonglong, c_void, CStr};
 use std::sync::atomic::{AtomicU32, Ordering};

@@ -1,0 +1,230 @@
+//! The shim's C types and constants (`shim/src/abi/`) against NVIDIA's `cuda.h` and
+//! `nvml.h`: every field's offset, size and alignment, every struct's size and alignment,
+//! and the value of every constant, as a C compiler reads the pinned headers
+//! (tests/abi/requirements.txt). The mechanism is in tests/support/c_layout.rs.
+//!
+//! The shim is a cdylib whose exports must not change, so its `abi` modules are compiled
+//! into this test a second time, from the same files (`#[path]`): they use nothing but std.
+
+use fgpu_tests::c_layout::{Checks, Header::{Cuda, Nvml}};
+use fgpu_tests::{c_struct, c_value};
+
+#[allow(dead_code, non_camel_case_types)]
+#[path = "../../shim/src/abi/cuda.rs"]
+mod cuda;
+#[allow(dead_code)]
+#[path = "../../shim/src/abi/nvml.rs"]
+mod nvml;
+
+/// The header whose `CUmemPoolProps` members the shim declares.
+const CUDA_13: &str = "nvidia-cuda-runtime==13.5.37";
+
+/// The shim's CUDA and NVML declarations, as one list of checks.
+pub fn shim_checks() -> Checks {
+    let mut c = Checks::new();
+
+    // cuda.h structs.
+    c.push(c_struct!(Cuda, cuda::CUuuid => "CUuuid" { bytes => "bytes" }));
+    c.push(c_struct!(Cuda, cuda::CUmemLocation => "CUmemLocation" { kind => "type", id => "id" }));
+    c.push(c_struct!(Cuda, cuda::CUmemAllocationProp => "CUmemAllocationProp" {
+        kind => "type",
+        requested_handle_types => "requestedHandleTypes",
+        location => "location",
+        win32_handle_meta_data => "win32HandleMetaData",
+        compression_type => "allocFlags.compressionType",
+        gpu_direct_rdma_capable => "allocFlags.gpuDirectRDMACapable",
+        usage => "allocFlags.usage",
+        reserved => "allocFlags.reserved",
+    }));
+    c.push(c_struct!(Cuda, cuda::CudaArrayDescriptor => "CUDA_ARRAY_DESCRIPTOR" {
+        width => "Width", height => "Height", format => "Format", num_channels => "NumChannels",
+    }));
+    c.push(
+        c_struct!(Cuda, cuda::CudaArrayDescriptorV1 => "CUDA_ARRAY_DESCRIPTOR_v1" {
+            width => "Width", height => "Height", format => "Format", num_channels => "NumChannels",
+        })
+        .define("__CUDA_API_VERSION_INTERNAL"),
+    );
+    c.push(c_struct!(Cuda, cuda::CudaArray3dDescriptor => "CUDA_ARRAY3D_DESCRIPTOR" {
+        width => "Width", height => "Height", depth => "Depth", format => "Format", num_channels => "NumChannels", flags => "Flags",
+    }));
+    c.push(
+        c_struct!(Cuda, cuda::CudaArray3dDescriptorV1 => "CUDA_ARRAY3D_DESCRIPTOR_v1" {
+            width => "Width", height => "Height", depth => "Depth", format => "Format", num_channels => "NumChannels", flags => "Flags",
+        })
+        .define("__CUDA_API_VERSION_INTERNAL"),
+    );
+    c.push(c_struct!(Cuda, cuda::CudaArrayMemoryRequirements => "CUDA_ARRAY_MEMORY_REQUIREMENTS" {
+        size => "size", alignment => "alignment", reserved => "reserved",
+    }));
+    c.push(
+        c_struct!(Cuda, cuda::CUmemPoolProps => "CUmemPoolProps" {
+            alloc_type => "allocType",
+            handle_types => "handleTypes",
+            location_type => "location.type",
+            location_id => "location.id",
+            win32_security_attributes => "win32SecurityAttributes",
+            max_size => "maxSize",
+            usage => "usage",
+            gpu_direct_rdma_capable => "gpuDirectRDMACapable",
+            reserved => "reserved",
+        })
+        .fields_only_in(CUDA_13, "CUDA 12 has reserved[54] where CUDA 13 has gpuDirectRDMACapable and reserved[53]"),
+    );
+    for c_type in ["CUDA_MEM_ALLOC_NODE_PARAMS_v1", "CUDA_MEM_ALLOC_NODE_PARAMS_v2"] {
+        c.push(
+            c_struct!(Cuda, cuda::CudaMemAllocNodeParams => "" {
+                pool_props => "poolProps",
+                access_descs => "accessDescs",
+                access_desc_count => "accessDescCount",
+                bytesize => "bytesize",
+                dptr => "dptr",
+            })
+            .c_type(c_type),
+        );
+    }
+    c.push(c_struct!(Cuda, cuda::CudaGraphInstantiateParams => "CUDA_GRAPH_INSTANTIATE_PARAMS" {
+        flags => "flags", upload_stream => "hUploadStream", error_node_out => "hErrNode_out", result_out => "result_out",
+    }));
+
+    // cuda.h constants.
+    for v in [
+        c_value!(Cuda, cuda::CUDA_SUCCESS),
+        c_value!(Cuda, cuda::CUDA_ERROR_INVALID_VALUE),
+        c_value!(Cuda, cuda::CUDA_ERROR_OUT_OF_MEMORY),
+        c_value!(Cuda, cuda::CUDA_ERROR_NOT_INITIALIZED),
+        c_value!(Cuda, cuda::CUDA_ERROR_NOT_FOUND),
+        c_value!(Cuda, cuda::CU_MEM_LOCATION_TYPE_DEVICE),
+        c_value!(Cuda, cuda::CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT),
+        c_value!(Cuda, cuda::CU_MEMPOOL_ATTR_USED_MEM_CURRENT),
+        c_value!(Cuda, cuda::CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT),
+        c_value!(Cuda, cuda::CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT),
+        c_value!(Cuda, cuda::CU_GRAPH_NODE_TYPE_GRAPH),
+        c_value!(Cuda, cuda::CU_GRAPH_NODE_TYPE_MEM_ALLOC),
+        c_value!(Cuda, cuda::CU_GRAPH_NODE_TYPE_CONDITIONAL),
+        c_value!(Cuda, cuda::CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD),
+        c_value!(Cuda, cuda::CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM),
+        c_value!(Cuda, cuda::CU_AD_FORMAT_UNSIGNED_INT8),
+        c_value!(Cuda, cuda::CU_AD_FORMAT_UNSIGNED_INT16),
+        c_value!(Cuda, cuda::CU_AD_FORMAT_UNSIGNED_INT32),
+        c_value!(Cuda, cuda::CU_AD_FORMAT_SIGNED_INT8),
+        c_value!(Cuda, cuda::CU_AD_FORMAT_SIGNED_INT16),
+        c_value!(Cuda, cuda::CU_AD_FORMAT_SIGNED_INT32),
+        c_value!(Cuda, cuda::CU_AD_FORMAT_HALF),
+        c_value!(Cuda, cuda::CU_AD_FORMAT_FLOAT),
+    ] {
+        c.value(v);
+    }
+
+    // nvml.h structs.
+    c.push(c_struct!(Nvml, nvml::NvmlMemory => "nvmlMemory_t" { total => "total", free => "free", used => "used" }));
+    c.push(c_struct!(Nvml, nvml::NvmlMemoryV2 => "nvmlMemory_v2_t" {
+        version => "version", total => "total", reserved => "reserved", free => "free", used => "used",
+    }));
+    c.push(c_struct!(Nvml, nvml::NvmlProcessInfoV1 => "nvmlProcessInfo_v1_t" { pid => "pid", used_gpu_memory => "usedGpuMemory" }));
+    c.push(c_struct!(Nvml, nvml::NvmlProcessInfoV2 => "nvmlProcessInfo_v2_t" {
+        pid => "pid", used_gpu_memory => "usedGpuMemory", gpu_instance_id => "gpuInstanceId", compute_instance_id => "computeInstanceId",
+    }));
+    // What the `_v3` calls wrote on drivers 535.43 to 535.86: nvmlProcessInfo_t of that
+    // release's nvml.h (CUDA 12.2), and the same layout r550 named nvmlProcessDetail_v1_t.
+    c.push(
+        c_struct!(Nvml, nvml::NvmlProcessInfoV3Cc => "nvmlProcessInfo_t" {
+            pid => "pid",
+            used_gpu_memory => "usedGpuMemory",
+            gpu_instance_id => "gpuInstanceId",
+            compute_instance_id => "computeInstanceId",
+            used_cc_protected_memory => "usedGpuCcProtectedMemory",
+        })
+        .pin("nvidia-nvml-dev-cu12==12.2.81"),
+    );
+    c.push(c_struct!(Nvml, nvml::NvmlProcessDetailV1 => "nvmlProcessDetail_v1_t" {
+        pid => "pid",
+        used_gpu_memory => "usedGpuMemory",
+        gpu_instance_id => "gpuInstanceId",
+        compute_instance_id => "computeInstanceId",
+        used_cc_protected_memory => "usedGpuCcProtectedMemory",
+    }));
+    c.push(c_struct!(Nvml, nvml::NvmlProcessUtilizationSample => "nvmlProcessUtilizationSample_t" {
+        pid => "pid", time_stamp => "timeStamp", sm_util => "smUtil", mem_util => "memUtil", enc_util => "encUtil", dec_util => "decUtil",
+    }));
+    c.push(c_struct!(Nvml, nvml::NvmlProcessDetailList => "nvmlProcessDetailList_v1_t" {
+        version => "version", mode => "mode", num_proc_array_entries => "numProcArrayEntries", proc_array => "procArray",
+    }));
+    c.push(c_struct!(Nvml, nvml::NvmlProcessUtilizationInfoV1 => "nvmlProcessUtilizationInfo_v1_t" {
+        time_stamp => "timeStamp",
+        pid => "pid",
+        sm_util => "smUtil",
+        mem_util => "memUtil",
+        enc_util => "encUtil",
+        dec_util => "decUtil",
+        jpg_util => "jpgUtil",
+        ofa_util => "ofaUtil",
+    }));
+    c.push(c_struct!(Nvml, nvml::NvmlProcessesUtilizationInfo => "nvmlProcessesUtilizationInfo_v1_t" {
+        version => "version",
+        process_samples_count => "processSamplesCount",
+        last_seen_time_stamp => "lastSeenTimeStamp",
+        proc_util_array => "procUtilArray",
+    }));
+    c.push(c_struct!(Nvml, nvml::NvmlEncoderSessionInfo => "nvmlEncoderSessionInfo_t" {
+        session_id => "sessionId",
+        pid => "pid",
+        vgpu_instance => "vgpuInstance",
+        codec_type => "codecType",
+        h_resolution => "hResolution",
+        v_resolution => "vResolution",
+        average_fps => "averageFps",
+        average_latency => "averageLatency",
+    }));
+    c.push(c_struct!(Nvml, nvml::NvmlFbcSessionInfo => "nvmlFBCSessionInfo_t" {
+        session_id => "sessionId",
+        pid => "pid",
+        vgpu_instance => "vgpuInstance",
+        display_ordinal => "displayOrdinal",
+        session_type => "sessionType",
+        session_flags => "sessionFlags",
+        h_max_resolution => "hMaxResolution",
+        v_max_resolution => "vMaxResolution",
+        h_resolution => "hResolution",
+        v_resolution => "vResolution",
+        average_fps => "averageFPS",
+        average_latency => "averageLatency",
+    }));
+    c.push(c_struct!(Nvml, nvml::NvmlAccountingStatsV2 => "nvmlAccountingStats_v2_t" {
+        pid => "pid",
+        is_running => "isRunning",
+        gpu_utilization => "gpuUtilization",
+        memory_utilization => "memoryUtilization",
+        max_memory_usage => "maxMemoryUsage",
+        sample_count => "sampleCount",
+        sum_gpu_util => "sumGpuUtil",
+        sum_fb_util => "sumFbUtil",
+        time => "time",
+        start_time => "startTime",
+    }));
+
+    // nvml.h constants, including the struct version macros.
+    for v in [
+        c_value!(Nvml, nvml::NVML_SUCCESS),
+        c_value!(Nvml, nvml::NVML_ERROR_INVALID_ARGUMENT),
+        c_value!(Nvml, nvml::NVML_ERROR_NOT_FOUND),
+        c_value!(Nvml, nvml::NVML_ERROR_INSUFFICIENT_SIZE),
+        c_value!(Nvml, nvml::NVML_ERROR_FUNCTION_NOT_FOUND),
+        c_value!(Nvml, nvml::NVML_ERROR_ARGUMENT_VERSION_MISMATCH),
+        c_value!(Nvml, nvml::NVML_ERROR_UNKNOWN),
+        c_value!(Nvml, nvml::NVML_MEMORY_V2 => "nvmlMemory_v2"),
+        c_value!(Nvml, nvml::NVML_PROCESS_DETAIL_LIST_V1 => "nvmlProcessDetailList_v1"),
+        c_value!(Nvml, nvml::NVML_PROCESSES_UTILIZATION_INFO_V1 => "nvmlProcessesUtilizationInfo_v1"),
+        c_value!(Nvml, nvml::NVML_PROCESS_MODE_COMPUTE),
+        c_value!(Nvml, nvml::NVML_PROCESS_MODE_GRAPHICS),
+        c_value!(Nvml, nvml::NVML_PROCESS_MODE_MPS),
+    ] {
+        c.value(v);
+    }
+    c
+}
+
+#[test]
+fn shim_abi_matches_nvidia_headers() {
+    shim_checks().run("shim-abi");
+}
