@@ -84,8 +84,14 @@ fn put_cstr(dst: *mut c_char, len: usize, s: &str) {
     }
 }
 
-include!("api_part1.rs");
-include!("api_part2.rs");
-include!("api_part3.rs");
+include!("api_device.rs");
+include!("api_context.rs");
+include!("api_memory.rs");
+include!("api_copy.rs");
+include!("api_stream.rs");
+include!("api_pool.rs");
+include!("api_vmm.rs");
+include!("api_array.rs");
+include!("api_entry.rs");
 include!("api_graph.rs");
 include!("api_module.rs");
