@@ -60,8 +60,10 @@ pub unsafe extern "C" fn cuCtxCreate_v4(
     guard(|| ctx_create(pctx, flags, dev))
 }
 
+/// Destroying a context waits for its work first.
 fn ctx_destroy(ctx: CUcontext) -> CUresult {
     let d = tri!(driver());
+    ctx_drain(d, ctx);
     let mut g = d.lock();
     let (dev, primary) = match g.contexts.get(&ctx) {
         Some(c) => (c.dev, c.primary),
@@ -185,15 +187,10 @@ pub unsafe extern "C" fn cuCtxGetFlags(flags: *mut c_uint) -> CUresult {
     })
 }
 
+/// Waits for all the work of the current context.
 #[no_mangle]
 pub unsafe extern "C" fn cuCtxSynchronize() -> CUresult {
-    guard(|| {
-        let d = tri!(driver());
-        let mut g = d.lock();
-        tri!(g.current(d));
-        g.sync_pools(d);
-        CUDA_SUCCESS
-    })
+    guard(ctx_sync)
 }
 
 #[no_mangle]
@@ -231,6 +228,13 @@ pub unsafe extern "C" fn cuDevicePrimaryCtxRetain(pctx: *mut CUcontext, dev: CUd
 fn primary_release(dev: CUdevice) -> CUresult {
     let d = tri!(driver());
     let dev = tri!(d.check_dev(dev));
+    let last = {
+        let g = d.lock();
+        (g.primary[dev].refcount == 1 && g.primary[dev].active).then_some(g.primary[dev].handle)
+    };
+    if let Some(h) = last {
+        ctx_drain(d, h);
+    }
     let mut g = d.lock();
     if g.primary[dev].refcount == 0 {
         return CUDA_ERROR_INVALID_CONTEXT;
@@ -258,6 +262,13 @@ pub unsafe extern "C" fn cuDevicePrimaryCtxRelease_v2(dev: CUdevice) -> CUresult
 fn primary_reset(dev: CUdevice) -> CUresult {
     let d = tri!(driver());
     let dev = tri!(d.check_dev(dev));
+    let active = {
+        let g = d.lock();
+        g.primary[dev].active.then_some(g.primary[dev].handle)
+    };
+    if let Some(h) = active {
+        ctx_drain(d, h);
+    }
     let mut g = d.lock();
     if g.primary[dev].active {
         let h = g.primary[dev].handle;

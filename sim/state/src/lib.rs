@@ -35,7 +35,7 @@ use std::sync::Mutex;
 
 pub use duration::parse_duration;
 pub use size::parse_size;
-pub use timeline::{now_ns, BusyWindow, ContextBusy, Submitted, TimelineContext, TimelineError, UtilisationPeriod, Work};
+pub use timeline::{now_ns, BusyWindow, ContextBusy, TimelineContext, TimelineError, UtilisationPeriod, Work};
 
 /// Most simulated devices.
 pub const MAX_DEVICES: usize = 8;

@@ -385,16 +385,6 @@ impl Engine {
     }
 }
 
-/// What a submission did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Submitted {
-    /// Sequence number of the item in its context (1 for the first).
-    pub seq: u64,
-    /// The marker whose ring entry this submission reused, with its end time: the last
-    /// moment its end can be read ([`SimState::timeline_end`] no longer knows it).
-    pub evicted_marker: Option<(u64, u64)>,
-}
-
 impl SimState {
     fn timeline(&self, device: usize) -> *mut DeviceTimeline {
         let d = device.min(MAX_DEVICES - 1);
@@ -551,9 +541,19 @@ impl SimState {
         }
     }
 
-    /// Queues `work` on context `c`. Blocks (sleeping) while the context's queue holds
-    /// [`QUEUE_DEPTH`] items, as a launch into a full queue does on the real driver.
-    pub fn timeline_submit(&self, c: TimelineContext, work: Work) -> Result<Submitted, TimelineError> {
+    /// Queues `work` on context `c` and returns its sequence number in the context (1 for
+    /// the first). Blocks (sleeping) while the context's queue holds [`QUEUE_DEPTH`] items,
+    /// as a launch into a full queue does on the real driver.
+    ///
+    /// The new item reuses the queue entry of item `seq - QUEUE_DEPTH`; if that was a
+    /// marker, `on_evicted_marker(its seq, its end)` is called first, under the timeline
+    /// lock: the last moment its end can be read ([`SimState::timeline_end`] forgets it).
+    pub fn timeline_submit(
+        &self,
+        c: TimelineContext,
+        work: Work,
+        mut on_evicted_marker: impl FnMut(u64, u64),
+    ) -> Result<u64, TimelineError> {
         let tl = self.timeline(c.device);
         let dur = match work {
             Work::Kernel(ns) => ns.min(MARKER - 1),
@@ -582,15 +582,15 @@ impl SimState {
                     // SAFETY: as above; the entry is free (its item completed).
                     unsafe {
                         let entry = addr_of_mut!((*tl).rings[c.index][k]);
-                        let evicted_marker = if seq > QUEUE_DEPTH {
+                        if seq > QUEUE_DEPTH {
                             let old = std::ptr::read_volatile(entry);
-                            (old.dur == MARKER).then_some((seq - QUEUE_DEPTH, old.end))
-                        } else {
-                            None
-                        };
+                            if old.dur == MARKER {
+                                on_evicted_marker(seq - QUEUE_DEPTH, old.end);
+                            }
+                        }
                         std::ptr::write_volatile(entry, Item { submit: now_ns(), dur, end: 0 });
                         (*tl).submitted[c.index].store(seq, Ordering::Release);
-                        return Ok(Submitted { seq, evicted_marker });
+                        return Ok(seq);
                     }
                 }
                 // Still full: sleep until the oldest item is expected to complete.
@@ -639,7 +639,7 @@ impl SimState {
     }
 
     /// End time of item `seq` of context `c` if it has completed and its queue entry was
-    /// not reused since (see [`Submitted::evicted_marker`]).
+    /// not reused since (see [`SimState::timeline_submit`]).
     pub fn timeline_end(&self, c: TimelineContext, seq: u64) -> Result<Option<u64>, TimelineError> {
         self.with_timeline(c.device, |e, s, _| {
             Self::check(s, c)?;

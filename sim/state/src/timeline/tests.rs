@@ -30,8 +30,8 @@ fn two_contexts_alternate_in_time_slices() {
     let b = s.timeline_open(0, slot, 0xB).unwrap();
     let t0 = now_ns();
     for _ in 0..20 {
-        s.timeline_submit(a, Work::Kernel(MS)).unwrap();
-        s.timeline_submit(b, Work::Kernel(MS)).unwrap();
+        s.timeline_submit(a, Work::Kernel(MS), |_, _| ()).unwrap();
+        s.timeline_submit(b, Work::Kernel(MS), |_, _| ()).unwrap();
     }
     s.timeline_wait(a, 20).unwrap();
     s.timeline_wait(b, 20).unwrap();
@@ -62,9 +62,9 @@ fn a_kernel_is_never_cut_and_a_lone_context_keeps_the_device() {
     let a = s.timeline_open(0, slot, 1).unwrap();
     let b = s.timeline_open(0, slot, 2).unwrap();
     let t0 = now_ns();
-    s.timeline_submit(a, Work::Kernel(7 * MS)).unwrap();
-    s.timeline_submit(a, Work::Kernel(MS)).unwrap();
-    s.timeline_submit(b, Work::Kernel(MS)).unwrap();
+    s.timeline_submit(a, Work::Kernel(7 * MS), |_, _| ()).unwrap();
+    s.timeline_submit(a, Work::Kernel(MS), |_, _| ()).unwrap();
+    s.timeline_submit(b, Work::Kernel(MS), |_, _| ()).unwrap();
     s.timeline_wait(a, 2).unwrap();
     s.timeline_wait(b, 1).unwrap();
     let r = runs(&s, 0, t0, now_ns());
@@ -80,9 +80,9 @@ fn markers_complete_with_the_work_before_them() {
     let slot = s.register().unwrap();
     let c = s.timeline_open(0, slot, 1).unwrap();
     let before = now_ns();
-    let m0 = s.timeline_submit(c, Work::Marker).unwrap().seq;
-    let k = s.timeline_submit(c, Work::Kernel(5 * MS)).unwrap().seq;
-    let m1 = s.timeline_submit(c, Work::Marker).unwrap().seq;
+    let m0 = s.timeline_submit(c, Work::Marker, |_, _| ()).unwrap();
+    let k = s.timeline_submit(c, Work::Kernel(5 * MS), |_, _| ()).unwrap();
+    let m1 = s.timeline_submit(c, Work::Marker, |_, _| ()).unwrap();
     s.timeline_wait(c, m1).unwrap();
     let e0 = s.timeline_end(c, m0).unwrap().unwrap();
     let ek = s.timeline_end(c, k).unwrap().unwrap();
@@ -99,12 +99,12 @@ fn a_full_queue_blocks_the_submitter() {
     let c = s.timeline_open(0, slot, 1).unwrap();
     let t0 = now_ns();
     for _ in 0..QUEUE_DEPTH {
-        s.timeline_submit(c, Work::Kernel(20_000)).unwrap();
+        s.timeline_submit(c, Work::Kernel(20_000), |_, _| ()).unwrap();
     }
     // The queue is full: the next submission waits for the oldest kernel (20 us after the
     // device started it).
-    let r = s.timeline_submit(c, Work::Kernel(20_000)).unwrap();
-    assert_eq!(r.seq, QUEUE_DEPTH + 1);
+    let r = s.timeline_submit(c, Work::Kernel(20_000), |_, _| ()).unwrap();
+    assert_eq!(r, QUEUE_DEPTH + 1);
     let done = s.timeline_completed(c).unwrap();
     assert!(done >= 1, "the submission returned only once an item had completed");
     assert!(now_ns() >= t0 + 20_000);
@@ -121,7 +121,7 @@ fn timeline_child_helper() {
     let slot = s.register().unwrap();
     let c = s.timeline_open(0, slot, 7).unwrap();
     for _ in 0..500 {
-        s.timeline_submit(c, Work::Kernel(10 * MS)).unwrap();
+        s.timeline_submit(c, Work::Kernel(10 * MS), |_, _| ()).unwrap();
     }
     println!("READY");
     std::thread::sleep(std::time::Duration::from_secs(60));
@@ -146,7 +146,7 @@ fn dead_process_work_is_dropped() {
     let slot = s.register().unwrap();
     let mine = s.timeline_open(0, slot, 1).unwrap();
     for _ in 0..10 {
-        s.timeline_submit(mine, Work::Kernel(MS)).unwrap();
+        s.timeline_submit(mine, Work::Kernel(MS), |_, _| ()).unwrap();
     }
     std::thread::sleep(std::time::Duration::from_millis(30));
     let w = s.device_busy(0, 0, u64::MAX);
@@ -177,7 +177,7 @@ fn utilisation_periods_follow_the_timeline() {
     // Half of every 4 ms busy, for a bit more than two sample periods.
     let until = (start / SAMPLE_PERIOD_NS + 3) * SAMPLE_PERIOD_NS;
     while now_ns() < until {
-        let seq = s.timeline_submit(c, Work::Kernel(2 * MS)).unwrap().seq;
+        let seq = s.timeline_submit(c, Work::Kernel(2 * MS), |_, _| ()).unwrap();
         s.timeline_wait(c, seq).unwrap();
         sleep_until(now_ns() + 2 * MS);
     }
