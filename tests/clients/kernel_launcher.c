@@ -20,6 +20,8 @@
  *   coop_too_large         a cooperative grid that cannot be resident: prints its rc
  *   burst N                N launches of 1-block kernels back to back: "burst rc=R
  *                          launch_ms=WALL" (a launch blocks while 1024 are queued)
+ *   copy_waits             a 300 ms kernel, then cuMemcpyDtoH: "copy_waits rc=R
+ *                          wall_ms=WALL" (the copy returns once the kernel is done)
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -53,6 +55,8 @@ typedef CUresult (*graph_launch_t)(CUgraphExec, CUstream);
     X(cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain", "cuDevicePrimaryCtxRetain", 0, CUresult, (CUcontext *, CUdevice)) \
     X(cuCtxSetCurrent, "cuCtxSetCurrent", "cuCtxSetCurrent", 0, CUresult, (CUcontext)) \
     X(cuCtxSynchronize, "cuCtxSynchronize", "cuCtxSynchronize", 0, CUresult, (void)) \
+    X(cuMemAlloc, "cuMemAlloc_v2", "cuMemAlloc", 0, CUresult, (unsigned long long *, size_t)) \
+    X(cuMemcpyDtoH, "cuMemcpyDtoH_v2", "cuMemcpyDtoH", 0, CUresult, (void *, unsigned long long, size_t)) \
     X(cuModuleLoadData, "cuModuleLoadData", "cuModuleLoadData", 0, CUresult, (CUmodule *, const void *)) \
     X(cuModuleGetFunction, "cuModuleGetFunction", "cuModuleGetFunction", 0, CUresult, (CUfunction *, CUmodule, const char *)) \
     X(cuLibraryLoadData, "cuLibraryLoadData", "cuLibraryLoadData", 0, CUresult, (CUlibrary *, const void *, void *, void **, unsigned, void *, void **, unsigned)) \
@@ -76,6 +80,8 @@ typedef CUresult (*graph_launch_t)(CUgraphExec, CUstream);
 #ifdef LINKED
 #define DECL(var, exported, base, flags, ret, args) extern ret var args;
 #define cuGraphAddKernelNode cuGraphAddKernelNode_v2
+#define cuMemAlloc cuMemAlloc_v2
+#define cuMemcpyDtoH cuMemcpyDtoH_v2
 FNS(DECL)
 #define CALL(f) f
 #else
@@ -142,7 +148,7 @@ int main(int argc, char **argv) {
         const char *op = argv[i];
         /* A first kernel keeps the device busy so that the start event, the timed launch
          * and the stop event all queue behind it: the timed interval is the launch alone. */
-        if (strcmp(op, "burst") && strcmp(op, "coop_too_large")) {
+        if (strcmp(op, "burst") && strcmp(op, "coop_too_large") && strcmp(op, "copy_waits")) {
             rc = CALL(cuLaunchKernel)(f, 200, 1, 1, 32, 1, 1, 0, NULL, NULL, NULL);
             if (!rc) rc = CALL(cuEventRecord)(start, NULL);
             if (rc) { printf("%s rc=%d\n", op, rc); continue; }
@@ -182,6 +188,13 @@ int main(int argc, char **argv) {
             for (int k = 0; k < n && !rc; k++) rc = CALL(cuLaunchKernel)(f, 1, 1, 1, 64, 1, 1, 0, NULL, NULL, NULL);
             printf("burst rc=%d launch_ms=%.1f\n", rc, now_ms() - t0);
             if (!rc) rc = CALL(cuCtxSynchronize)();
+        }
+        else if (!strcmp(op, "copy_waits")) {
+            unsigned long long dptr = 0; char host[64]; double t0 = 0;
+            rc = CALL(cuMemAlloc)(&dptr, sizeof host);
+            if (!rc) rc = CALL(cuLaunchKernel)(f, 300, 1, 1, 64, 1, 1, 0, NULL, NULL, NULL);
+            if (!rc) { t0 = now_ms(); rc = CALL(cuMemcpyDtoH)(host, dptr, sizeof host); }
+            printf("copy_waits rc=%d wall_ms=%.1f\n", rc, now_ms() - t0);
         }
         else { printf("unknown op %s\n", op); return 2; }
     }

@@ -209,3 +209,19 @@ fn a_launch_into_a_full_queue_blocks() {
     assert!(wall >= 70.0, "launching 1100 kernels into a 1024-deep queue took {wall} ms\n{run}");
     assert_eq!(env.sim().device_busy(0, 0, u64::MAX).device_busy_ns, 1_100_000_000, "{run}");
 }
+
+/// A copy from the device to host memory returns once the work queued before it is done.
+#[test]
+fn a_copy_to_the_host_waits_for_the_kernels_before_it() {
+    let env = Env::new("kernels-copy");
+    for shim in [false, true] {
+        let mut cmd = env.command(client("kernel_launcher")).arg("copy_waits");
+        if shim {
+            cmd = cmd.shim().limit("8G");
+        }
+        let run = cmd.success();
+        assert_eq!(run.rc("copy_waits"), 0, "{run}");
+        let wall: f64 = run.field("copy_waits", "wall_ms").parse().unwrap();
+        assert!(wall >= 250.0, "cuMemcpyDtoH behind a 300 ms kernel returned after {wall} ms\n{run}");
+    }
+}

@@ -1,5 +1,29 @@
 // Exported CUDA driver entry points: copies and memsets.
 // Included by lib.rs.
+//
+// Copies take no time on the device timeline. The synchronous ones that NVIDIA documents as
+// returning only once the copy is done (device to pageable host memory; memsets of unified
+// memory) first wait for the work queued before them: on the legacy default stream, which
+// follows all earlier work of the context, or, for the `_ptds` forms, on the calling
+// thread's per-thread default stream.
+
+/// Waits, before a synchronous copy, for the work it is ordered after (see above).
+fn host_waits(ptds: bool) -> Result<(), CUresult> {
+    let d = driver()?;
+    let (tl, seq) = {
+        let mut g = d.lock();
+        let (ctx, _) = g.current(d)?;
+        let Some(&tl) = g.timelines.get(&ctx) else { return Ok(()) };
+        let seq = if ptds {
+            g.stream_seq.get(&stream_key(ctx, 0, true)).copied().unwrap_or(0)
+        } else {
+            d.state.timeline_submitted(tl)
+        };
+        (tl, seq)
+    };
+    driver::wait(d, tl, seq);
+    Ok(())
+}
 
 /// Validates a device range; `Some(true)` when it is host-backed (managed memory).
 fn dev_range(dptr: u64, n: u64) -> Result<bool, CUresult> {
@@ -25,14 +49,19 @@ fn htod(dst: u64, src: *const c_void, n: usize) -> CUresult {
     CUDA_SUCCESS
 }
 
-fn dtoh(dst: *mut c_void, src: u64, n: usize) -> CUresult {
+/// `sync`: Some(ptds) for the synchronous forms.
+fn dtoh(dst: *mut c_void, src: u64, n: usize, sync: Option<bool>) -> CUresult {
     if n == 0 {
         return CUDA_SUCCESS;
     }
     if dst.is_null() {
         return CUDA_ERROR_INVALID_VALUE;
     }
-    if tri!(dev_range(src, n as u64)) {
+    let host = tri!(dev_range(src, n as u64));
+    if let Some(ptds) = sync {
+        tri!(host_waits(ptds));
+    }
+    if host {
         // SAFETY: src..src+n lies in a live managed mapping; dst is the caller's n bytes.
         unsafe { std::ptr::copy(src as *const u8, dst as *mut u8, n) };
     }
@@ -52,7 +81,8 @@ fn dtod(dst: u64, src: u64, n: usize) -> CUresult {
     CUDA_SUCCESS
 }
 
-fn memset(dst: u64, value: u32, elem: usize, n: usize) -> CUresult {
+/// `sync`: Some(ptds) for the synchronous forms.
+fn memset(dst: u64, value: u32, elem: usize, n: usize, sync: Option<bool>) -> CUresult {
     let bytes = match n.checked_mul(elem) {
         Some(b) => b,
         None => return CUDA_ERROR_INVALID_VALUE,
@@ -64,6 +94,9 @@ fn memset(dst: u64, value: u32, elem: usize, n: usize) -> CUresult {
         return CUDA_ERROR_INVALID_VALUE;
     }
     if tri!(dev_range(dst, bytes as u64)) {
+        if let Some(ptds) = sync {
+            tri!(host_waits(ptds));
+        }
         for i in 0..n {
             // SAFETY: the element lies inside a live managed mapping and is aligned.
             unsafe {
@@ -92,16 +125,16 @@ pub unsafe extern "C" fn cuMemcpyHtoD(dst: c_uint, src: *const c_void, n: c_uint
 }
 #[no_mangle]
 pub unsafe extern "C" fn cuMemcpyDtoH_v2(dst: *mut c_void, src: CUdeviceptr, n: usize) -> CUresult {
-    guard(|| dtoh(dst, src, n))
+    guard(|| dtoh(dst, src, n, Some(false)))
 }
 #[no_mangle]
 pub unsafe extern "C" fn cuMemcpyDtoH_v2_ptds(dst: *mut c_void, src: CUdeviceptr, n: usize) -> CUresult {
     variant(9);
-    guard(|| dtoh(dst, src, n))
+    guard(|| dtoh(dst, src, n, Some(true)))
 }
 #[no_mangle]
 pub unsafe extern "C" fn cuMemcpyDtoH(dst: *mut c_void, src: c_uint, n: c_uint) -> CUresult {
-    guard(|| dtoh(dst, src as u64, n as usize))
+    guard(|| dtoh(dst, src as u64, n as usize, Some(false)))
 }
 #[no_mangle]
 pub unsafe extern "C" fn cuMemcpyDtoD_v2(dst: CUdeviceptr, src: CUdeviceptr, n: usize) -> CUresult {
@@ -123,41 +156,41 @@ pub unsafe extern "C" fn cuMemcpyHtoDAsync_v2_ptsz(dst: CUdeviceptr, src: *const
 }
 #[no_mangle]
 pub unsafe extern "C" fn cuMemcpyDtoHAsync_v2(dst: *mut c_void, src: CUdeviceptr, n: usize, _s: CUstream) -> CUresult {
-    guard(|| dtoh(dst, src, n))
+    guard(|| dtoh(dst, src, n, None))
 }
 #[no_mangle]
 pub unsafe extern "C" fn cuMemcpyDtoHAsync_v2_ptsz(dst: *mut c_void, src: CUdeviceptr, n: usize, _s: CUstream) -> CUresult {
     variant(12);
-    guard(|| dtoh(dst, src, n))
+    guard(|| dtoh(dst, src, n, None))
 }
 #[no_mangle]
 pub unsafe extern "C" fn cuMemsetD8_v2(dst: CUdeviceptr, uc: c_uchar, n: usize) -> CUresult {
-    guard(|| memset(dst, uc as u32, 1, n))
+    guard(|| memset(dst, uc as u32, 1, n, Some(false)))
 }
 #[no_mangle]
 pub unsafe extern "C" fn cuMemsetD8_v2_ptds(dst: CUdeviceptr, uc: c_uchar, n: usize) -> CUresult {
     variant(13);
-    guard(|| memset(dst, uc as u32, 1, n))
+    guard(|| memset(dst, uc as u32, 1, n, Some(true)))
 }
 #[no_mangle]
 pub unsafe extern "C" fn cuMemsetD8(dst: c_uint, uc: c_uchar, n: c_uint) -> CUresult {
-    guard(|| memset(dst as u64, uc as u32, 1, n as usize))
+    guard(|| memset(dst as u64, uc as u32, 1, n as usize, Some(false)))
 }
 #[no_mangle]
 pub unsafe extern "C" fn cuMemsetD32_v2(dst: CUdeviceptr, ui: c_uint, n: usize) -> CUresult {
-    guard(|| memset(dst, ui, 4, n))
+    guard(|| memset(dst, ui, 4, n, Some(false)))
 }
 #[no_mangle]
 pub unsafe extern "C" fn cuMemsetD32_v2_ptds(dst: CUdeviceptr, ui: c_uint, n: usize) -> CUresult {
     variant(14);
-    guard(|| memset(dst, ui, 4, n))
+    guard(|| memset(dst, ui, 4, n, Some(true)))
 }
 #[no_mangle]
 pub unsafe extern "C" fn cuMemsetD8Async(dst: CUdeviceptr, uc: c_uchar, n: usize, _s: CUstream) -> CUresult {
-    guard(|| memset(dst, uc as u32, 1, n))
+    guard(|| memset(dst, uc as u32, 1, n, None))
 }
 #[no_mangle]
 pub unsafe extern "C" fn cuMemsetD8Async_ptsz(dst: CUdeviceptr, uc: c_uchar, n: usize, _s: CUstream) -> CUresult {
     variant(15);
-    guard(|| memset(dst, uc as u32, 1, n))
+    guard(|| memset(dst, uc as u32, 1, n, None))
 }
