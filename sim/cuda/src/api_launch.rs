@@ -91,8 +91,17 @@ fn launch(f: CUfunction, grid: [c_uint; 3], block: [c_uint; 3], shared: c_uint, 
             g.graph_nodes.insert(node, NodeRec::Kernel);
             return CUDA_SUCCESS;
         }
-        (tri!(g.timeline(d, ctx, dev)), stream_key(ctx, s, ptds), ns)
+        let tl = tri!(g.timeline(d, ctx, dev));
+        let key = stream_key(ctx, s, ptds);
+        // The usual case: room in the queue, one pass under the driver lock.
+        if let Some(seq) = tri!(driver::try_submit(d, tl, Work::Kernel(ns))) {
+            let v = g.stream_seq.entry(key).or_insert(0);
+            *v = (*v).max(seq);
+            return CUDA_SUCCESS;
+        }
+        (tl, key, ns)
     };
+    // A full queue: wait for room without holding the driver lock.
     let seq = tri!(driver::submit(d, tl, Work::Kernel(ns)));
     note_stream_seq(d, key, seq);
     CUDA_SUCCESS

@@ -242,17 +242,29 @@ pub fn markers() -> MutexGuard<'static, Option<MarkerBook>> {
     MARKERS.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Puts `work` on a context's timeline (blocking while its queue is full, without any
-/// lock of this process held), keeping the ends of markers that events still refer to.
+/// Keeps the end of a marker of `tl` whose queue entry is being reused, if an event still
+/// refers to it.
+fn keep_marker_end(tl: TimelineContext, seq: u64, end: u64) {
+    let mut g = markers();
+    let book = g.get_or_insert_with(MarkerBook::default);
+    if book.live.contains(&(tl.incarnation, seq)) {
+        book.ends.insert((tl.incarnation, seq), end);
+    }
+}
+
+/// Puts `work` on a context's timeline, blocking while its queue is full (call it without
+/// any lock of this process held).
 pub fn submit(d: &Driver, tl: TimelineContext, work: Work) -> Result<u64, CUresult> {
     d.state
-        .timeline_submit(tl, work, |seq, end| {
-            let mut g = markers();
-            let book = g.get_or_insert_with(MarkerBook::default);
-            if book.live.contains(&(tl.incarnation, seq)) {
-                book.ends.insert((tl.incarnation, seq), end);
-            }
-        })
+        .timeline_submit(tl, work, |seq, end| keep_marker_end(tl, seq, end))
+        .map_err(|_| CUDA_ERROR_CONTEXT_IS_DESTROYED)
+}
+
+/// Puts `work` on a context's timeline if its queue has room (never blocks; may be called
+/// with the driver lock held).
+pub fn try_submit(d: &Driver, tl: TimelineContext, work: Work) -> Result<Option<u64>, CUresult> {
+    d.state
+        .timeline_try_submit(tl, work, |seq, end| keep_marker_end(tl, seq, end))
         .map_err(|_| CUDA_ERROR_CONTEXT_IS_DESTROYED)
 }
 

@@ -288,22 +288,24 @@ impl Engine {
 
     /// The context to run at time `t` (device free), updating the turn; None if no
     /// context has a kernel submitted by `t`.
-    fn pick(&self, s: &mut Sched, t: u64) -> Option<usize> {
+    /// `active` lists the active records in index order.
+    fn pick(&self, s: &mut Sched, active: &[usize], t: u64) -> Option<usize> {
         let runnable = |s: &Sched, i: usize| self.head_kernel(s, i).is_some_and(|sub| sub <= t);
         let cur = s.cur as usize;
         if cur < MAX_TIMELINE_CONTEXTS && runnable(s, cur) {
             if t.saturating_sub(s.slice_start) < self.slice {
                 return Some(cur);
             }
-            if !(0..MAX_TIMELINE_CONTEXTS).any(|j| j != cur && runnable(s, j)) {
+            if !active.iter().any(|&j| j != cur && runnable(s, j)) {
                 // Alone: a new slice.
                 s.slice_start = t;
                 return Some(cur);
             }
         }
-        let first = if cur < MAX_TIMELINE_CONTEXTS { cur + 1 } else { 0 };
-        for k in 0..MAX_TIMELINE_CONTEXTS {
-            let j = (first + k) % MAX_TIMELINE_CONTEXTS;
+        // Round robin: the first runnable record after the current one, wrapping around.
+        let after = active.iter().position(|&j| j > cur).unwrap_or(active.len());
+        for k in 0..active.len() {
+            let j = active[(after + k) % active.len()];
             if runnable(s, j) {
                 s.cur = j as u32;
                 s.slice_start = t;
@@ -317,10 +319,19 @@ impl Engine {
     /// as context `i` has completed `seq` items, with the time that happened.
     fn advance(&self, s: &mut Sched, to: u64, stop: Option<(usize, u64)>) -> Option<u64> {
         let hit = |s: &Sched| stop.is_some_and(|(i, seq)| s.ctx[i].completed >= seq);
+        let mut list = [0usize; MAX_TIMELINE_CONTEXTS];
+        let mut n = 0;
+        for i in 0..MAX_TIMELINE_CONTEXTS {
+            if s.ctx[i].active != 0 {
+                list[n] = i;
+                n += 1;
+            }
+        }
+        let active = &list[..n];
         let mut t = s.sim_time;
         loop {
             // Markers complete without the device, once their context's earlier work has.
-            for i in 0..MAX_TIMELINE_CONTEXTS {
+            for &i in active {
                 if s.running != 0 && s.cur as usize == i {
                     continue;
                 }
@@ -358,7 +369,7 @@ impl Engine {
                 }
                 continue;
             }
-            match self.pick(s, t) {
+            match self.pick(s, active, t) {
                 Some(i) => {
                     let it = self.item(i, s.ctx[i].completed + 1);
                     s.running = 1;
@@ -366,7 +377,7 @@ impl Engine {
                     s.run_end = t.saturating_add(it.dur);
                 }
                 None => {
-                    let next = (0..MAX_TIMELINE_CONTEXTS).filter_map(|i| self.head_kernel(s, i)).min();
+                    let next = active.iter().filter_map(|&i| self.head_kernel(s, i)).min();
                     match next {
                         Some(n) if n <= to => {
                             t = n.max(t);
@@ -555,52 +566,72 @@ impl SimState {
         mut on_evicted_marker: impl FnMut(u64, u64),
     ) -> Result<u64, TimelineError> {
         let tl = self.timeline(c.device);
+        loop {
+            if let Some(seq) = self.timeline_try_submit(c, work, &mut on_evicted_marker)? {
+                return Ok(seq);
+            }
+            // Full: bring the timeline up to now; sleep until the oldest item is expected
+            // to complete if it has not.
+            let wake = self.with_timeline(c.device, |_, s, now| {
+                Self::check(s, c)?;
+                // SAFETY: tl lies inside the mapping; the timeline lock is held.
+                let submitted = unsafe { (*tl).submitted[c.index].load(Ordering::Acquire) };
+                if submitted - s.ctx[c.index].completed < QUEUE_DEPTH {
+                    return Ok(None);
+                }
+                let need = submitted + 1 - QUEUE_DEPTH;
+                let mut p = *s;
+                let at = self.engine(tl, false).advance(&mut p, u64::MAX, Some((c.index, need)));
+                Ok(Some(at.unwrap_or(u64::MAX).min(now + MAX_NAP_NS)))
+            })?;
+            if let Some(t) = wake {
+                sleep_until(t);
+            }
+        }
+    }
+
+    /// [`SimState::timeline_submit`] without blocking: `Ok(None)` when the queue is full as
+    /// of the last time the timeline was advanced (it is not advanced here).
+    pub fn timeline_try_submit(
+        &self,
+        c: TimelineContext,
+        work: Work,
+        mut on_evicted_marker: impl FnMut(u64, u64),
+    ) -> Result<Option<u64>, TimelineError> {
+        let tl = self.timeline(c.device);
         let dur = match work {
             Work::Kernel(ns) => ns.min(MARKER - 1),
             Work::Marker => MARKER,
         };
-        loop {
-            let wake = {
-                let _g = self.lock_timeline(c.device);
-                let mut s = self.committed(tl);
-                Self::check(&s, c)?;
-                // SAFETY: tl lies inside the mapping; the timeline lock is held.
-                let submitted = unsafe { (*tl).submitted[c.index].load(Ordering::Acquire) };
-                let mut now = 0;
-                if submitted - s.ctx[c.index].completed >= QUEUE_DEPTH {
-                    // Full: bring the timeline up to now and look again.
-                    let e = self.engine(tl, true);
-                    self.reap(&e, &mut s);
-                    now = now_ns();
-                    e.advance(&mut s, now, None);
-                    self.commit(tl, &s);
-                    Self::check(&s, c)?;
-                }
-                if submitted - s.ctx[c.index].completed < QUEUE_DEPTH {
-                    let seq = submitted + 1;
-                    let k = ((seq - 1) % QUEUE_DEPTH) as usize;
-                    // SAFETY: as above; the entry is free (its item completed).
-                    unsafe {
-                        let entry = addr_of_mut!((*tl).rings[c.index][k]);
-                        if seq > QUEUE_DEPTH {
-                            let old = std::ptr::read_volatile(entry);
-                            if old.dur == MARKER {
-                                on_evicted_marker(seq - QUEUE_DEPTH, old.end);
-                            }
-                        }
-                        std::ptr::write_volatile(entry, Item { submit: now_ns(), dur, end: 0 });
-                        (*tl).submitted[c.index].store(seq, Ordering::Release);
-                        return Ok(seq);
-                    }
-                }
-                // Still full: sleep until the oldest item is expected to complete.
-                let need = submitted + 1 - QUEUE_DEPTH;
-                let mut p = s;
-                let at = self.engine(tl, false).advance(&mut p, u64::MAX, Some((c.index, need)));
-                at.unwrap_or(u64::MAX).min(now + MAX_NAP_NS)
-            };
-            sleep_until(wake);
+        let _g = self.lock_timeline(c.device);
+        let i = c.index.min(MAX_TIMELINE_CONTEXTS - 1);
+        // SAFETY: tl lies inside the mapping; the timeline lock is held, so the copy in
+        // force does not change while it is read.
+        let (rec, submitted) = unsafe {
+            let j = (*tl).commit.load(Ordering::Acquire) as usize & 1;
+            (std::ptr::read_volatile(addr_of!((*tl).sched[j].ctx[i])), (*tl).submitted[i].load(Ordering::Acquire))
+        };
+        if rec.active == 0 || rec.incarnation != c.incarnation {
+            return Err(TimelineError::Gone);
         }
+        if submitted - rec.completed >= QUEUE_DEPTH {
+            return Ok(None);
+        }
+        let seq = submitted + 1;
+        let k = ((seq - 1) % QUEUE_DEPTH) as usize;
+        // SAFETY: as above; the entry is free (its item completed).
+        unsafe {
+            let entry = addr_of_mut!((*tl).rings[i][k]);
+            if seq > QUEUE_DEPTH {
+                let old = std::ptr::read_volatile(entry);
+                if old.dur == MARKER {
+                    on_evicted_marker(seq - QUEUE_DEPTH, old.end);
+                }
+            }
+            std::ptr::write_volatile(entry, Item { submit: now_ns(), dur, end: 0 });
+            (*tl).submitted[i].store(seq, Ordering::Release);
+        }
+        Ok(Some(seq))
     }
 
     /// Items context `c` has completed by now (the timeline advanced to now).
