@@ -1,11 +1,13 @@
-// CUDA graphs, as far as their memory goes: graph memory nodes (cuGraphAddMemAllocNode /
-// cuGraphAddMemFreeNode), instantiation, launch and upload, and the per-device pool graph
-// allocations come from (cuDeviceGetGraphMemAttribute, cuDeviceGraphMemTrim).
+// CUDA graphs: kernel nodes, graph memory nodes (cuGraphAddMemAllocNode /
+// cuGraphAddMemFreeNode), child graphs, instantiation, launch and upload, and the
+// per-device pool graph allocations come from (cuDeviceGetGraphMemAttribute,
+// cuDeviceGraphMemTrim).
 //
 // As in the real driver, a graph allocation gets its address when the node is added and
 // its physical memory when the graph is uploaded or launched, from a per-device graph
-// pool that keeps what it reserved until cuDeviceGraphMemTrim. Kernels and other node
-// kinds are not simulated; a launch only moves memory.
+// pool that keeps what it reserved until cuDeviceGraphMemTrim. A launch puts the graph's
+// kernels on the stream's context timeline, one item each in the order their nodes were
+// added (dependencies are not read: a context runs one kernel at a time anyway).
 
 /// `CUDA_MEM_ALLOC_NODE_PARAMS_v1` (cuda.h): `CUmemPoolProps` (88 bytes), then the access
 /// descriptors, `bytesize` and the `dptr` the driver fills in.
@@ -70,11 +72,13 @@ pub unsafe extern "C" fn cuGraphDestroy(graph: CUgraph) -> CUresult {
     })
 }
 
-/// What a new node adds to its graph: memory it allocates (address, bytes) and frees.
+/// What a new node adds to its graph: memory it allocates (address, bytes) and frees, and
+/// kernels (ns each).
 struct NodeAdds {
     node: NodeRec,
     allocs: Vec<(u64, u64)>,
     frees: Vec<u64>,
+    kernels: Vec<u64>,
 }
 
 /// Adds one node to `graph`; `describe` checks the request against the graph as it is and
@@ -91,6 +95,7 @@ fn add_node(ph: *mut CUgraphNode, graph: CUgraph, describe: impl FnOnce(&mut Inn
     let rec = g.graphs.get_mut(&graph).expect("looked up above");
     rec.allocs.extend(adds.allocs);
     rec.frees.extend(adds.frees);
+    rec.kernels.extend(adds.kernels);
     rec.nodes.push(node);
     g.graph_nodes.insert(node, adds.node);
     put(ph, node);
@@ -121,7 +126,12 @@ pub unsafe extern "C" fn cuGraphAddMemAllocNode(
         let mut address = 0;
         let rc = add_node(ph, graph, |g, _| {
             address = g.va.alloc(bytes, GRAPH_GRANULE).ok_or(CUDA_ERROR_OUT_OF_MEMORY)?;
-            Ok(NodeAdds { node: NodeRec::MemAlloc { dev, requested, address }, allocs: vec![(address, bytes)], frees: vec![] })
+            Ok(NodeAdds {
+                node: NodeRec::MemAlloc { dev, requested, address },
+                allocs: vec![(address, bytes)],
+                frees: vec![],
+                kernels: vec![],
+            })
         });
         if rc == CUDA_SUCCESS {
             p.dptr = address;
@@ -143,7 +153,7 @@ pub unsafe extern "C" fn cuGraphAddMemFreeNode(
             if !rec.allocs.iter().any(|(a, _)| *a == dptr) || rec.frees.contains(&dptr) {
                 return Err(CUDA_ERROR_INVALID_VALUE);
             }
-            Ok(NodeAdds { node: NodeRec::MemFree, allocs: vec![], frees: vec![dptr] })
+            Ok(NodeAdds { node: NodeRec::MemFree, allocs: vec![], frees: vec![dptr], kernels: vec![] })
         })
     })
 }
@@ -266,26 +276,53 @@ fn graph_pool_cover(g: &mut Inner, d: &Driver, dev: usize, more: u64) -> Result<
 }
 
 fn graph_launch(exec: CUgraphExec, s: CUstream, upload_only: bool) -> CUresult {
+    graph_launch_on(exec, s, upload_only, false)
+}
+
+/// Launches (or only uploads) `exec` on stream `s`; `ptds`: stream 0 is the per-thread
+/// default stream.
+fn graph_launch_on(exec: CUgraphExec, s: CUstream, upload_only: bool, ptds: bool) -> CUresult {
     let d = tri!(driver());
-    let mut g = d.lock();
-    tri!(stream_ctx(&mut g, d, s));
-    let Some(rec) = g.execs.get(&exec) else { return CUDA_ERROR_INVALID_VALUE };
+    let (tl, key, kernels) = {
+        let mut g = d.lock();
+        let (ctx, dev) = tri!(stream_ctx(&mut g, d, s));
+        tri!(graph_memory(&mut g, d, exec, upload_only));
+        let kernels = match g.execs.get(&exec) {
+            Some(rec) if !upload_only => rec.graph.kernels.clone(),
+            _ => Vec::new(),
+        };
+        if kernels.is_empty() {
+            return CUDA_SUCCESS;
+        }
+        (tri!(g.timeline(d, ctx, dev)), stream_key(ctx, s, ptds), kernels)
+    };
+    let mut last = 0;
+    for ns in kernels {
+        last = tri!(driver::submit(d, tl, Work::Kernel(ns)));
+    }
+    note_stream_seq(d, key, last);
+    CUDA_SUCCESS
+}
+
+/// The memory side of a launch or upload of `exec`.
+fn graph_memory(g: &mut Inner, d: &Driver, exec: CUgraphExec, upload_only: bool) -> Result<(), CUresult> {
+    let Some(rec) = g.execs.get(&exec) else { return Err(CUDA_ERROR_INVALID_VALUE) };
     if rec.live > 0 && !upload_only {
         // Its allocations from the last launch were never freed.
-        return CUDA_ERROR_INVALID_VALUE;
+        return Err(CUDA_ERROR_INVALID_VALUE);
     }
     let dev = rec.dev;
     let total: u64 = rec.graph.allocs.iter().map(|(_, b)| b).sum();
     let freed: u64 = rec.graph.allocs.iter().filter(|(a, _)| rec.graph.frees.contains(a)).map(|(_, b)| b).sum();
-    tri!(graph_pool_cover(&mut g, d, dev, total));
+    graph_pool_cover(g, d, dev, total)?;
     if upload_only {
-        return CUDA_SUCCESS;
+        return Ok(());
     }
     let pool = &mut g.graph_pools[dev];
     pool.used_high = pool.used_high.max(pool.used + total);
     pool.used += total - freed;
     g.execs.get_mut(&exec).expect("looked up above").live = total - freed;
-    CUDA_SUCCESS
+    Ok(())
 }
 
 #[no_mangle]
@@ -295,7 +332,7 @@ pub unsafe extern "C" fn cuGraphLaunch(exec: CUgraphExec, s: CUstream) -> CUresu
 #[no_mangle]
 pub unsafe extern "C" fn cuGraphLaunch_ptsz(exec: CUgraphExec, s: CUstream) -> CUresult {
     variant(42);
-    guard(|| graph_launch(exec, s, false))
+    guard(|| graph_launch_on(exec, s, false, true))
 }
 #[no_mangle]
 pub unsafe extern "C" fn cuGraphUpload(exec: CUgraphExec, s: CUstream) -> CUresult {
@@ -364,6 +401,7 @@ pub unsafe extern "C" fn cuDeviceGraphMemTrim(dev: CUdevice) -> CUresult {
     })
 }
 
+const CU_GRAPH_NODE_TYPE_KERNEL: c_int = 0;
 const CU_GRAPH_NODE_TYPE_GRAPH: c_int = 4;
 const CU_GRAPH_NODE_TYPE_MEM_ALLOC: c_int = 10;
 const CU_GRAPH_NODE_TYPE_MEM_FREE: c_int = 11;
@@ -405,6 +443,7 @@ pub unsafe extern "C" fn cuGraphNodeGetType(node: CUgraphNode, kind: *mut c_int)
             NodeRec::MemAlloc { .. } => CU_GRAPH_NODE_TYPE_MEM_ALLOC,
             NodeRec::MemFree => CU_GRAPH_NODE_TYPE_MEM_FREE,
             NodeRec::ChildGraph => CU_GRAPH_NODE_TYPE_GRAPH,
+            NodeRec::Kernel => CU_GRAPH_NODE_TYPE_KERNEL,
         });
         CUDA_SUCCESS
     })
@@ -447,7 +486,80 @@ pub unsafe extern "C" fn cuGraphAddChildGraphNode(
     guard(|| {
         add_node(ph, graph, |g, _| {
             let copy = g.graphs.get(&child).cloned().ok_or(CUDA_ERROR_INVALID_VALUE)?;
-            Ok(NodeAdds { node: NodeRec::ChildGraph, allocs: copy.allocs, frees: copy.frees })
+            Ok(NodeAdds { node: NodeRec::ChildGraph, allocs: copy.allocs, frees: copy.frees, kernels: copy.kernels })
         })
     })
+}
+
+/// `CUDA_KERNEL_NODE_PARAMS_v2` (cuda.h, 12.0); `_v1` is the same without `kern` and `ctx`.
+#[repr(C)]
+pub struct CudaKernelNodeParams {
+    pub func: CUfunction,
+    pub grid_dim_x: c_uint,
+    pub grid_dim_y: c_uint,
+    pub grid_dim_z: c_uint,
+    pub block_dim_x: c_uint,
+    pub block_dim_y: c_uint,
+    pub block_dim_z: c_uint,
+    pub shared_mem_bytes: c_uint,
+    pub kernel_params: *mut *mut c_void,
+    pub extra: *mut *mut c_void,
+    /// Used when `func` is NULL.
+    pub kern: CUkernel,
+    /// The context to run in (NULL: the current one).
+    pub ctx: CUcontext,
+}
+
+const _: () = {
+    assert!(std::mem::offset_of!(CudaKernelNodeParams, kernel_params) == 40);
+    assert!(std::mem::offset_of!(CudaKernelNodeParams, kern) == 56);
+    assert!(std::mem::size_of::<CudaKernelNodeParams>() == 72);
+};
+
+/// Adds a kernel node; `v2` says the parameters carry `kern` and `ctx`.
+fn add_kernel_node(ph: *mut CUgraphNode, graph: CUgraph, params: *const CudaKernelNodeParams, v2: bool) -> CUresult {
+    let d = tri!(driver());
+    if params.is_null() {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    // SAFETY: non-NULL; the caller passes the v1 layout (56 bytes) or the v2 one (72), and
+    // only the v1 fields are read unless `v2`.
+    let p = unsafe { &*params };
+    let (func, ctx) = if v2 { (if p.func != 0 { p.func } else { p.kern }, p.ctx) } else { (p.func, 0) };
+    let blocks = tri!(launch_blocks([p.grid_dim_x, p.grid_dim_y, p.grid_dim_z], [p.block_dim_x, p.block_dim_y, p.block_dim_z], p.shared_mem_bytes, false));
+    add_node(ph, graph, |g, _| {
+        let (ctx, dev) = if ctx != 0 {
+            (ctx, g.ctx_ready(d, ctx, CUDA_ERROR_INVALID_CONTEXT)?)
+        } else {
+            g.current(d)?
+        };
+        let ns = g.launch_ns_per_block(d, func, ctx, dev)?.saturating_mul(blocks);
+        Ok(NodeAdds { node: NodeRec::Kernel, allocs: vec![], frees: vec![], kernels: vec![ns] })
+    })
+}
+
+/// `cuGraphAddKernelNode(CUgraphNode*, CUgraph, const CUgraphNode *deps, size_t numDeps,
+/// const CUDA_KERNEL_NODE_PARAMS_v1*)`.
+#[no_mangle]
+pub unsafe extern "C" fn cuGraphAddKernelNode(
+    ph: *mut CUgraphNode,
+    graph: CUgraph,
+    _deps: *const CUgraphNode,
+    _num_deps: usize,
+    params: *const CudaKernelNodeParams,
+) -> CUresult {
+    guard(|| add_kernel_node(ph, graph, params, false))
+}
+
+/// The CUDA 12.0 form, with `CUDA_KERNEL_NODE_PARAMS_v2`.
+#[no_mangle]
+pub unsafe extern "C" fn cuGraphAddKernelNode_v2(
+    ph: *mut CUgraphNode,
+    graph: CUgraph,
+    _deps: *const CUgraphNode,
+    _num_deps: usize,
+    params: *const CudaKernelNodeParams,
+) -> CUresult {
+    variant(48);
+    guard(|| add_kernel_node(ph, graph, params, true))
 }

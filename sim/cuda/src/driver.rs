@@ -1,12 +1,13 @@
 //! Process-local state of the simulated CUDA driver: contexts, allocations, pools, VMM
-//! handles, arrays. Device memory itself is accounted in the shared state file.
+//! handles, arrays, modules, streams and events. Device memory and the device timeline
+//! (when work runs) are kept in the shared state file.
 
 use crate::errors::*;
 use crate::va::VaSpace;
 use fgpu_sim_state::pool::{round_up, PoolModel};
-use fgpu_sim_state::SimState;
-use std::cell::RefCell;
-use std::collections::{BTreeMap, HashMap};
+use fgpu_sim_state::{SimState, TimelineContext, TimelineError, Work};
+use std::cell::{Cell, RefCell};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 
@@ -72,11 +73,13 @@ pub struct ArrayRec {
     pub mipmapped: bool,
 }
 
-/// A CUDA graph's memory nodes: allocations (address, bytes) and frees (address).
+/// A CUDA graph: its memory nodes' allocations (address, bytes) and frees (address), and
+/// the durations of its kernels in the order they run.
 #[derive(Clone, Default)]
 pub struct GraphRec {
     pub allocs: Vec<(u64, u64)>,
     pub frees: Vec<u64>,
+    pub kernels: Vec<u64>,
     /// Every node, in the order added.
     pub nodes: Vec<usize>,
 }
@@ -87,6 +90,60 @@ pub enum NodeRec {
     MemAlloc { dev: usize, requested: u64, address: u64 },
     MemFree,
     ChildGraph,
+    Kernel,
+}
+
+/// A loaded module (`cuModuleLoad*`, or a library loaded into a context): its context,
+/// device, the device memory it takes and its kernels (name, nanoseconds per block).
+pub struct ModuleRec {
+    pub ctx: usize,
+    pub dev: usize,
+    pub bytes: u64,
+    pub kernels: Vec<(String, u64)>,
+    /// The library it was loaded for (0 for a plain module).
+    pub library: usize,
+}
+
+/// A `CUfunction`: a kernel of a loaded module.
+pub struct FuncRec {
+    pub module: usize,
+    pub name: String,
+    pub ns_per_block: u64,
+}
+
+/// A context-independent library (`cuLibraryLoad*`): its image, and the module it has
+/// become in each context that used it.
+pub struct LibraryRec {
+    pub bytes: u64,
+    pub kernels: Vec<(String, u64)>,
+    pub loaded: HashMap<usize, usize>,
+}
+
+/// A `CUkernel`: a kernel of a library.
+pub struct KernelRec {
+    pub library: usize,
+    pub name: String,
+    pub ns_per_block: u64,
+}
+
+/// An event: its context, flags, and where it was last recorded (timeline context,
+/// sequence number of its marker).
+pub struct EventRec {
+    pub ctx: usize,
+    pub flags: u32,
+    pub recorded: Option<(TimelineContext, u64)>,
+}
+
+/// A stream as the timeline bookkeeping sees it: (context, stream handle), with the
+/// legacy default stream as 1 and a thread's per-thread default stream as
+/// `2 | thread number << 4`.
+pub type StreamKey = (usize, usize);
+
+/// A stream capture in progress: the graph being built and the thread that began it.
+pub struct CaptureRec {
+    pub graph: usize,
+    pub mode: u32,
+    pub thread: usize,
 }
 
 /// An instantiated graph. `live` holds the bytes of allocations a launch left allocated
@@ -116,7 +173,7 @@ pub struct Inner {
     pub default_pool: Vec<usize>,
     pub current_pool: Vec<usize>,
     pub streams: HashMap<usize, usize>,
-    pub events: HashMap<usize, usize>,
+    pub events: HashMap<usize, EventRec>,
     pub vmm: HashMap<u64, VmmHandle>,
     pub reservations: BTreeMap<u64, u64>,
     pub mappings: BTreeMap<u64, (u64, u64)>,
@@ -124,8 +181,16 @@ pub struct Inner {
     pub host: HashMap<usize, usize>,
     pub graphs: HashMap<usize, GraphRec>,
     pub graph_nodes: HashMap<usize, NodeRec>,
-    /// Loaded modules: handle -> (context, device, bytes of device memory).
-    pub modules: HashMap<usize, (usize, usize, u64)>,
+    pub modules: HashMap<usize, ModuleRec>,
+    pub functions: HashMap<usize, FuncRec>,
+    pub libraries: HashMap<usize, LibraryRec>,
+    pub kernels: HashMap<usize, KernelRec>,
+    /// Each context's record on its device's timeline (opened at its first work).
+    pub timelines: HashMap<usize, TimelineContext>,
+    /// Sequence number of the last item each stream put on its context's timeline.
+    pub stream_seq: HashMap<StreamKey, u64>,
+    /// Streams being captured (stream handle -> capture).
+    pub captures: HashMap<usize, CaptureRec>,
     pub execs: HashMap<usize, ExecRec>,
     pub graph_pools: Vec<GraphPool>,
     next_handle: u64,
@@ -146,6 +211,80 @@ static FORKED: AtomicBool = AtomicBool::new(false);
 
 thread_local! {
     static CTX_STACK: RefCell<Vec<usize>> = const { RefCell::new(Vec::new()) };
+    static THREAD_NUMBER: Cell<usize> = const { Cell::new(0) };
+}
+
+/// A number for the calling thread, unique in the process (names its per-thread stream).
+pub fn thread_number() -> usize {
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(1);
+    THREAD_NUMBER.with(|n| {
+        if n.get() == 0 {
+            n.set(NEXT.fetch_add(1, Ordering::Relaxed));
+        }
+        n.get()
+    })
+}
+
+/// End times of event markers whose queue entries were reused before anyone read them
+/// (see `fgpu_sim_state::SimState::timeline_submit`). Keyed by (timeline incarnation,
+/// sequence number); `live` holds the markers some event still refers to.
+#[derive(Default)]
+pub struct MarkerBook {
+    pub live: HashSet<(u32, u64)>,
+    pub ends: HashMap<(u32, u64), u64>,
+}
+
+/// Lock order: the timeline lock (inside fgpu-sim-state) may be held while taking this
+/// one, never the other way round; the driver's `Inner` lock is never held with it.
+pub static MARKERS: Mutex<Option<MarkerBook>> = Mutex::new(None);
+
+pub fn markers() -> MutexGuard<'static, Option<MarkerBook>> {
+    MARKERS.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Keeps the end of a marker of `tl` whose queue entry is being reused, if an event still
+/// refers to it.
+fn keep_marker_end(tl: TimelineContext, seq: u64, end: u64) {
+    let mut g = markers();
+    let book = g.get_or_insert_with(MarkerBook::default);
+    if book.live.contains(&(tl.incarnation, seq)) {
+        book.ends.insert((tl.incarnation, seq), end);
+    }
+}
+
+/// Puts `work` on a context's timeline, blocking while its queue is full (call it without
+/// any lock of this process held).
+pub fn submit(d: &Driver, tl: TimelineContext, work: Work) -> Result<u64, CUresult> {
+    d.state
+        .timeline_submit(tl, work, |seq, end| keep_marker_end(tl, seq, end))
+        .map_err(|_| CUDA_ERROR_CONTEXT_IS_DESTROYED)
+}
+
+/// Puts `work` on a context's timeline if its queue has room (never blocks; may be called
+/// with the driver lock held).
+pub fn try_submit(d: &Driver, tl: TimelineContext, work: Work) -> Result<Option<u64>, CUresult> {
+    d.state
+        .timeline_try_submit(tl, work, |seq, end| keep_marker_end(tl, seq, end))
+        .map_err(|_| CUDA_ERROR_CONTEXT_IS_DESTROYED)
+}
+
+/// Waits until item `seq` of `tl` has completed. A record that is gone has nothing left
+/// to wait for.
+pub fn wait(d: &Driver, tl: TimelineContext, seq: u64) {
+    let _ = d.state.timeline_wait(tl, seq);
+}
+
+/// Whether item `seq` of `tl` has completed by now.
+pub fn done(d: &Driver, tl: TimelineContext, seq: u64) -> bool {
+    d.state.timeline_completed(tl).map(|c| c >= seq).unwrap_or(true)
+}
+
+/// End time of marker `seq` of `tl`, once completed.
+pub fn marker_end(d: &Driver, tl: TimelineContext, seq: u64) -> Option<u64> {
+    if let Ok(Some(t)) = d.state.timeline_end(tl, seq) {
+        return Some(t);
+    }
+    markers().as_ref().and_then(|b| b.ends.get(&(tl.incarnation, seq)).copied())
 }
 
 extern "C" fn atfork_child() {
@@ -238,6 +377,12 @@ pub fn init() -> CUresult {
                 graphs: HashMap::new(),
                 graph_nodes: HashMap::new(),
                 modules: HashMap::new(),
+                functions: HashMap::new(),
+                libraries: HashMap::new(),
+                kernels: HashMap::new(),
+                timelines: HashMap::new(),
+                stream_seq: HashMap::new(),
+                captures: HashMap::new(),
                 execs: HashMap::new(),
                 graph_pools: vec![GraphPool::default(); n],
                 next_handle: 0x5F00_0000_0000,
@@ -410,16 +555,43 @@ impl Inner {
                 d.give(a.dev, a.bytes);
             }
         }
-        let modules: Vec<usize> = self.modules.iter().filter(|(_, m)| m.0 == h).map(|(&k, _)| k).collect();
+        let modules: Vec<usize> = self.modules.iter().filter(|(_, m)| m.ctx == h).map(|(&k, _)| k).collect();
         for k in modules {
-            if let Some((_, mdev, bytes)) = self.modules.remove(&k) {
-                d.give(mdev, bytes);
-            }
+            self.unload_module(d, k);
         }
         self.streams.retain(|_, c| *c != h);
-        self.events.retain(|_, c| *c != h);
+        self.events.retain(|_, e| e.ctx != h);
+        self.stream_seq.retain(|k, _| k.0 != h);
+        if let Some(tl) = self.timelines.remove(&h) {
+            // The caller waited for the context's work (without holding this lock).
+            d.state.timeline_close(tl);
+        }
         d.give(dev, d.state.context_overhead());
         d.state.count_context(d.slot, d.phys(dev), false);
+    }
+
+    /// Unloads module `m`: its functions go, its memory is given back.
+    pub fn unload_module(&mut self, d: &Driver, m: usize) -> bool {
+        let Some(rec) = self.modules.remove(&m) else { return false };
+        self.functions.retain(|_, f| f.module != m);
+        if let Some(lib) = self.libraries.get_mut(&rec.library) {
+            lib.loaded.retain(|_, &mut module| module != m);
+        }
+        d.give(rec.dev, rec.bytes);
+        true
+    }
+
+    /// The context's record on its device's timeline, opened at its first work.
+    pub fn timeline(&mut self, d: &Driver, ctx: usize, dev: usize) -> Result<TimelineContext, CUresult> {
+        if let Some(tl) = self.timelines.get(&ctx) {
+            return Ok(*tl);
+        }
+        let tl = d.state.timeline_open(d.phys(dev), d.slot, ctx as u64).map_err(|e| match e {
+            TimelineError::Full => CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES,
+            TimelineError::Gone => CUDA_ERROR_UNKNOWN,
+        })?;
+        self.timelines.insert(ctx, tl);
+        Ok(tl)
     }
 
     /// Device allocation of `size` accounted bytes (and `va_size` of address space).

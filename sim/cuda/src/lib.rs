@@ -1,8 +1,9 @@
 //! Simulated CUDA driver (`libcuda.so.1`) for testing fgpu without a GPU.
 //!
 //! Real exported names and signatures (`CUresult` is a `u32` at the ABI); device memory
-//! is accounted in the shared state of `fgpu-sim-state`, so every process and the tests
-//! see the same physical memory. See `docs/simulator.md`.
+//! and the device timeline (when kernels run) live in the shared state of
+//! `fgpu-sim-state`, so every process and the tests see the same GPU. See
+//! `docs/simulator.md`.
 
 #![allow(non_snake_case, clippy::missing_safety_doc, clippy::too_many_arguments)]
 
@@ -14,9 +15,14 @@ mod errors;
 mod procaddr;
 mod va;
 
-use driver::{driver, ArrayRec, Ctx, Driver, ExecRec, GraphRec, Inner, NodeRec, Kind, PoolRec, VmmHandle};
+use driver::{
+    driver, ArrayRec, CaptureRec, Ctx, Driver, EventRec, ExecRec, FuncRec, GraphRec, Inner, KernelRec, Kind, LibraryRec,
+    ModuleRec, NodeRec, PoolRec, StreamKey, VmmHandle,
+};
 use errors::*;
 use fgpu_sim_state::pool::{round_up, PoolModel};
+use fgpu_sim_state::{TimelineContext, Work};
+use std::collections::HashMap;
 use std::ffi::{c_char, c_float, c_int, c_uchar, c_uint, c_ulonglong, c_void, CStr};
 
 pub type CUdevice = c_int;
@@ -86,8 +92,19 @@ fn put_cstr(dst: *mut c_char, len: usize, s: &str) {
     }
 }
 
-include!("api_part1.rs");
-include!("api_part2.rs");
-include!("api_part3.rs");
+include!("api_device.rs");
+include!("api_context.rs");
+include!("api_memory.rs");
+include!("api_copy.rs");
+include!("api_stream.rs");
+include!("api_pool.rs");
+include!("api_vmm.rs");
+include!("api_array.rs");
+include!("api_entry.rs");
 include!("api_graph.rs");
 include!("api_module.rs");
+include!("api_launch.rs");
+include!("api_capture.rs");
+
+#[cfg(test)]
+mod image_tests;

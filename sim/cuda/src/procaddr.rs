@@ -98,9 +98,10 @@ pub fn table() -> &'static [Entry] {
             "cuStreamWaitEvent": 3020 => cuStreamWaitEvent, 7000 ptds x => cuStreamWaitEvent_ptsz;
             "cuEventCreate": 2000 => cuEventCreate;
             "cuEventRecord": 2000 => cuEventRecord, 7000 ptds x => cuEventRecord_ptsz;
+            "cuEventRecordWithFlags": 11010 => cuEventRecordWithFlags, 11010 ptds x => cuEventRecordWithFlags_ptsz;
             "cuEventSynchronize": 2000 => cuEventSynchronize;
             "cuEventQuery": 2000 => cuEventQuery;
-            "cuEventElapsedTime": 2000 => cuEventElapsedTime;
+            "cuEventElapsedTime": 2000 => cuEventElapsedTime, 12080 => cuEventElapsedTime_v2;
             "cuEventDestroy": 2000 => cuEventDestroy, 4000 => cuEventDestroy_v2;
             "cuDeviceGetDefaultMemPool": 11020 => cuDeviceGetDefaultMemPool;
             "cuDeviceGetMemPool": 11020 => cuDeviceGetMemPool;
@@ -111,9 +112,28 @@ pub fn table() -> &'static [Entry] {
             "cuMemPoolGetAttribute": 11020 => cuMemPoolGetAttribute;
             "cuMemPoolTrimTo": 11020 => cuMemPoolTrimTo;
             "cuGraphCreate": 10000 => cuGraphCreate;
+            "cuModuleLoad": 2000 => cuModuleLoad;
             "cuModuleLoadData": 2000 => cuModuleLoadData;
             "cuModuleLoadDataEx": 2010 => cuModuleLoadDataEx;
+            "cuModuleLoadFatBinary": 2000 => cuModuleLoadFatBinary;
             "cuModuleUnload": 2000 => cuModuleUnload;
+            "cuModuleGetFunction": 2000 => cuModuleGetFunction;
+            "cuFuncGetModule": 11000 => cuFuncGetModule;
+            "cuFuncGetName": 12030 => cuFuncGetName;
+            "cuLibraryLoadData": 12000 => cuLibraryLoadData;
+            "cuLibraryLoadFromFile": 12000 => cuLibraryLoadFromFile;
+            "cuLibraryUnload": 12000 => cuLibraryUnload;
+            "cuLibraryGetKernel": 12000 => cuLibraryGetKernel;
+            "cuLibraryGetModule": 12000 => cuLibraryGetModule;
+            "cuKernelGetFunction": 12000 => cuKernelGetFunction;
+            "cuLaunchKernel": 4000 => cuLaunchKernel, 7000 ptds x => cuLaunchKernel_ptsz;
+            "cuLaunchKernelEx": 11060 => cuLaunchKernelEx, 11060 ptds x => cuLaunchKernelEx_ptsz;
+            "cuLaunchCooperativeKernel": 9000 => cuLaunchCooperativeKernel, 9000 ptds x => cuLaunchCooperativeKernel_ptsz;
+            "cuGraphAddKernelNode": 10000 => cuGraphAddKernelNode, 12000 => cuGraphAddKernelNode_v2;
+            "cuStreamBeginCapture": 10000 => cuStreamBeginCapture, 10010 => cuStreamBeginCapture_v2, 10000 ptds x => cuStreamBeginCapture_ptsz, 10010 ptds x => cuStreamBeginCapture_v2_ptsz;
+            "cuStreamEndCapture": 10000 => cuStreamEndCapture, 10000 ptds x => cuStreamEndCapture_ptsz;
+            "cuStreamIsCapturing": 10000 => cuStreamIsCapturing, 10000 ptds x => cuStreamIsCapturing_ptsz;
+            "cuStreamGetCaptureInfo": 11030 => cuStreamGetCaptureInfo_v2, 12030 => cuStreamGetCaptureInfo_v3, 11030 ptds x => cuStreamGetCaptureInfo_v2_ptsz, 12030 ptds x => cuStreamGetCaptureInfo_v3_ptsz;
             "cuGraphDestroy": 10000 => cuGraphDestroy;
             "cuGraphAddMemAllocNode": 11040 => cuGraphAddMemAllocNode;
             "cuGraphAddMemFreeNode": 11040 => cuGraphAddMemFreeNode;
@@ -256,6 +276,17 @@ mod tests {
         assert_eq!(name("cuMemAlloc_v2", 12000, false), Err(CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND));
         assert_eq!(name("cuGetProcAddress", 12000, false), Ok("cuGetProcAddress_v2"));
         assert_eq!(name("cuGetProcAddress", 11030, false), Ok("cuGetProcAddress"));
+        assert_eq!(name("cuLaunchKernel", 12080, false), Ok("cuLaunchKernel"));
+        assert_eq!(name("cuLaunchKernel", 12080, true), Ok("cuLaunchKernel_ptsz"));
+        assert_eq!(name("cuLaunchKernel", 3020, false), Err(CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT));
+        assert_eq!(name("cuLaunchKernelEx", 12000, true), Ok("cuLaunchKernelEx_ptsz"));
+        assert_eq!(name("cuLaunchCooperativeKernel", 12000, false), Ok("cuLaunchCooperativeKernel"));
+        assert_eq!(name("cuGraphAddKernelNode", 11000, false), Ok("cuGraphAddKernelNode"));
+        assert_eq!(name("cuGraphAddKernelNode", 12000, false), Ok("cuGraphAddKernelNode_v2"));
+        assert_eq!(name("cuEventElapsedTime", 12080, false), Ok("cuEventElapsedTime_v2"));
+        assert_eq!(name("cuEventElapsedTime", 12000, false), Ok("cuEventElapsedTime"));
+        assert_eq!(name("cuStreamBeginCapture", 10010, true), Ok("cuStreamBeginCapture_v2_ptsz"));
+        assert_eq!(name("cuStreamGetCaptureInfo", 12030, false), Ok("cuStreamGetCaptureInfo_v3"));
     }
 
     #[test]

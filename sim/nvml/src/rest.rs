@@ -114,14 +114,24 @@ pub struct NvmlUtilization {
     pub memory: c_uint,
 }
 
+/// `gpu`: percent of the last completed sample period (1/6 s) during which some kernel ran
+/// on the device timeline. `memory` (global memory traffic) is not modelled: 0.
 #[no_mangle]
 pub unsafe extern "C" fn nvmlDeviceGetUtilizationRates(h: NvmlDevice, u: *mut NvmlUtilization) -> NvmlReturn {
     guard(|| {
-        tri!(dev(h));
+        let (s, i) = tri!(dev(h));
         if u.is_null() {
             return NVML_ERROR_INVALID_ARGUMENT;
         }
-        put(u, NvmlUtilization { gpu: 0, memory: 0 });
+        let p = fgpu_sim_state::timeline::SAMPLE_PERIOD_NS;
+        let last_end = fgpu_sim_state::now_ns() / p * p;
+        let after = s.timestamp_us(last_end.saturating_sub(p));
+        let gpu = s
+            .utilisation_periods(i, after)
+            .last()
+            .map(|period| fgpu_sim_state::UtilisationPeriod::percent(period.device_busy_ns))
+            .unwrap_or(0);
+        put(u, NvmlUtilization { gpu, memory: 0 });
         NVML_SUCCESS
     })
 }

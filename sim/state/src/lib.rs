@@ -21,8 +21,10 @@
 
 #![deny(unsafe_op_in_unsafe_fn)]
 
+pub mod duration;
 pub mod pool;
 pub mod size;
+pub mod timeline;
 
 use std::ffi::CString;
 use std::io;
@@ -31,7 +33,9 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Mutex;
 
+pub use duration::parse_duration;
 pub use size::parse_size;
+pub use timeline::{now_ns, BusyWindow, ContextBusy, TimelineContext, TimelineError, UtilisationPeriod, Work};
 
 /// Most simulated devices.
 pub const MAX_DEVICES: usize = 8;
@@ -46,14 +50,17 @@ pub const DRIVER_RESERVED: u64 = 32 << 20;
 pub const PROC_PID_INIT_INO: u64 = 0xEFFF_FFFC;
 
 const MAGIC: u64 = u64::from_le_bytes(*b"FGPUSIM1");
-const LAYOUT_VERSION: u32 = 1;
+const LAYOUT_VERSION: u32 = 2;
 const HEADER_SIZE: usize = 256;
 const DEVICE_SIZE: usize = 256;
 const SLOT_SIZE: usize = 256;
 const DEVICES_OFF: usize = HEADER_SIZE;
 const SLOTS_OFF: usize = 4096;
-/// Total size of the state file.
-pub const FILE_SIZE: usize = SLOTS_OFF + MAX_PROCESSES * SLOT_SIZE;
+/// Where the per-device timelines start (see [`timeline`]).
+const TIMELINE_OFF: usize = SLOTS_OFF + MAX_PROCESSES * SLOT_SIZE;
+/// Total size of the state file (sparse: a device's timeline pages are touched only when
+/// it runs work).
+pub const FILE_SIZE: usize = TIMELINE_OFF + MAX_DEVICES * timeline::DEVICE_TIMELINE_SIZE;
 /// Byte locked (blocking) while a process creates or checks the file.
 const INIT_LOCK_BYTE: i64 = 8;
 
@@ -72,7 +79,12 @@ struct Header {
     context_overhead: u64,
     driver_reserved: u64,
     file_size: u64,
-    _reserved: [u64; 26],
+    /// Time slice of the device timelines, ns.
+    timeslice_ns: u64,
+    /// CLOCK_REALTIME - CLOCK_MONOTONIC when the file was created, ns: turns timeline
+    /// times into the CPU timestamps NVML reports, the same in every process.
+    realtime_offset_ns: i64,
+    _reserved: [u64; 24],
 }
 
 #[repr(C)]
@@ -133,11 +145,19 @@ pub struct SimConfig {
     pub context_overhead: u64,
     /// `cuDriverGetVersion` value, e.g. 12080.
     pub driver_version: u32,
+    /// Time slice of a device's round robin between contexts, ns.
+    pub timeslice_ns: u64,
 }
 
 impl Default for SimConfig {
     fn default() -> Self {
-        SimConfig { devices: 1, memory: 80 << 30, context_overhead: 300 << 20, driver_version: 12080 }
+        SimConfig {
+            devices: 1,
+            memory: 80 << 30,
+            context_overhead: 300 << 20,
+            driver_version: 12080,
+            timeslice_ns: timeline::DEFAULT_TIMESLICE_NS,
+        }
     }
 }
 
@@ -147,7 +167,8 @@ fn bad_env(name: &str, value: &str) -> io::Error {
 
 impl SimConfig {
     /// Reads `FGPU_SIM_DEVICES`, `FGPU_SIM_MEMORY`, `FGPU_SIM_CONTEXT_OVERHEAD`,
-    /// `FGPU_SIM_DRIVER_VERSION`; unset or empty variables take the defaults.
+    /// `FGPU_SIM_DRIVER_VERSION`, `FGPU_SIM_TIMESLICE`; unset or empty variables take the
+    /// defaults.
     pub fn from_env() -> io::Result<SimConfig> {
         let mut c = SimConfig::default();
         let get = |n: &str| std::env::var(n).ok().filter(|v| !v.trim().is_empty());
@@ -165,6 +186,9 @@ impl SimConfig {
         }
         if let Some(v) = get("FGPU_SIM_DRIVER_VERSION") {
             c.driver_version = v.trim().parse().map_err(|_| bad_env("FGPU_SIM_DRIVER_VERSION", &v))?;
+        }
+        if let Some(v) = get("FGPU_SIM_TIMESLICE") {
+            c.timeslice_ns = parse_duration(&v).filter(|&t| t > 0).ok_or_else(|| bad_env("FGPU_SIM_TIMESLICE", &v))?;
         }
         Ok(c)
     }
@@ -495,6 +519,8 @@ impl SimState {
         h.context_overhead = cfg.context_overhead;
         h.driver_reserved = DRIVER_RESERVED.min(cfg.memory / 2);
         h.file_size = FILE_SIZE as u64;
+        h.timeslice_ns = cfg.timeslice_ns.max(1);
+        h.realtime_offset_ns = timeline::realtime_offset_ns();
         for i in 0..MAX_DEVICES {
             // SAFETY: device records lie inside the mapping; exclusive as above.
             let d = unsafe { &mut *(self.base.add(DEVICES_OFF + i * DEVICE_SIZE) as *mut DeviceRec) };
@@ -541,6 +567,10 @@ impl SimState {
     /// `cuDriverGetVersion` value.
     pub fn driver_version(&self) -> u32 {
         self.header().driver_version
+    }
+    /// Time slice of the device timelines' round robin, ns.
+    pub fn timeslice_ns(&self) -> u64 {
+        self.header().timeslice_ns.max(1)
     }
     /// Device memory each CUDA context takes.
     pub fn context_overhead(&self) -> u64 {

@@ -12,7 +12,7 @@ fn temp_path(name: &str) -> PathBuf {
 }
 
 fn cfg(devices: u32, memory: u64) -> SimConfig {
-    SimConfig { devices, memory, context_overhead: 300 * MIB, driver_version: 12080 }
+    SimConfig { devices, memory, context_overhead: 300 * MIB, driver_version: 12080, ..SimConfig::default() }
 }
 
 #[test]

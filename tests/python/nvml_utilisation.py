@@ -1,0 +1,54 @@
+"""pynvml reading GPU 0's utilisation samples: prints one JSON line.
+
+Arguments: FROM_US TO_US PERIODS. Reads nvmlDeviceGetProcessUtilization with
+lastSeenTimeStamp = FROM_US, keeps the samples stamped at or before TO_US, and reports per
+pid the mean smUtil over PERIODS sample periods (a period without a sample of a pid counts
+as 0, as NVML only reports processes that ran). Also reports what the r550 call
+nvmlDeviceGetProcessesUtilizationInfo gives for the same window, what a size query with a
+NULL buffer and a short buffer answer, what a query after the newest sample answers, and
+nvmlDeviceGetUtilizationRates.
+"""
+import ctypes
+import json
+import sys
+
+import pynvml as nv
+
+from_us, to_us, periods = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+nv.nvmlInit()
+h = nv.nvmlDeviceGetHandleByIndex(0)
+out = {}
+
+
+def mean_by_pid(samples):
+    sums, stamps = {}, set()
+    for s in samples:
+        if from_us < s.timeStamp <= to_us:
+            sums[s.pid] = sums.get(s.pid, 0) + s.smUtil
+            stamps.add(s.timeStamp)
+    return {str(pid): total / periods for pid, total in sums.items()}, len(stamps)
+
+
+samples = nv.nvmlDeviceGetProcessUtilization(h, from_us)
+out["sm_mean"], out["stamps"] = mean_by_pid(samples)
+out["timestamps_increase"] = all(a.timeStamp <= b.timeStamp for a, b in zip(samples, samples[1:]))
+try:
+    info = nv.nvmlDeviceGetProcessesUtilizationInfo(h, from_us)
+    out["info_sm_mean"], _ = mean_by_pid(info)
+except nv.NVMLError as e:
+    out["info_error"] = str(e)
+
+# The raw C contract: NULL buffer and short buffer.
+fn = nv._nvmlGetFunctionPointer("nvmlDeviceGetProcessUtilization")
+count = ctypes.c_uint(0)
+out["null_rc"] = fn(h, None, ctypes.byref(count), ctypes.c_ulonglong(from_us))
+out["null_count"] = count.value
+short = ctypes.c_uint(1)
+buf = (nv.c_nvmlProcessUtilizationSample_t * 1)()
+out["short_rc"] = fn(h, buf, ctypes.byref(short), ctypes.c_ulonglong(from_us))
+out["short_count"] = short.value
+newest = max((s.timeStamp for s in samples), default=0)
+count = ctypes.c_uint(0)
+out["after_newest_rc"] = fn(h, None, ctypes.byref(count), ctypes.c_ulonglong(newest + 10**9))
+out["gpu_util"] = nv.nvmlDeviceGetUtilizationRates(h).gpu
+print(json.dumps(out))
