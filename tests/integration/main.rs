@@ -5,6 +5,7 @@
 
 mod allocation_kinds;
 mod bad_input;
+mod cdi;
 mod cli;
 mod config_file;
 mod cuda_bindings;
