@@ -23,6 +23,7 @@
 
 use crate::cli::{CdiArgs, CdiCommand, CdiGenerateArgs};
 use crate::doctor::{self, ProbedDevice};
+use crate::elf;
 use crate::shimpath;
 use fgpu_core::limit::format_bytes;
 use serde_json::{json, Value};
@@ -62,6 +63,8 @@ const DEVICES_SUBDIR: &str = "devices";
 const CONFIG_FILE: &str = "fgpu.conf";
 const GIB: u64 = 1 << 30;
 const MIB: u64 = 1 << 20;
+/// The glibc the release build needs (scripts/build-release.sh).
+const RELEASE_GLIBC: &str = "2.17";
 
 /// How much of a GPU a device gives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -391,6 +394,8 @@ fn generate(args: &CdiGenerateArgs) -> Result<(), String> {
     let devices = plan(&gpus, &sizes, &percents, &args.combine)?;
     let shim = shimpath::locate().map_err(|e| e.to_string())?.path;
     let shim_bytes = std::fs::read(&shim).map_err(|e| format!("cannot read {}: {e}", shim.display()))?;
+    let newer = elf::parse(&shim_bytes).map_err(|e| format!("{} is not a library fgpu can use: {e}", shim.display()))?;
+    let newer = glibc_newer_than_release(&newer);
     let owner = args.owner.as_deref().map(resolve_owner).transpose()?;
 
     let config_dir = absolute(&args.config_dir)?;
@@ -444,6 +449,12 @@ fn generate(args: &CdiGenerateArgs) -> Result<(), String> {
         config_dir.display(),
         if removed > 0 { format!(" (removed {removed} devices no longer generated)") } else { String::new() }
     );
+    if let Some(need) = newer {
+        eprintln!(
+            "fgpu cdi generate: warning: {} needs glibc {need}: in images with an older glibc the loader cannot preload it, and their programs run uncapped; use the release build (scripts/build-release.sh, glibc {RELEASE_GLIBC})",
+            shim.display()
+        );
+    }
     // SAFETY: geteuid(2) has no failure mode and touches no memory of ours.
     let euid = unsafe { libc::geteuid() };
     if owner.is_none() && euid != 0 {
@@ -453,6 +464,12 @@ fn generate(args: &CdiGenerateArgs) -> Result<(), String> {
         );
     }
     Ok(())
+}
+
+/// The newest glibc the library needs, when newer than the release build's baseline.
+fn glibc_newer_than_release(info: &elf::ElfInfo) -> Option<String> {
+    let need = elf::newest_glibc_needed(info)?;
+    (elf::glibc_version(&need)? > elf::glibc_version(RELEASE_GLIBC)?).then_some(need)
 }
 
 /// The GPUs NVML lists, read by `fgpu __driver-probe` in a child process without the shim.
@@ -741,6 +758,24 @@ devices:
       mounts: []
 ";
         assert_eq!(to_yaml(&value), expected);
+    }
+
+    #[test]
+    fn a_library_needing_a_newer_glibc_than_the_release_build_is_named() {
+        let info = |versions: &[&str]| elf::ElfInfo {
+            class64: true,
+            little_endian: true,
+            machine: 62,
+            needed_versions: versions.iter().map(|v| ("libc.so.6".to_string(), v.to_string())).collect(),
+            defined: Vec::new(),
+        };
+        assert_eq!(glibc_newer_than_release(&info(&["GLIBC_2.2.5", "GLIBC_2.17"])), None);
+        assert_eq!(glibc_newer_than_release(&info(&["GLIBC_2.2.5", "GLIBC_2.34", "GLIBC_2.17"])), Some("2.34".into()));
+        // The release build itself (scripts/build-release.sh) passes when it was built here.
+        let dist = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/dist/libfgpu.so");
+        if let Ok(info) = elf::read(&dist) {
+            assert_eq!(glibc_newer_than_release(&info), None, "{}", dist.display());
+        }
     }
 
     #[test]
