@@ -53,8 +53,7 @@ const LEDGER_TMPFS_OPTIONS: [&str; 5] = ["nosuid", "nodev", "noexec", "mode=1777
 /// The library must stay executable, so no `noexec`.
 const LIB_MOUNT_OPTIONS: [&str; 4] = ["ro", "nosuid", "nodev", "bind"];
 const FILE_MOUNT_OPTIONS: [&str; 5] = ["ro", "nosuid", "nodev", "noexec", "bind"];
-/// First line of every configuration this command writes; only directories holding such a
-/// file are removed when a later run no longer generates their device.
+/// First line of every file this command writes.
 const HEADER: &str = "# Written by `fgpu cdi generate`";
 /// Layout of the configuration directory on the host.
 const PRELOAD_FILE: &str = "ld.so.preload";
@@ -414,7 +413,7 @@ fn generate(args: &CdiGenerateArgs) -> Result<(), String> {
         prepare_dir(&dir, owner)?;
         write_file(&dir.join(CONFIG_FILE), config_text(device, &gpus).as_bytes(), 0o644, owner)?;
     }
-    let removed = remove_stale(&config_dir.join(DEVICES_SUBDIR), &devices)?;
+    let kept = no_longer_generated(&config_dir.join(DEVICES_SUBDIR), &devices);
 
     let spec = spec(&devices, &config_dir);
     let to_stdout = args.output.as_os_str() == "-";
@@ -439,7 +438,7 @@ fn generate(args: &CdiGenerateArgs) -> Result<(), String> {
 
     let names: Vec<&str> = devices.iter().map(|d| d.name.as_str()).collect();
     eprintln!(
-        "fgpu cdi generate: {} {} devices for {} GPU{} ({}); the containers get {} and the files in {}{}",
+        "fgpu cdi generate: {} {} devices for {} GPU{} ({}); the containers get {} and the files in {}",
         if to_stdout { "printed".to_string() } else { format!("wrote {} with", args.output.display()) },
         devices.len(),
         gpus.len(),
@@ -447,8 +446,15 @@ fn generate(args: &CdiGenerateArgs) -> Result<(), String> {
         names.join(" "),
         shim.display(),
         config_dir.display(),
-        if removed > 0 { format!(" (removed {removed} devices no longer generated)") } else { String::new() }
     );
+    if !kept.is_empty() {
+        eprintln!(
+            "fgpu cdi generate: kept the files of {} device{} no longer generated ({}): containers started with them still read them; remove them when none runs",
+            kept.len(),
+            if kept.len() == 1 { "" } else { "s" },
+            kept.join(" ")
+        );
+    }
     if let Some(need) = newer {
         eprintln!(
             "fgpu cdi generate: warning: {} needs glibc {need}: in images with an older glibc the loader cannot preload it, and their programs run uncapped; use the release build (scripts/build-release.sh, glibc {RELEASE_GLIBC})",
@@ -545,26 +551,19 @@ fn write_file(path: &Path, bytes: &[u8], mode: u32, owner: Option<(u32, u32)>) -
     result.map_err(|e| format!("cannot write {}: {e}", path.display()))
 }
 
-/// Removes the directories of devices this command wrote earlier and no longer generates
-/// (only those whose fgpu.conf it wrote).
-fn remove_stale(devices_dir: &Path, devices: &[Device]) -> Result<usize, String> {
-    let entries = std::fs::read_dir(devices_dir).map_err(|e| format!("cannot list {}: {e}", devices_dir.display()))?;
-    let mut removed = 0;
-    for entry in entries.flatten() {
-        let path = entry.path();
-        let Some(name) = path.file_name().and_then(|n| n.to_str()) else { continue };
-        if devices.iter().any(|d| d.name == name) {
-            continue;
-        }
-        let ours = std::fs::read_to_string(path.join(CONFIG_FILE)).is_ok_and(|t| t.starts_with(HEADER));
-        if ours {
-            std::fs::remove_file(path.join(CONFIG_FILE))
-                .and_then(|()| std::fs::remove_dir(&path))
-                .map_err(|e| format!("cannot remove {}: {e}", path.display()))?;
-            removed += 1;
-        }
-    }
-    Ok(removed)
+/// Devices whose directory an earlier run wrote and this one no longer generates. They
+/// are left alone: a running container mounts the directory, and its processes read
+/// fgpu.conf from it whenever they start, so removing the file would leave them uncapped.
+fn no_longer_generated(devices_dir: &Path, devices: &[Device]) -> Vec<String> {
+    let Ok(entries) = std::fs::read_dir(devices_dir) else { return Vec::new() };
+    let mut kept: Vec<String> = entries
+        .flatten()
+        .filter_map(|e| e.file_name().into_string().ok())
+        .filter(|name| !devices.iter().any(|d| &d.name == name))
+        .filter(|name| std::fs::read_to_string(devices_dir.join(name).join(CONFIG_FILE)).is_ok_and(|t| t.starts_with(HEADER)))
+        .collect();
+    kept.sort();
+    kept
 }
 
 /// `USER`, `USER:GROUP`, `UID` or `UID:GID` to numbers; a user's group defaults to its

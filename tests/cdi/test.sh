@@ -122,8 +122,11 @@ SCHEMA_DIR=$WORK/cdi-schema/usr/share/gocode/src/github.com/container-orchestrat
 if [ ! -f "$SCHEMA_DIR/schema.json" ]; then
     log "fetching the CDI schema (golang-github-container-orchestrated-devices-container-device-interface-dev)"
     rm -rf "$WORK/cdi-schema" && mkdir -p "$WORK/cdi-schema/pkg"
-    (cd "$WORK/cdi-schema/pkg" && apt-get download -qq -o APT::Sandbox::User=root \
-        golang-github-container-orchestrated-devices-container-device-interface-dev) >"$WORK/schema.log" 2>&1
+    download() {
+        (cd "$WORK/cdi-schema/pkg" && apt-get download -qq -o APT::Sandbox::User=root \
+            golang-github-container-orchestrated-devices-container-device-interface-dev)
+    }
+    { download || { apt-get update -qq && download; }; } >"$WORK/schema.log" 2>&1
     deb=$(ls "$WORK"/cdi-schema/pkg/*.deb 2>/dev/null | head -n 1)
     [ -n "$deb" ] && dpkg -x "$deb" "$WORK/cdi-schema"
     [ -f "$SCHEMA_DIR/schema.json" ] || die "no CDI schema (see $WORK/schema.log)"
@@ -567,6 +570,19 @@ t = threading.Thread(target=lambda: out.append(n.nvmlDeviceGetMemoryInfo(n.nvmlD
 t.start(); t.join(); print(out[0])'
 check seccomp-no-userns-threads-and-cap "with the profile, a threaded pynvml program does not run or does not see 8192 MiB" test "$OUT" = "$CAP_MIB"
 check seccomp-no-userns-refuses-over-cap "with the profile, 9000 MiB was not refused" refused userns-blocked 9000
+
+# ------------------------------------------------------------------ regenerating
+
+log "fgpu cdi generate again, without 0-8g, while a 0-8g container runs"
+start keep --device nvidia.com/gpu=0 --device fgpu.io/gpu=0-8g || die "podman run failed: $ERR"
+run sim "$HOSTDIR/sim/two" "$FGPU" cdi generate --output "$SPEC" --config-dir "$CONFIG_DIR" --sizes 4g --percents=
+check regenerate-keeps-old-device-files "regenerating without 0-8g must keep its files and say so" \
+    eval 'test "$RC" = 0 && printf "%s" "$ERR" | grep -q "kept the files of .* no longer generated (.*0-8g"'
+check regenerate-running-container-still-capped "a new process in a running 0-8g container is not capped at 8192 MiB after regenerating" \
+    total_is keep "$CAP_MIB"
+check regenerate-running-container-refuses "a new process in a running 0-8g container got 9000 MiB after regenerating" refused keep 9000
+run sim "$HOSTDIR/sim/two" "$FGPU" cdi generate --output "$SPEC" --config-dir "$CONFIG_DIR"
+[ "$RC" = 0 ] || die "fgpu cdi generate failed: $ERR"
 
 # ------------------------------------------------------------------ rootless podman
 

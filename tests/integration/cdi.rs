@@ -131,18 +131,18 @@ fn generate_writes_read_only_files_that_the_spec_mounts() {
 }
 
 #[test]
-fn generate_removes_only_its_own_devices_that_are_gone() {
+fn generate_keeps_the_files_of_devices_no_longer_generated() {
+    // A running container mounts its device's directory and reads fgpu.conf from it at
+    // every process start: removing it would leave the container's new processes uncapped.
     let env = Env::new("cdi-stale");
     env.client(&["init"]).success();
     generate(&env, &["--sizes", "4g,8g", "--percents="]).success();
     let devices = config_dir(&env).join("devices");
-    let foreign = devices.join("someone-elses");
-    std::fs::create_dir_all(&foreign).unwrap();
-    std::fs::write(foreign.join("fgpu.conf"), "limit = 1G\n").unwrap();
+    let before = std::fs::read_to_string(devices.join("0-4g/fgpu.conf")).unwrap();
     let run = generate(&env, &["--sizes", "8g", "--percents="]).success();
-    assert!(!devices.join("0-4g").exists() && !devices.join("all-4g").exists(), "{run}");
-    assert!(devices.join("0-8g/fgpu.conf").exists() && foreign.join("fgpu.conf").exists(), "{run}");
-    assert!(run.stderr().contains("removed 2 devices no longer generated"), "{run}");
+    assert_eq!(names(&spec(&env)), ["0-8g", "all-8g"], "{run}");
+    assert_eq!(std::fs::read_to_string(devices.join("0-4g/fgpu.conf")).unwrap(), before, "{run}");
+    assert!(run.stderr().contains("kept the files of 2 devices no longer generated (0-4g all-4g)"), "{run}");
 }
 
 #[test]
