@@ -8,7 +8,7 @@
 #
 #   bash tests/cdi/test.sh          (as root; tests/run.sh runs it)
 #
-# It installs what it needs (podman, debootstrap; ziglang and cargo-zigbuild into
+# It installs what it needs (podman, debootstrap, uidmap; ziglang and cargo-zigbuild into
 # .venv-images for the glibc-2.17 release build; jsonschema and PyYAML into .venv),
 # builds the shipped files (scripts/build-release.sh), a base image with python3
 # (debootstrap --variant=minbase --include=python3 bookworm, podman import; cached), and
@@ -21,7 +21,14 @@
 #     the preload or the configuration (write, remove, rename, unmount, remount);
 #   - a second container with another fraction of the same GPU is independent;
 #   - combinations: nvidia.com/gpu=all with 0-8g (nothing on the other GPU), 0-8g_1-4g,
-#     all-8g, two fgpu devices (the last one applies).
+#     all-8g, two fgpu devices (the last one applies);
+#   - images/examples/clearml-agent-cdi.sh, with a stand-in clearml-agent;
+#   - user namespaces: podman's default seccomp profile lets a process mount over the
+#     preload in one (docs/security.md), images/examples/seccomp-no-userns.py stops it;
+#   - regenerating while a container runs keeps its cap;
+#   - rootless podman (as a test user this script creates, with uidmap): root's files are
+#     distrusted (GPU memory refused), `--owner`'s are trusted and cap the container.
+# The mounted files live in a temporary directory under /tmp every user can search.
 # Prints PASS/FAIL lines (a failure shows the command, its exit status, stdout and
 # stderr) and "N passed, M failed"; exits non-zero if anything failed.
 #
