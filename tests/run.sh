@@ -5,12 +5,15 @@
 #   1. cargo test: unit tests of every crate and the integration tests against the
 #      simulated driver (tests/integration),
 #   2. the container tests of the images (images/test.sh),
-#   3. the real-GPU script's dry run and self-test (tests/gpu/run.sh),
-#   4. the benchmark in quick mode, to prove it runs (figures: docs/benchmarks.md).
+#   3. the CDI tests: `fgpu cdi generate` and podman capping a plain image at run time
+#      (tests/cdi/test.sh),
+#   4. the real-GPU script's dry run and self-test (tests/gpu/run.sh),
+#   5. the benchmark in quick mode, to prove it runs (figures: docs/benchmarks.md).
 # Ends with one "N passed, M failed" line over the suites.
 #
 #   bash tests/run.sh              everything (as root, as CI runs it)
 #   FGPU_SKIP_IMAGES=1 bash tests/run.sh   without the Docker image tests
+#   FGPU_SKIP_CDI=1 bash tests/run.sh      without the podman CDI tests
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root" || exit 1
@@ -52,8 +55,8 @@ if [ ${#pkgs[@]} -gt 0 ]; then
     fi
 fi
 
-step "python clients (.venv: pynvml, gpustat, nvitop, cuda-bindings)"
-if [ ! -x .venv/bin/python ] || ! .venv/bin/python -c 'import pynvml, gpustat, nvitop, cuda.bindings' 2>/dev/null; then
+step "python clients (.venv: pynvml, gpustat, nvitop, cuda-bindings, jsonschema, PyYAML)"
+if [ ! -x .venv/bin/python ] || ! .venv/bin/python -c 'import pynvml, gpustat, nvitop, cuda.bindings, jsonschema, yaml' 2>/dev/null; then
     python3 -m venv .venv && .venv/bin/pip install -q --disable-pip-version-check -r tests/python/requirements.txt \
         || { echo "cannot set up .venv"; exit 1; }
 fi
@@ -83,6 +86,9 @@ cargo build --release --workspace --all-targets || exit 1
 suite "cargo test (unit + integration against the simulated driver)" cargo test --release --workspace --no-fail-fast
 if [ "${FGPU_SKIP_IMAGES:-0}" != 1 ]; then
     suite "container images (images/test.sh)" bash images/test.sh
+fi
+if [ "${FGPU_SKIP_CDI:-0}" != 1 ]; then
+    suite "CDI: fgpu cdi generate and podman (tests/cdi/test.sh)" bash tests/cdi/test.sh
 fi
 suite "real-GPU script: dry run" bash tests/gpu/run.sh --dry-run
 suite "real-GPU script: self-test against fake frameworks" bash tests/gpu/run.sh --self-test

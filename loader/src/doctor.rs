@@ -402,7 +402,7 @@ fn trial_load(shim: &Path) -> Result<(), String> {
 }
 
 /// Runs `fgpu __driver-probe` without the shim preloaded and reads its JSON.
-fn probe_driver() -> Result<DriverProbe, String> {
+pub(crate) fn probe_driver() -> Result<DriverProbe, String> {
     let exe = std::env::current_exe().map_err(|e| format!("cannot find the fgpu binary: {e}"))?;
     let out = Command::new(exe)
         .arg("__driver-probe")

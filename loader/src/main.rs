@@ -1,6 +1,7 @@
 //! `fgpu`: a thin binary over the modules of this crate. Each command's logic lives in its
 //! module; this file only parses arguments and turns results into exit codes.
 
+mod cdi;
 mod cli;
 mod doctor;
 mod elf;
@@ -34,6 +35,7 @@ fn main() {
             clap_complete::generate(args.shell, &mut Cli::command(), "fgpu", &mut std::io::stdout());
             0
         }
+        Command::Cdi(args) => cdi::cdi(&args),
         Command::DriverProbe => doctor::driver_probe_main(),
     };
     std::process::exit(code);

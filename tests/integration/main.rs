@@ -6,6 +6,7 @@
 mod abi_layout;
 mod allocation_kinds;
 mod bad_input;
+mod cdi;
 mod cli;
 mod config_file;
 mod crash_windows;
