@@ -4,11 +4,37 @@ use std::sync::Arc;
 const MIB: u64 = 1 << 20;
 const UUID: [u8; 16] = [7; 16];
 
-fn temp_path(name: &str) -> PathBuf {
+/// A ledger path in a fresh directory of its own, removed with the directory when the
+/// value is dropped (a failing test included: its assertion unwinds through the drop).
+struct TempLedger {
+    dir: PathBuf,
+    path: PathBuf,
+}
+
+impl std::ops::Deref for TempLedger {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl AsRef<Path> for TempLedger {
+    fn as_ref(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl Drop for TempLedger {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn temp_path(name: &str) -> TempLedger {
     let dir = std::env::temp_dir().join(format!("fgpu-ledger-test-{}-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
-    dir.join("ledger")
+    TempLedger { path: dir.join("ledger"), dir }
 }
 
 #[derive(Clone, Copy, PartialEq)]
