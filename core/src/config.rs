@@ -8,7 +8,13 @@
 //! 2. The environment: `FGPU_LIMIT`, `FGPU_LEDGER`, `FGPU_LOG`. `FGPU_LIMIT` can lower the
 //!    file's cap, never raise it: per device the smaller of the two applies. When the file
 //!    sets a limit, `FGPU_LEDGER` is ignored: the file (or the default) names the ledger, so
-//!    no process can leave the container's shared cap for a ledger of its own.
+//!    no process can leave the container's shared cap for a ledger of its own. `FGPU_LOG`
+//!    replaces the file's `log`.
+//!
+//! What decides what is granted (a limit, the ledger, the file itself) fails closed when it
+//! cannot be read. A log level does not decide anything: one that is not a level is ignored
+//! with a warning ([`Config::warnings`]), an empty one silently, and the level that applies
+//! without it is used. A key repeated in the file takes its last value.
 //!
 //! Reading is split from the OS ([`Sources`]) so the rules are unit-tested.
 
@@ -39,8 +45,6 @@ pub enum ConfigError {
     Untrusted { path: String },
     #[error("{path} cannot be read: {reason}")]
     Unreadable { path: String, reason: String },
-    #[error("{var}={value:?} is not a log level (quiet, error, warn, info, debug)")]
-    BadLogLevel { var: String, value: String },
 }
 
 /// Which source set the cap that applies.
@@ -59,6 +63,9 @@ pub struct Config {
     pub env_limit: Option<LimitSpec>,
     pub ledger: PathBuf,
     pub log: Level,
+    /// What was ignored and why, one line each (a log level that is not one). Never
+    /// anything that changes what is granted.
+    pub warnings: Vec<String>,
 }
 
 impl Config {
@@ -86,9 +93,14 @@ impl Config {
         }
     }
 
-    /// Reads the real file and environment of this process.
+    /// Reads the real file and environment of this process, and prints each of
+    /// [`Config::warnings`] once on stderr unless the level in effect is below `warn`.
     pub fn load() -> Result<Config, ConfigError> {
-        Config::from_sources(&OsSources)
+        let config = Config::from_sources(&OsSources)?;
+        for warning in &config.warnings {
+            crate::log::emit_under(config.log, Level::Warn, format_args!("{warning}"));
+        }
+        Ok(config)
     }
 
     pub fn from_sources(sources: &dyn Sources) -> Result<Config, ConfigError> {
@@ -97,6 +109,7 @@ impl Config {
             env_limit: None,
             ledger: PathBuf::from(DEFAULT_LEDGER),
             log: Level::Warn,
+            warnings: Vec::new(),
         };
         if let Some(file) = sources.config_file()? {
             if !file.trusted {
@@ -120,12 +133,35 @@ impl Config {
             }
         }
         if let Some(value) = sources.env(ENV_LOG) {
-            config.log = value
-                .parse()
-                .map_err(|_| ConfigError::BadLogLevel { var: ENV_LOG.to_string(), value })?;
+            match parse_log_level(&value) {
+                LogValue::Level(level) => config.log = level,
+                LogValue::Empty => {}
+                LogValue::Bad => config.warnings.push(format!("{ENV_LOG}={value:?}")),
+            }
         }
+        // Every warning so far names a log level that is not one; say which level applies.
+        let level = config.log;
+        config.warnings = config.warnings.iter().map(|what| bad_log_warning(what, level)).collect();
         Ok(config)
     }
+}
+
+/// A log level as written: a level, nothing (ignored silently), or not a level.
+enum LogValue {
+    Level(Level),
+    Empty,
+    Bad,
+}
+
+fn parse_log_level(value: &str) -> LogValue {
+    if value.trim().is_empty() {
+        return LogValue::Empty;
+    }
+    value.parse().map(LogValue::Level).unwrap_or(LogValue::Bad)
+}
+
+fn bad_log_warning(what: &str, level: Level) -> String {
+    format!("{what} is not a log level (quiet, error, warn, info, debug); ignored, logging at {}", level.name())
 }
 
 fn apply_file(config: &mut Config, path: &str, text: &str) -> Result<(), ConfigError> {
@@ -148,12 +184,13 @@ fn apply_file(config: &mut Config, path: &str, text: &str) -> Result<(), ConfigE
                 config.file_limit = Some(spec);
             }
             "ledger" if !value.is_empty() => config.ledger = PathBuf::from(value),
-            "log" => {
-                config.log = value.parse().map_err(|_| ConfigError::BadLogLevel {
-                    var: format!("{path}:{} log", index + 1),
-                    value: value.to_string(),
-                })?
-            }
+            "log" => match parse_log_level(value) {
+                LogValue::Level(level) => config.log = level,
+                LogValue::Empty => {}
+                // Worded once every source is read (`from_sources`): a later line or
+                // FGPU_LOG may still set the level that applies.
+                LogValue::Bad => config.warnings.push(format!("{path}:{}: log = {value:?}", index + 1)),
+            },
             _ => return Err(bad_line()),
         }
     }
@@ -271,7 +308,46 @@ mod tests {
             assert!(message.starts_with("FGPU_LIMIT="), "{message}");
             assert!(message.contains(&format!("{bad:?}")), "{message}");
         }
-        assert!(matches!(load(&[(ENV_LOG, "loud")], None), Err(ConfigError::BadLogLevel { .. })));
+    }
+
+    #[test]
+    fn a_bad_log_level_is_ignored_with_one_warning_and_never_changes_the_cap() {
+        // No cap: still no cap, and nothing else changes.
+        let uncapped = load(&[(ENV_LOG, "bogus")], None).unwrap();
+        assert!(!uncapped.is_capped());
+        assert_eq!(uncapped.log, Level::Warn);
+        assert_eq!(uncapped.warnings, vec![r#"FGPU_LOG="bogus" is not a log level (quiet, error, warn, info, debug); ignored, logging at warn"#]);
+        // A cap: the same cap.
+        let capped = load(&[(ENV_LOG, "bogus"), (ENV_LIMIT, "8G")], None).unwrap();
+        assert_eq!(capped.cap_for("GPU-1", 80 * GIB), Some(8 * GIB));
+        assert_eq!(capped.warnings.len(), 1);
+        // Empty: silently the default.
+        for empty in ["", "  "] {
+            let config = load(&[(ENV_LOG, empty)], None).unwrap();
+            assert_eq!((config.log, config.warnings.len()), (Level::Warn, 0), "{empty:?}");
+        }
+        // Ignored means as if unset: the file's level applies, and the warning says so.
+        let file = Some(("limit = 8G\nlog = debug\n", true));
+        let config = load(&[(ENV_LOG, "loud")], file).unwrap();
+        assert_eq!(config.log, Level::Debug);
+        assert!(config.warnings[0].ends_with("logging at debug"), "{:?}", config.warnings);
+        // A bad level in the file: the same rule, with file and line; the cap stands.
+        let config = load(&[], Some(("limit = 2G\nlog = lots\n", true))).unwrap();
+        assert_eq!(config.cap_for("GPU-1", 80 * GIB), Some(2 * GIB));
+        assert_eq!(config.warnings, vec![r#"/etc/fgpu/fgpu.conf:2: log = "lots" is not a log level (quiet, error, warn, info, debug); ignored, logging at warn"#]);
+        let config = load(&[(ENV_LOG, "error")], Some(("log = lots\n", true))).unwrap();
+        assert!(config.warnings[0].ends_with("logging at error"), "{:?}", config.warnings);
+        assert!(load(&[], Some(("log =\n", true))).unwrap().warnings.is_empty());
+    }
+
+    #[test]
+    fn the_environment_log_level_beats_the_file_and_a_repeated_key_takes_its_last_value() {
+        let file = Some(("log = debug\nlimit = 8G\nlimit = 4G\nledger = /a\nledger = /b\n", true));
+        let config = load(&[(ENV_LOG, "error")], file).unwrap();
+        assert_eq!(config.log, Level::Error);
+        assert_eq!(config.cap_for("GPU-1", 80 * GIB), Some(4 * GIB));
+        assert_eq!(config.ledger, PathBuf::from("/b"));
+        assert_eq!(load(&[], file).unwrap().log, Level::Debug);
     }
 
     #[test]

@@ -192,6 +192,11 @@ pub fn assess(f: &Facts) -> Vec<Finding> {
     }
 
     // 3. Which cap applies.
+    if let Ok(config) = &f.config {
+        for warning in &config.warnings {
+            out.push(finding("cap", Level::Warn, format!("{warning}. The cap is not affected."), Some("Set FGPU_LOG (or `log` in the file) to quiet, error, warn, info or debug.".into())));
+        }
+    }
     match &f.config {
         Err(e) => out.push(finding("cap", Level::Fail, format!("The cap is not valid, so none applies: {e}"), Some(config_advice(e)))),
         Ok(config) if !config.is_capped() => out.push(finding(
@@ -338,7 +343,6 @@ fn newer_glibc(info: &ElfInfo, running: Option<&str>) -> Option<String> {
 fn config_advice(e: &ConfigError) -> String {
     match e {
         ConfigError::BadLimitEnv { .. } => "Set FGPU_LIMIT to a size such as 8G, a percentage such as 50%, or GPU-<uuid>=8G,*=4G.".into(),
-        ConfigError::BadLogLevel { .. } => "Set FGPU_LOG to quiet, error, warn, info or debug.".into(),
         ConfigError::Untrusted { .. } => format!("chown root:root {CONFIG_PATH} && chmod 644 {CONFIG_PATH}"),
         _ => format!("Correct {CONFIG_PATH} (lines `limit = 8G`, `ledger = PATH`, `log = warn`)."),
     }
@@ -452,7 +456,8 @@ pub fn gather() -> Facts {
         glibc: elf::running_glibc(),
         shim_trial,
         preloads: preload_entries(ld_preload.as_deref(), ld_so_preload.as_deref(), shim_path.as_deref()),
-        config: Config::load(),
+        // Not Config::load(): its warnings are findings here, not lines on stderr.
+        config: Config::from_sources(&fgpu_core::config::OsSources),
         driver: probe_driver(),
         ledger: ledger_fact(&target.open_path),
         ledger_path: target.path,
@@ -658,7 +663,7 @@ mod tests {
             glibc: Some("2.36".into()),
             shim_trial: Some(Ok(())),
             preloads: vec![PreloadEntry { path: "/usr/lib/fgpu/libfgpu.so".into(), source: "LD_PRELOAD", exists: true, is_fgpu: true, interposes: false }],
-            config: Ok(Config { file_limit: None, env_limit: Some(parse_limit("8G").unwrap()), ledger: "/tmp/.fgpu-ledger".into(), log: fgpu_core::log::Level::Warn }),
+            config: Ok(Config { file_limit: None, env_limit: Some(parse_limit("8G").unwrap()), ledger: "/tmp/.fgpu-ledger".into(), log: fgpu_core::log::Level::Warn, warnings: vec![] }),
             driver: Ok(DriverProbe {
                 cuda: LibraryProbe { loaded: true, cuda_version: Some(12080), device_count: Some(1), ..Default::default() },
                 nvml: LibraryProbe { loaded: true, driver_version: Some("570.1".into()), device_count: Some(1), ..Default::default() },
@@ -712,7 +717,7 @@ mod tests {
         assert!(failed.iter().any(|(c, m)| *c == "cap" && m.contains("does not apply")), "{failed:?}");
 
         let mut f = good_facts();
-        f.config = Ok(Config { file_limit: None, env_limit: None, ledger: "/x".into(), log: fgpu_core::log::Level::Warn });
+        f.config = Ok(Config { file_limit: None, env_limit: None, ledger: "/x".into(), log: fgpu_core::log::Level::Warn, warnings: vec![] });
         assert!(fails(&f).iter().any(|(c, m)| *c == "cap" && m.contains("No cap")));
 
         let mut f = good_facts();
@@ -754,6 +759,16 @@ mod tests {
         let all = assess(&f);
         assert!(all.iter().any(|x| x.level == Level::Warn && x.message.contains("libcuda.so.1 cannot be loaded")));
         assert!(all.iter().any(|x| x.message.contains("not the host PID namespace")));
+    }
+
+    #[test]
+    fn a_bad_log_level_is_a_warning_and_the_cap_still_applies() {
+        let mut f = good_facts();
+        if let Ok(config) = &mut f.config {
+            config.warnings.push(r#"FGPU_LOG="bogus" is not a log level (quiet, error, warn, info, debug); ignored, logging at warn"#.into());
+        }
+        assert!(fails(&f).is_empty(), "{:?}", fails(&f));
+        assert!(assess(&f).iter().any(|x| x.level == Level::Warn && x.check == "cap" && x.message.contains("FGPU_LOG=\"bogus\"")));
     }
 
     #[test]

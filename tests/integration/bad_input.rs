@@ -146,3 +146,27 @@ fn refusal_lines_are_rate_limited() {
     assert_eq!(refusals, 1, "one line per second, not fifty\n{run}");
     assert!(run.stderr().contains("of 2 GiB refused") && run.stderr().contains("1 GiB cap"), "{run}");
 }
+
+#[test]
+fn a_bad_log_level_never_changes_what_is_granted() {
+    let env = Env::new("bad-log");
+    // No cap asked for: the process is untouched, and told once about the typo.
+    let run = env.client(&["init", "primary", "info", "alloc", "50G", "info"]).shim().env("FGPU_LOG", "bogus").success();
+    assert_eq!(run.field("info", "total"), (80 * GIB).to_string(), "{run}");
+    assert_eq!(run.rc("alloc"), 0, "{run}");
+    assert_eq!(
+        run.stderr(),
+        "fgpu: FGPU_LOG=\"bogus\" is not a log level (quiet, error, warn, info, debug); ignored, logging at warn\n",
+        "one warning, once\n{run}"
+    );
+    assert!(!env.ledger.exists(), "no cap, no ledger\n{run}");
+    // A cap: the same cap as without the typo.
+    let run = env.client(&["init", "primary", "info", "alloc", "2G", "alloc", "512M"]).shim().limit("1G").env("FGPU_LOG", "bogus").success();
+    assert_eq!(run.field("info", "total"), GIB.to_string(), "{run}");
+    assert_eq!(run.lines("alloc"), vec!["alloc 2147483648 rc=2", "alloc 536870912 rc=0"], "{run}");
+    assert_eq!(run.stderr().matches("FGPU_LOG=").count(), 1, "{run}");
+    assert!(run.stderr().contains("refused"), "the default level (warn) applies\n{run}");
+    // Empty: silently the default.
+    let run = env.client(&["init", "primary", "alloc", "50G"]).shim().env("FGPU_LOG", "").success();
+    assert_eq!((run.rc("alloc"), run.stderr().as_str()), (0, ""), "{run}");
+}
