@@ -1,7 +1,7 @@
 //! The command-line grammar (clap derive). Kept apart from the logic so completions and
 //! unit tests can build the command without running anything.
 
-use clap::{Args, Parser, Subcommand};
+use clap::{ArgGroup, Args, Parser, Subcommand};
 use fgpu_core::limit::parse_limit;
 use std::ffi::OsString;
 use std::net::SocketAddr;
@@ -60,11 +60,12 @@ executed; 127: the command was not found; 2: usage error.";
 /// Run a command with its GPU memory capped.
 #[derive(Debug, Args)]
 #[command(after_help = RUN_HELP)]
+// At least one of --limit and --device; the usage line shows the choice.
+#[command(group(ArgGroup::new("cap").required(true).multiple(true).args(["limit", "device"])))]
 pub struct RunArgs {
     /// The cap for every GPU: a size (8G, 512M, 8GiB, 8589934592), a percentage of each
     /// GPU's memory (50%), or per device (GPU-1a2b=8G,*=4G). Sizes are binary: 8G = 8 GiB.
-    #[arg(long, short = 'l', value_name = "LIMIT", value_parser = parse_limit_arg,
-          required_unless_present = "device")]
+    #[arg(long, short = 'l', value_name = "LIMIT", value_parser = parse_limit_arg)]
     pub limit: Option<LimitArg>,
 
     /// A cap for one GPU, by UUID or UUID prefix (as nvidia-smi -L prints it); repeatable.
@@ -77,8 +78,11 @@ pub struct RunArgs {
     #[arg(long, value_name = "FILE")]
     pub ledger: Option<PathBuf>,
 
-    /// The command to run, and its arguments.
-    #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true, value_name = "COMMAND")]
+    /// The command to run and its arguments: everything after `--`.
+    ///
+    /// Without `--`, the command starts at the first word that is not an option of fgpu run;
+    /// before it, an option fgpu run does not know is a usage error.
+    #[arg(required = true, trailing_var_arg = true, value_name = "COMMAND")]
     pub command: Vec<OsString>,
 }
 
@@ -270,6 +274,34 @@ mod tests {
         assert!(err.contains("GPU-zz"), "{err}");
         let err = parse(&["run", "--device", "8G", "--", "true"]).unwrap_err().to_string();
         assert!(err.contains("UUID=SIZE"), "{err}");
+    }
+
+    #[test]
+    fn an_unknown_option_before_the_command_is_a_usage_error_naming_it() {
+        for (args, named) in [
+            (&["run", "--limit", "8G", "--devic", "GPU-7f=4G", "--", "./job"][..], "--devic"),
+            (&["run", "--bogus", "--limit", "8G", "--", "true"][..], "--bogus"),
+            (&["run", "--limit", "8G", "-x", "--", "true"][..], "-x"),
+        ] {
+            let err = parse(args).unwrap_err();
+            assert_eq!(err.kind(), clap::error::ErrorKind::UnknownArgument, "{args:?}: {err}");
+            assert_eq!(err.exit_code(), 2);
+            assert!(err.to_string().contains(&format!("'{named}'")), "{err}");
+        }
+        // After the command's first word, or after `--`, everything is the command's.
+        let cli = parse(&["run", "--limit", "8G", "python", "--version", "-x", "--bogus"]).unwrap();
+        let Command::Run(run) = cli.command else { panic!() };
+        assert_eq!(run.command, ["python", "--version", "-x", "--bogus"]);
+        let cli = parse(&["run", "--limit", "8G", "--", "--weird-name", "--", "x"]).unwrap();
+        let Command::Run(run) = cli.command else { panic!() };
+        assert_eq!(run.command, ["--weird-name", "--", "x"]);
+    }
+
+    #[test]
+    fn run_usage_shows_limit_or_device() {
+        let mut cli = Cli::command();
+        let usage = cli.find_subcommand_mut("run").unwrap().render_usage().to_string();
+        assert!(usage.contains("<--limit <LIMIT>|--device <UUID=SIZE>>"), "{usage}");
     }
 
     #[test]

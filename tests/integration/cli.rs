@@ -122,7 +122,21 @@ fn run_passes_exit_status_and_signals_through() {
     let run = fgpu(&env).args(["run", "--device", "GPU-zz=1G", "--", "touch", "ran"]).run();
     assert_eq!(run.output.status.code(), Some(2), "{run}");
     assert!(run.stderr().contains("--device") && run.stderr().contains("GPU-zz"), "{run}");
+    // An option fgpu run does not know, before the command: a usage error naming it, never
+    // the start of the command.
+    for (args, named) in [
+        (&["run", "--limit", "1G", "--devic", "GPU-7f=4G", "--", "touch", "ran"][..], "'--devic'"),
+        (&["run", "--bogus", "--limit", "1G", "--", "touch", "ran"][..], "'--bogus'"),
+    ] {
+        let run = fgpu(&env).args(args).run();
+        assert_eq!(run.output.status.code(), Some(2), "{run}");
+        assert!(run.stderr().contains(named), "the message names {named}\n{run}");
+        assert!(!run.stderr().contains("required"), "not a complaint about --limit\n{run}");
+    }
     assert!(!env.dir.join("ran").exists());
+    // The usage line: --limit or --device, not --limit required.
+    let help = fgpu(&env).args(["run", "--help"]).success();
+    assert!(help.stdout().contains("<--limit <LIMIT>|--device <UUID=SIZE>> <COMMAND>..."), "{help}");
     // A missing shim is fgpu's own failure: 125.
     let run = fgpu(&env).env("FGPU_SHIM", env.dir.join("nope.so")).args(["run", "--limit", "1G", "--", "true"]).run();
     assert_eq!(run.output.status.code(), Some(125), "{run}");
