@@ -1,8 +1,8 @@
 //! NVML as the container should see it: `nvidia-smi`, pynvml, gpustat, nvitop and the
 //! frameworks' NVML use all read memory and processes from here.
 //!
-//! * Memory info: total = the cap, used = what the ledger's processes hold (contexts
-//!   included), free = the rest. `_v2`'s
+//! * Memory info: total = the cap (the GPU's own memory when the cap is larger), used = what
+//!   the ledger's processes hold (contexts included), free = the rest. `_v2`'s
 //!   `reserved` is 0: the driver's reservation belongs to the card, not the container, so
 //!   total = used + free holds in both layouts.
 //! * Compute process lists (and compute mode of the r550 detail list) are built from the
@@ -137,7 +137,8 @@ fn container_view(active: &Active, device: NvmlDevice, real_total: u64) -> Optio
         }
         None => 0,
     };
-    Some((id, cap, used))
+    // A cap larger than the GPU does not make it look larger.
+    Some((id, cap.min(real_total), used))
 }
 
 /// How a memory answer from the driver is to be rewritten.
