@@ -228,7 +228,10 @@ pub fn assess(f: &Facts) -> Vec<Finding> {
             if let Ok(driver) = &f.driver {
                 for d in &driver.devices {
                     match config.cap_for(&d.uuid, d.total_bytes) {
-                        Some(cap) => out.push(finding("cap", Level::Info, format!("GPU {} ({}, {}, {}): capped at {}.", d.index, d.name, d.uuid, format_bytes(d.total_bytes), format_bytes(cap)), None)),
+                        Some(cap) => {
+                            let note = if cap > d.total_bytes && d.total_bytes > 0 { ", more than the GPU has: programs are told its own size and the driver's limit applies" } else { "" };
+                            out.push(finding("cap", Level::Info, format!("GPU {} ({}, {}, {}): capped at {}{note}.", d.index, d.name, d.uuid, format_bytes(d.total_bytes), format_bytes(cap)), None))
+                        }
                         None => out.push(finding(
                             "cap",
                             Level::Warn,
@@ -687,7 +690,10 @@ mod tests {
         let all = assess(&f);
         let cap = all.iter().find(|x| x.check == "cap").unwrap();
         assert!(cap.message.contains("FGPU_LIMIT") && cap.message.contains("8 GiB on every GPU"), "{}", cap.message);
-        assert!(all.iter().any(|x| x.message.contains("capped at 8 GiB")));
+        assert!(all.iter().any(|x| x.message.contains("capped at 8 GiB.")));
+        let mut f = good_facts();
+        f.config = Ok(Config { env_limit: Some(parse_limit("200G").unwrap()), ..f.config.unwrap() });
+        assert!(assess(&f).iter().any(|x| x.message.contains("capped at 200 GiB, more than the GPU has")));
         assert!(all.iter().any(|x| x.message.contains("CUDA driver API 12.8")));
         assert!(all.iter().any(|x| x.message.contains("driver 570.1")));
     }
