@@ -6,13 +6,16 @@
 //! with made-up facts.
 
 use crate::cli::DoctorArgs;
+use crate::driver_probe::DriverProbe;
+#[cfg(test)]
+use crate::driver_probe::{LibraryProbe, ProbedDevice};
 use crate::elf::{self, ElfInfo};
 use crate::ledgers::{self, Origin};
 use crate::shimpath::{self, ShimError};
 use fgpu_core::config::{Config, ConfigError, LimitSource, CONFIG_PATH};
 use fgpu_core::ledger::{Ledger, LedgerError};
 use fgpu_core::limit::{format_bytes, Amount, LimitSpec};
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -43,33 +46,6 @@ pub struct Finding {
 
 fn finding(check: &'static str, level: Level, message: impl Into<String>, advice: Option<String>) -> Finding {
     Finding { check, level, message: message.into(), advice }
-}
-
-/// What `fgpu __driver-probe` reports (as JSON) about the driver libraries.
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
-pub struct DriverProbe {
-    pub cuda: LibraryProbe,
-    pub nvml: LibraryProbe,
-    pub devices: Vec<ProbedDevice>,
-}
-
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
-pub struct LibraryProbe {
-    pub loaded: bool,
-    pub error: Option<String>,
-    /// cuDriverGetVersion (e.g. 12080), or NVML's CUDA driver version.
-    pub cuda_version: Option<i32>,
-    /// nvmlSystemGetDriverVersion (e.g. "535.104.05").
-    pub driver_version: Option<String>,
-    pub device_count: Option<u32>,
-}
-
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
-pub struct ProbedDevice {
-    pub index: u32,
-    pub uuid: String,
-    pub name: String,
-    pub total_bytes: u64,
 }
 
 /// One library named in `LD_PRELOAD` or /etc/ld.so.preload.
@@ -400,7 +376,8 @@ fn trial_load(shim: &Path) -> Result<(), String> {
     }
 }
 
-/// Runs `fgpu __driver-probe` without the shim preloaded and reads its JSON.
+/// Runs `fgpu __driver-probe` without the shim in `LD_PRELOAD` and reads its JSON (a shim in
+/// /etc/ld.so.preload is loaded there too, and the probe goes around it: `driver_probe.rs`).
 fn probe_driver() -> Result<DriverProbe, String> {
     let exe = std::env::current_exe().map_err(|e| format!("cannot find the fgpu binary: {e}"))?;
     let out = Command::new(exe)
@@ -504,152 +481,6 @@ pub fn doctor(args: &DoctorArgs) -> i32 {
         }
     }
     i32::from(failed)
-}
-
-// ---------------------------------------------------------------- the driver probe (child)
-
-type CuFnI32 = unsafe extern "C" fn(*mut i32) -> u32;
-type CuInit = unsafe extern "C" fn(u32) -> u32;
-type NvmlInit = unsafe extern "C" fn() -> u32;
-type NvmlString = unsafe extern "C" fn(*mut libc::c_char, u32) -> u32;
-type NvmlCount = unsafe extern "C" fn(*mut u32) -> u32;
-type NvmlHandle = unsafe extern "C" fn(u32, *mut *mut libc::c_void) -> u32;
-type NvmlDevString = unsafe extern "C" fn(*mut libc::c_void, *mut libc::c_char, u32) -> u32;
-#[repr(C)]
-struct NvmlMemory {
-    total: u64,
-    free: u64,
-    used: u64,
-}
-type NvmlMemoryInfo = unsafe extern "C" fn(*mut libc::c_void, *mut NvmlMemory) -> u32;
-
-fn c_buffer_to_string(buf: &[libc::c_char]) -> String {
-    let bytes: Vec<u8> = buf.iter().take_while(|c| **c != 0).map(|c| *c as u8).collect();
-    String::from_utf8_lossy(&bytes).into_owned()
-}
-
-fn probe_cuda() -> LibraryProbe {
-    let mut p = LibraryProbe::default();
-    // SAFETY: loading the CUDA driver runs its initialisers, which is what any CUDA program does.
-    let lib = match unsafe { libloading::Library::new("libcuda.so.1") } {
-        Ok(lib) => lib,
-        Err(e) => {
-            p.error = Some(e.to_string());
-            return p;
-        }
-    };
-    p.loaded = true;
-    // SAFETY: the signatures are those of the CUDA driver API (cuda.h).
-    unsafe {
-        if let Ok(get_version) = lib.get::<CuFnI32>(b"cuDriverGetVersion\0") {
-            let mut v = 0;
-            if get_version(&mut v) == 0 {
-                p.cuda_version = Some(v);
-            }
-        }
-        match lib.get::<CuInit>(b"cuInit\0") {
-            Ok(init) => {
-                let rc = init(0);
-                if rc != 0 {
-                    p.error = Some(format!("cuInit failed with CUDA error {rc}{}", if rc == 100 { " (no CUDA-capable device)" } else { "" }));
-                } else if let Ok(count) = lib.get::<CuFnI32>(b"cuDeviceGetCount\0") {
-                    let mut n = 0;
-                    if count(&mut n) == 0 {
-                        p.device_count = Some(n.max(0) as u32);
-                    }
-                }
-            }
-            Err(e) => p.error = Some(format!("it has no cuInit: {e}")),
-        }
-    }
-    p
-}
-
-fn probe_nvml(devices: &mut Vec<ProbedDevice>) -> LibraryProbe {
-    let mut p = LibraryProbe::default();
-    // SAFETY: as for libcuda: loading NVML runs its initialisers.
-    let lib = match unsafe { libloading::Library::new("libnvidia-ml.so.1") } {
-        Ok(lib) => lib,
-        Err(e) => {
-            p.error = Some(e.to_string());
-            return p;
-        }
-    };
-    p.loaded = true;
-    // SAFETY: the signatures are those of NVML (nvml.h); buffers are sized as NVML documents.
-    unsafe {
-        let init = lib.get::<NvmlInit>(b"nvmlInit_v2\0").or_else(|_| lib.get::<NvmlInit>(b"nvmlInit\0"));
-        let Ok(init) = init else {
-            p.error = Some("it has no nvmlInit".into());
-            return p;
-        };
-        let rc = init();
-        if rc != 0 {
-            p.error = Some(format!("nvmlInit failed with NVML error {rc}"));
-            return p;
-        }
-        if let Ok(f) = lib.get::<NvmlString>(b"nvmlSystemGetDriverVersion\0") {
-            let mut buf = [0 as libc::c_char; 96];
-            if f(buf.as_mut_ptr(), buf.len() as u32) == 0 {
-                p.driver_version = Some(c_buffer_to_string(&buf));
-            }
-        }
-        if let Ok(f) = lib.get::<CuFnI32>(b"nvmlSystemGetCudaDriverVersion_v2\0").or_else(|_| lib.get::<CuFnI32>(b"nvmlSystemGetCudaDriverVersion\0")) {
-            let mut v = 0;
-            if f(&mut v) == 0 {
-                p.cuda_version = Some(v);
-            }
-        }
-        let count = lib.get::<NvmlCount>(b"nvmlDeviceGetCount_v2\0").or_else(|_| lib.get::<NvmlCount>(b"nvmlDeviceGetCount\0"));
-        if let Ok(count) = count {
-            let mut n = 0;
-            if count(&mut n) == 0 {
-                p.device_count = Some(n);
-                let handle = lib.get::<NvmlHandle>(b"nvmlDeviceGetHandleByIndex_v2\0");
-                let uuid = lib.get::<NvmlDevString>(b"nvmlDeviceGetUUID\0");
-                let name = lib.get::<NvmlDevString>(b"nvmlDeviceGetName\0");
-                let memory = lib.get::<NvmlMemoryInfo>(b"nvmlDeviceGetMemoryInfo\0");
-                if let (Ok(handle), Ok(uuid)) = (handle, uuid) {
-                    for index in 0..n.min(64) {
-                        let mut dev = std::ptr::null_mut();
-                        if handle(index, &mut dev) != 0 {
-                            continue;
-                        }
-                        let mut d = ProbedDevice { index, ..Default::default() };
-                        let mut buf = [0 as libc::c_char; 96];
-                        if uuid(dev, buf.as_mut_ptr(), buf.len() as u32) == 0 {
-                            d.uuid = c_buffer_to_string(&buf);
-                        }
-                        if let Ok(name) = &name {
-                            let mut buf = [0 as libc::c_char; 96];
-                            if name(dev, buf.as_mut_ptr(), buf.len() as u32) == 0 {
-                                d.name = c_buffer_to_string(&buf);
-                            }
-                        }
-                        if let Ok(memory) = &memory {
-                            let mut m = NvmlMemory { total: 0, free: 0, used: 0 };
-                            if memory(dev, &mut m) == 0 {
-                                d.total_bytes = m.total;
-                            }
-                        }
-                        devices.push(d);
-                    }
-                }
-            }
-        }
-        if let Ok(shutdown) = lib.get::<NvmlInit>(b"nvmlShutdown\0") {
-            shutdown();
-        }
-    }
-    p
-}
-
-/// `fgpu __driver-probe`: prints a [`DriverProbe`] as JSON.
-pub fn driver_probe_main() -> i32 {
-    let mut probe = DriverProbe { cuda: probe_cuda(), ..Default::default() };
-    probe.nvml = probe_nvml(&mut probe.devices);
-    println!("{}", serde_json::to_string(&probe).expect("probe serialises"));
-    0
 }
 
 #[cfg(test)]

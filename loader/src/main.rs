@@ -3,6 +3,7 @@
 
 mod cli;
 mod doctor;
+mod driver_probe;
 mod elf;
 mod exporter;
 mod ledgers;
@@ -34,7 +35,7 @@ fn main() {
             clap_complete::generate(args.shell, &mut Cli::command(), "fgpu", &mut std::io::stdout());
             0
         }
-        Command::DriverProbe => doctor::driver_probe_main(),
+        Command::DriverProbe => driver_probe::main(),
     };
     std::process::exit(code);
 }

@@ -565,13 +565,23 @@ fn doctor_reads_the_config_file_and_ld_so_preload() {
     let fgpu_cmd = format!("TMPDIR={} {} doctor --json", env.dir.display(), fgpu_bin().display());
     let shim = shim_path().display().to_string();
     // The shim preloaded for everything through /etc/ld.so.preload, the cap from the file.
-    let Some(cmd) = env.with_private_etc(&format!("mkdir -p /etc/fgpu; printf 'limit = 3G\\n' > /etc/fgpu/fgpu.conf; chmod 644 /etc/fgpu/fgpu.conf; echo {shim} > /etc/ld.so.preload; {fgpu_cmd}")) else { return };
+    let file_ledger = env.dir.join("file-ledger");
+    let Some(cmd) = env.with_private_etc(&format!(
+        "mkdir -p /etc/fgpu; printf 'limit = 3G\\nledger = {}\\n' > /etc/fgpu/fgpu.conf; chmod 644 /etc/fgpu/fgpu.conf; echo {shim} > /etc/ld.so.preload; {fgpu_cmd}",
+        file_ledger.display()
+    )) else {
+        return;
+    };
     let run = cmd.run();
     let value = json(&run);
     assert_eq!(value["cap_applies"], true, "{run}");
     assert_finding(&run, &value, "preload", "ok", "for every program on this system (through /etc/ld.so.preload)");
     assert_finding(&run, &value, "cap", "ok", "from /etc/fgpu/fgpu.conf: 3 GiB on every GPU");
-    assert_finding(&run, &value, "cap", "info", "capped at 3 GiB");
+    // The driver probe goes around the preloaded shim: it sees the GPU's own 80 GiB, not
+    // the cap, and no ledger is created by the doctor's look.
+    assert_finding(&run, &value, "cap", "info", "80 GiB): capped at 3 GiB");
+    assert_finding(&run, &value, "ledger", "ok", "does not exist yet");
+    assert!(!file_ledger.exists(), "the doctor created the ledger: its probe went through the shim\n{run}");
 
     // Both: the smaller applies, and the doctor says so.
     let cmd = env.with_private_etc(&format!("mkdir -p /etc/fgpu; echo 'limit = 3G' > /etc/fgpu/fgpu.conf; echo {shim} > /etc/ld.so.preload; FGPU_LIMIT=1G {fgpu_cmd}")).unwrap();
