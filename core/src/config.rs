@@ -18,7 +18,7 @@
 //!
 //! Reading is split from the OS ([`Sources`]) so the rules are unit-tested.
 
-use crate::limit::{parse_limit, LimitError, LimitSpec};
+use crate::limit::{parse_limit, AmbiguousKey, LimitError, LimitSpec};
 use crate::log::Level;
 use std::path::PathBuf;
 use thiserror::Error;
@@ -45,6 +45,10 @@ pub enum ConfigError {
     Untrusted { path: String },
     #[error("{path} cannot be read: {reason}")]
     Unreadable { path: String, reason: String },
+    #[error("{source_name}: device key {key:?} is ambiguous: it matches {} GPUs ({}); give enough of the UUID to name one", matches.len(), matches.join(", "))]
+    AmbiguousKey { source_name: String, key: String, matches: Vec<String> },
+    #[error("{source_name}: device key {key:?} is a UUID prefix, and the GPUs cannot be listed to check that it names only one ({reason}); give the whole UUID")]
+    UncheckedKey { source_name: String, key: String, reason: String },
 }
 
 /// Which source set the cap that applies.
@@ -91,6 +95,34 @@ impl Config {
             (Some(f), Some(e)) => Some(f.min(e)),
             (f, e) => f.or(e),
         }
+    }
+
+    /// Checks that no device key of either limit is ambiguous among `devices`: the UUIDs of
+    /// every GPU and MIG instance the machine lists (NVML's list, not the devices this process
+    /// sees: two processes with different `CUDA_VISIBLE_DEVICES` must read a key alike).
+    /// `devices` is only called when some key is a prefix; its error says why the list
+    /// cannot be had, and makes such a key an error too.
+    pub fn check_device_keys(&self, devices: impl FnOnce() -> Result<Vec<String>, String>) -> Result<(), ConfigError> {
+        let limits = [(&self.file_limit, CONFIG_PATH), (&self.env_limit, ENV_LIMIT)];
+        let with_prefixes: Vec<(&LimitSpec, &str)> =
+            limits.iter().filter_map(|(spec, name)| spec.as_ref().map(|s| (s, *name))).filter(|(s, _)| s.has_prefix_keys()).collect();
+        if with_prefixes.is_empty() {
+            return Ok(());
+        }
+        let uuids = match devices() {
+            Ok(uuids) => uuids,
+            Err(reason) => {
+                let (spec, name) = with_prefixes[0];
+                let key = spec.first_prefix_key().unwrap_or_default().to_string();
+                return Err(ConfigError::UncheckedKey { source_name: name.to_string(), key, reason });
+            }
+        };
+        for (spec, name) in with_prefixes {
+            if let Some(AmbiguousKey { key, matches }) = spec.ambiguous_key(&uuids) {
+                return Err(ConfigError::AmbiguousKey { source_name: name.to_string(), key, matches });
+            }
+        }
+        Ok(())
     }
 
     /// Reads the real file and environment of this process, and prints each of
@@ -348,6 +380,28 @@ mod tests {
         assert_eq!(config.cap_for("GPU-1", 80 * GIB), Some(4 * GIB));
         assert_eq!(config.ledger, PathBuf::from("/b"));
         assert_eq!(load(&[], file).unwrap().log, Level::Debug);
+    }
+
+    #[test]
+    fn an_ambiguous_device_key_is_an_error_naming_it_and_its_gpus() {
+        let gpus = || Ok(vec!["GPU-f350df69-dd23-9511-0000-000000000001".to_string(), "GPU-fb306127-4b39-44e9-0000-000000000004".to_string()]);
+        let config = load(&[(ENV_LIMIT, "GPU-f=2G")], None).unwrap();
+        let err = config.check_device_keys(gpus).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            r#"FGPU_LIMIT: device key "GPU-f" is ambiguous: it matches 2 GPUs (GPU-f350df69-dd23-9511-0000-000000000001, GPU-fb306127-4b39-44e9-0000-000000000004); give enough of the UUID to name one"#
+        );
+        assert_eq!(load(&[(ENV_LIMIT, "GPU-f3=2G")], None).unwrap().check_device_keys(gpus), Ok(()));
+        // In the file: named by the file.
+        let config = load(&[], Some(("limit = GPU-f=2G", true))).unwrap();
+        assert!(config.check_device_keys(gpus).unwrap_err().to_string().starts_with("/etc/fgpu/fgpu.conf: device key \"GPU-f\""));
+        // The list is asked for only when a key is a prefix, and a prefix that cannot be
+        // checked is an error too.
+        let never = || -> Result<Vec<String>, String> { panic!("no list needed") };
+        load(&[(ENV_LIMIT, "8G")], None).unwrap().check_device_keys(never).unwrap();
+        load(&[(ENV_LIMIT, "GPU-f350df69-dd23-9511-0000-000000000001=2G")], None).unwrap().check_device_keys(never).unwrap();
+        let err = load(&[(ENV_LIMIT, "GPU-f3=2G,*=1G")], None).unwrap().check_device_keys(|| Err("NVML cannot be loaded".into())).unwrap_err();
+        assert!(matches!(&err, ConfigError::UncheckedKey { key, .. } if key == "GPU-f3"), "{err}");
     }
 
     #[test]

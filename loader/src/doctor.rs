@@ -93,7 +93,7 @@ fn describe_amount(a: Amount) -> String {
 
 /// "8 GiB on every GPU", "16 GiB on gpu-1a2b, 4 GiB on every other GPU".
 pub fn describe_spec(spec: &LimitSpec) -> String {
-    let mut parts: Vec<String> = spec.per_device.iter().map(|(k, a)| format!("{} on GPU-{}", describe_amount(*a), k.trim_start_matches("gpu-"))).collect();
+    let mut parts: Vec<String> = spec.per_device.iter().zip(&spec.keys).map(|((_, a), key)| format!("{} on {key}", describe_amount(*a))).collect();
     if let Some(d) = spec.default {
         parts.push(format!("{} on every {}GPU", describe_amount(d), if spec.per_device.is_empty() { "" } else { "other " }));
     }
@@ -167,13 +167,22 @@ pub fn assess(f: &Facts) -> Vec<Finding> {
         ));
     }
 
-    // 3. Which cap applies.
-    if let Ok(config) = &f.config {
+    // 3. Which cap applies. A device key is checked as the shim checks it: against every
+    // GPU NVML lists (the probe's list).
+    let config = f.config.clone().and_then(|config| {
+        config.check_device_keys(|| match &f.driver {
+            Ok(d) if d.nvml.loaded && d.nvml.error.is_none() => Ok(d.devices.iter().map(|d| d.uuid.clone()).collect()),
+            Ok(d) => Err(d.nvml.error.clone().unwrap_or_else(|| "NVML cannot be loaded".into())),
+            Err(e) => Err(e.clone()),
+        })?;
+        Ok(config)
+    });
+    if let Ok(config) = &config {
         for warning in &config.warnings {
             out.push(finding("cap", Level::Warn, format!("{warning}. The cap is not affected."), Some("Set FGPU_LOG (or `log` in the file) to quiet, error, warn, info or debug.".into())));
         }
     }
-    match &f.config {
+    match &config {
         Err(e) => out.push(finding("cap", Level::Fail, format!("The cap is not valid, so none applies: {e}"), Some(config_advice(e)))),
         Ok(config) if !config.is_capped() => out.push(finding(
             "cap",
@@ -323,6 +332,7 @@ fn config_advice(e: &ConfigError) -> String {
     match e {
         ConfigError::BadLimitEnv { .. } => "Set FGPU_LIMIT to a size such as 8G, a percentage such as 50%, or GPU-<uuid>=8G,*=4G.".into(),
         ConfigError::Untrusted { .. } => format!("chown root:root {CONFIG_PATH} && chmod 644 {CONFIG_PATH}"),
+        ConfigError::AmbiguousKey { .. } | ConfigError::UncheckedKey { .. } => "Give more of the GPU's UUID (`nvidia-smi -L` lists them), enough to name one GPU.".into(),
         _ => format!("Correct {CONFIG_PATH} (lines `limit = 8G`, `ledger = PATH`, `log = warn`)."),
     }
 }
@@ -606,6 +616,21 @@ mod tests {
         }
         assert!(fails(&f).is_empty(), "{:?}", fails(&f));
         assert!(assess(&f).iter().any(|x| x.level == Level::Warn && x.check == "cap" && x.message.contains("FGPU_LOG=\"bogus\"")));
+    }
+
+    #[test]
+    fn an_ambiguous_device_key_fails_as_in_the_shim() {
+        let mut f = good_facts();
+        if let Ok(d) = &mut f.driver {
+            d.devices.push(ProbedDevice { index: 1, uuid: "GPU-12345678-1111-0000-0000-000000000000".into(), name: "H100".into(), total_bytes: 80 << 30 });
+        }
+        f.config = Ok(Config { env_limit: Some(parse_limit("GPU-1234=2G").unwrap()), ..f.config.unwrap() });
+        assert!(fails(&f).iter().any(|(c, m)| *c == "cap" && m.contains("\"GPU-1234\" is ambiguous") && m.contains("GPU-12345678-1111")), "{:?}", fails(&f));
+        f.config = Ok(Config { env_limit: Some(parse_limit("GPU-12345678-1=2G").unwrap()), ..f.config.unwrap() });
+        assert!(fails(&f).is_empty(), "{:?}", fails(&f));
+        // Without NVML the prefix cannot be checked: the shim refuses it, so does the doctor.
+        f.driver = Ok(DriverProbe { nvml: LibraryProbe { error: Some("libnvidia-ml.so.1: cannot open shared object file".into()), ..Default::default() }, ..Default::default() });
+        assert!(fails(&f).iter().any(|(c, m)| *c == "cap" && m.contains("cannot be listed")), "{:?}", fails(&f));
     }
 
     #[test]

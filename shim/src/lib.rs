@@ -6,6 +6,7 @@
 //!   memory info, NVML).
 //! * [`real`]: finds the real driver functions without going through our own hooks.
 //! * [`state`]: this process's configuration, ledger slot and devices.
+//! * [`config`]: the configuration as the shim takes it (device keys checked against NVML).
 //! * [`allocs`]: its live allocations, found again at free time without a lock.
 //! * [`abi`]: the C types of CUDA and NVML.
 //!
@@ -23,6 +24,7 @@
 
 pub mod abi;
 pub mod allocs;
+pub mod config;
 pub mod hooks;
 pub mod real;
 pub mod state;
