@@ -228,6 +228,19 @@ pub struct ExporterArgs {
     pub listen: SocketAddr,
 }
 
+/// The grammar completion scripts are made from: the visible subcommands only, so no shell
+/// offers the internal ones. (clap's generators list hidden subcommands, and a `Command`
+/// cannot drop one, so the root is built anew around the visible ones; the root has no
+/// arguments of its own to carry over, which a unit test checks.)
+pub fn completion_command() -> clap::Command {
+    use clap::CommandFactory;
+    let full = Cli::command();
+    full.get_subcommands()
+        .filter(|sub| !sub.is_hide_set())
+        .cloned()
+        .fold(clap::Command::new("fgpu").version(env!("CARGO_PKG_VERSION")).propagate_version(true).subcommand_required(true), |root, sub| root.subcommand(sub))
+}
+
 /// Print a shell completion script.
 #[derive(Debug, Args)]
 #[command(after_help = "\
@@ -309,6 +322,27 @@ mod tests {
         assert!(parse(&["run", "--", "true"]).is_err());
         assert!(parse(&["run", "--limit", "8G"]).is_err());
         assert!(parse(&["run", "--device", "GPU-1a=1G", "--", "true"]).is_ok());
+    }
+
+    #[test]
+    fn completions_offer_every_visible_subcommand_and_no_hidden_one() {
+        assert_eq!(Cli::command().get_arguments().count(), 0, "completion_command() carries no root arguments over");
+        let full = Cli::command();
+        let hidden: Vec<&str> = full.get_subcommands().filter(|s| s.is_hide_set()).map(|s| s.get_name()).collect();
+        assert!(hidden.contains(&"__driver-probe"), "{hidden:?}");
+        for shell in [clap_complete::Shell::Bash, clap_complete::Shell::Zsh, clap_complete::Shell::Fish, clap_complete::Shell::Elvish, clap_complete::Shell::PowerShell] {
+            let mut out = Vec::new();
+            clap_complete::generate(shell, &mut completion_command(), "fgpu", &mut out);
+            let script = String::from_utf8(out).unwrap();
+            for name in &hidden {
+                assert!(!script.contains(name), "{shell} completions offer {name}");
+            }
+            for sub in full.get_subcommands().filter(|s| !s.is_hide_set()) {
+                assert!(script.contains(sub.get_name()), "{shell} completions lack {}", sub.get_name());
+            }
+            let limit = if shell == clap_complete::Shell::Fish { "-l limit" } else { "--limit" };
+            assert!(script.contains(limit), "{shell}: subcommand options are kept");
+        }
     }
 
     #[test]

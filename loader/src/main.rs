@@ -14,7 +14,7 @@ mod signals;
 mod status;
 mod top;
 
-use clap::{CommandFactory, Parser};
+use clap::Parser;
 use cli::{Cli, Command};
 
 fn main() {
@@ -32,7 +32,7 @@ fn main() {
         Command::Doctor(args) => doctor::doctor(&args),
         Command::Exporter(args) => exporter::exporter(&args),
         Command::Completions(args) => {
-            clap_complete::generate(args.shell, &mut Cli::command(), "fgpu", &mut std::io::stdout());
+            clap_complete::generate(args.shell, &mut cli::completion_command(), "fgpu", &mut std::io::stdout());
             0
         }
         Command::DriverProbe => driver_probe::main(),

@@ -798,6 +798,7 @@ fn every_command_has_help_with_examples_and_completions_exist() {
     for shell in ["bash", "zsh", "fish"] {
         let run = fgpu(&env).args(["completions", shell]).success();
         assert!(run.stdout().contains("exporter"), "{shell} completions\n{run}");
+        assert!(!run.stdout().contains("__driver-probe"), "{shell} completions offer a hidden subcommand\n{run}");
     }
     if tool("bash") {
         let script = env.dir.join("fgpu.bash");
