@@ -48,8 +48,9 @@ Examples:
 
 The command and every process it starts share one cap: each `fgpu run` gets a fresh
 ledger of its own (a private directory under $XDG_RUNTIME_DIR or $TMPDIR), removed when
-the command ends, or kept with a message while processes it started still run; --ledger
-names a shared one instead.
+the command ends, or kept with a message while processes it started still run (a later
+fgpu run removes it once they are gone, as it removes those of runs killed with SIGKILL);
+--ledger names a shared one instead.
 libfgpu.so is looked for next to fgpu, in ../lib/fgpu and ../lib relative to it, in
 /usr/local/lib/fgpu and /usr/lib/fgpu; FGPU_SHIM=PATH overrides the search.
 

@@ -98,6 +98,44 @@ fn two_runs_have_independent_caps_and_a_named_ledger_is_shared() {
     assert!(shared.exists(), "a ledger named with --ledger is kept");
 }
 
+/// The children of `pid` (from /proc).
+fn children(pid: u32) -> Vec<u32> {
+    std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default().split_whitespace().filter_map(|c| c.parse().ok()).collect()
+}
+
+#[test]
+fn the_directory_of_a_run_killed_with_sigkill_is_swept_by_the_next_run_once_unused() {
+    let env = Env::new("cli-run-sweep").context_overhead("100M");
+    let mut killed = fgpu(&env).args(["run", "--limit", "1G", "--", &cuclient(), "init", "primary", "alloc", "100M", "hold"]).spawn();
+    killed.wait_for("holding");
+    let left = private_dirs_left(&env);
+    assert_eq!(left.len(), 1);
+    // While its fgpu run lives, another run leaves it alone.
+    fgpu(&env).args(["run", "--limit", "1G", "--", "true"]).success();
+    assert_eq!(private_dirs_left(&env), left, "a live run's directory is kept");
+    // fgpu is killed with SIGKILL; its command goes on holding memory under the cap.
+    let command = children(killed.pid());
+    assert_eq!(command.len(), 1, "fgpu run's one child is the command");
+    // (Not Background::kill: waiting would close the pipe the command holds on.)
+    // SAFETY: signalling the fgpu process this test started.
+    unsafe { libc::kill(killed.pid() as i32, libc::SIGKILL) };
+    eventually("fgpu is dead", Duration::from_secs(10), || gone(killed.pid()));
+    fgpu(&env).args(["run", "--limit", "1G", "--", "true"]).success();
+    assert_eq!(private_dirs_left(&env), left, "the ledger is still used by the command: kept");
+    // Once the command is gone too, the next run sweeps the directory.
+    // SAFETY: signalling the command this test started (through fgpu run).
+    unsafe { libc::kill(command[0] as i32, libc::SIGKILL) };
+    eventually("the command is gone", Duration::from_secs(10), || gone(command[0]));
+    let run = fgpu(&env).args(["run", "--limit", "1G", "--", "true"]).success();
+    assert!(private_dirs_left(&env).is_empty(), "the stale directory is swept\n{run}");
+    drop(killed);
+}
+
+/// Whether a process has exited (a zombie not yet reaped has: its files are closed).
+fn gone(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).map(|s| s.contains(") Z ")).unwrap_or(true)
+}
+
 #[test]
 fn run_passes_exit_status_and_signals_through() {
     let env = Env::new("cli-run-exit");
