@@ -11,6 +11,7 @@ mod report;
 mod run;
 mod shimpath;
 mod signals;
+mod sim_env;
 mod status;
 mod top;
 
@@ -36,6 +37,7 @@ fn main() {
             0
         }
         Command::DriverProbe => driver_probe::main(),
+        Command::SimEnv(args) => sim_env::sim_env(&args),
     };
     std::process::exit(code);
 }

@@ -846,3 +846,49 @@ fn every_command_has_help_with_examples_and_completions_exist() {
     let run = fgpu(&env).args(["status", "--all", "--ledger", "x"]).run();
     assert_eq!(run.output.status.code(), Some(2), "{run}");
 }
+
+// ------------------------------------------------------------------------------ fgpu sim-env
+
+/// A plain shell with nothing of the simulator set: `fgpu sim-env` alone makes the
+/// simulated driver usable, for a C client and for `fgpu run`.
+#[test]
+fn sim_env_sets_up_the_simulated_driver_for_a_plain_shell() {
+    let env = Env::new("cli-sim-env");
+    let dir = env.dir.join("sim");
+    let plain = |script: &str| {
+        let mut sh = Command::new("sh");
+        sh.args(["-c", script]).current_dir(&env.dir).env("TMPDIR", &env.dir);
+        for var in ["LD_LIBRARY_PATH", "LD_PRELOAD", "FGPU_LIMIT", "FGPU_LEDGER", "FGPU_SIM_STATE", "FGPU_SIM_MEMORY", "FGPU_SIM_DEVICES", "FGPU_SIM_CONTEXT_OVERHEAD", "FGPU_SIM_DRIVER_VERSION", "FGPU_SHIM", "XDG_RUNTIME_DIR"] {
+            sh.env_remove(var);
+        }
+        Cmd(sh)
+    };
+    let fgpu_path = fgpu_bin().display().to_string();
+    let script = format!(
+        "eval \"$({f} sim-env {d} --devices 2 --memory 16G)\" || exit 9; C={c}; $C init device 1 primary info; {f} run --limit 4G -- $C init primary info",
+        f = fgpu_path,
+        d = dir.display(),
+        c = cuclient()
+    );
+    let run = plain(&script).success();
+    let totals: Vec<String> = run.lines("info").iter().map(|l| field(l, "total").unwrap()).collect();
+    assert_eq!(totals, vec![(16 * GIB).to_string(), (4 * GIB).to_string()], "GPU 1 of two 16 GiB GPUs, then a 4 GiB cap\n{run}");
+    for (name, built) in [("libcuda.so.1", "libfgpu_sim_cuda.so"), ("libcuda.so", "libfgpu_sim_cuda.so"), ("libnvidia-ml.so.1", "libfgpu_sim_nvml.so")] {
+        let target = std::fs::read_link(dir.join("lib").join(name)).unwrap();
+        assert_eq!(target, std::fs::canonicalize(release_dir().join(built)).unwrap(), "{name}");
+    }
+    assert!(dir.join("sim-state").exists(), "the state file is the one it exported");
+
+    // --dry-run makes nothing, and what it prints makes the same layout.
+    let other = env.dir.join("dry");
+    let dry = Cmd(Command::new(fgpu_bin())).arg("sim-env").arg(&other).arg("--dry-run").success();
+    assert!(!other.exists(), "{dry}");
+    let run = plain(&format!("{} && {} init primary info", dry.stdout().trim_end().replace('\n', " && "), cuclient())).success();
+    assert_eq!(run.field("info", "total"), (80 * GIB).to_string(), "{run}");
+    assert!(std::fs::read_link(other.join("lib/libnvidia-ml.so.1")).is_ok());
+
+    // Libraries that are not there: one line saying how to build them.
+    let run = Cmd(Command::new(fgpu_bin())).arg("sim-env").arg(env.dir.join("x")).args(["--libs", "/nonexistent"]).run();
+    assert_eq!(run.output.status.code(), Some(1), "{run}");
+    assert!(run.stderr().contains("/nonexistent/libfgpu_sim_cuda.so is missing") && run.stderr().contains("cargo build --release"), "{run}");
+}
