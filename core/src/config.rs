@@ -143,11 +143,14 @@ impl Config {
             log: Level::Warn,
             warnings: Vec::new(),
         };
+        // Log levels that are not one, worded once every source is read (a later line or
+        // FGPU_LOG may still set the level that applies).
+        let mut bad_logs = Vec::new();
         if let Some(file) = sources.config_file()? {
             if !file.trusted {
                 return Err(ConfigError::Untrusted { path: file.path });
             }
-            apply_file(&mut config, &file.path, &file.text)?;
+            apply_file(&mut config, &file.path, &file.text, &mut bad_logs)?;
         }
         if let Some(value) = sources.env(ENV_LIMIT) {
             let spec = parse_limit(&value).map_err(|reason| ConfigError::BadLimitEnv {
@@ -168,12 +171,11 @@ impl Config {
             match parse_log_level(&value) {
                 LogValue::Level(level) => config.log = level,
                 LogValue::Empty => {}
-                LogValue::Bad => config.warnings.push(format!("{ENV_LOG}={value:?}")),
+                LogValue::Bad => bad_logs.push(format!("{ENV_LOG}={value:?}")),
             }
         }
-        // Every warning so far names a log level that is not one; say which level applies.
         let level = config.log;
-        config.warnings = config.warnings.iter().map(|what| bad_log_warning(what, level)).collect();
+        config.warnings.extend(bad_logs.iter().map(|what| bad_log_warning(what, level)));
         Ok(config)
     }
 }
@@ -196,7 +198,7 @@ fn bad_log_warning(what: &str, level: Level) -> String {
     format!("{what} is not a log level (quiet, error, warn, info, debug); ignored, logging at {}", level.name())
 }
 
-fn apply_file(config: &mut Config, path: &str, text: &str) -> Result<(), ConfigError> {
+fn apply_file(config: &mut Config, path: &str, text: &str, bad_logs: &mut Vec<String>) -> Result<(), ConfigError> {
     for (index, raw) in text.lines().enumerate() {
         let line = raw.split('#').next().unwrap_or("").trim();
         if line.is_empty() {
@@ -219,9 +221,7 @@ fn apply_file(config: &mut Config, path: &str, text: &str) -> Result<(), ConfigE
             "log" => match parse_log_level(value) {
                 LogValue::Level(level) => config.log = level,
                 LogValue::Empty => {}
-                // Worded once every source is read (`from_sources`): a later line or
-                // FGPU_LOG may still set the level that applies.
-                LogValue::Bad => config.warnings.push(format!("{path}:{}: log = {value:?}", index + 1)),
+                LogValue::Bad => bad_logs.push(format!("{path}:{}: log = {value:?}", index + 1)),
             },
             _ => return Err(bad_line()),
         }
