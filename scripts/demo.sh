@@ -20,11 +20,8 @@ if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
     nvidia-smi -L
 else
     say "No NVIDIA GPU on this machine: using fgpu's simulated driver (one 80 GiB GPU)"
-    mkdir -p "$work/driver"
-    ln -s "$root/target/release/libfgpu_sim_cuda.so" "$work/driver/libcuda.so.1"
-    ln -s "$root/target/release/libfgpu_sim_nvml.so" "$work/driver/libnvidia-ml.so.1"
-    export LD_LIBRARY_PATH=$work/driver${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-    export FGPU_SIM_STATE=$work/sim-state FGPU_SIM_MEMORY=80G FGPU_SIM_CONTEXT_OVERHEAD=300M
+    echo "\$ eval \"\$(fgpu sim-env $work/sim --memory 80G --context-overhead 300M)\""
+    eval "$("$fgpu" sim-env "$work/sim" --memory 80G --context-overhead 300M)"
 fi
 client=$work/cuclient
 cc -O1 -o "$client" tests/clients/cuclient.c -ldl -lpthread

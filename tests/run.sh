@@ -40,7 +40,9 @@ pkgs=()
 command -v cc >/dev/null || pkgs+=(gcc libc6-dev)
 command -v tmux >/dev/null || pkgs+=(tmux)
 command -v promtool >/dev/null || pkgs+=(prometheus)
+# unshare and setpriv: the namespace, private /etc and other-user tests (run as root).
 command -v unshare >/dev/null || pkgs+=(util-linux)
+command -v setpriv >/dev/null || pkgs+=(util-linux)
 command -v objdump >/dev/null || pkgs+=(binutils)
 if [ ${#pkgs[@]} -gt 0 ]; then
     if [ "$(id -u)" -eq 0 ]; then
@@ -53,6 +55,12 @@ if [ ${#pkgs[@]} -gt 0 ]; then
         echo "missing ${pkgs[*]}: install them or run as root"
         exit 1
     fi
+fi
+# Under CI=true a test whose prerequisite (root, tmux, promtool, unshare, setpriv) is missing
+# fails instead of skipping (tests/support: prerequisite); CI runs this as root.
+if [ -n "${CI:-}" ] && [ "$(id -u)" -ne 0 ]; then
+    echo "CI is set but this is not root: the namespace and /etc tests need root"
+    exit 1
 fi
 
 step "python clients (.venv: pynvml, gpustat, nvitop, cuda-bindings, jsonschema, PyYAML)"
@@ -82,6 +90,8 @@ fi
 
 step "build"
 cargo build --release --workspace --all-targets || exit 1
+# The shim with its crash points, for the crash-window tests (never shipped; docs/reliability.md).
+cargo build --release -p fgpu-shim --features crash-points --target-dir target/crash || exit 1
 
 suite "cargo test (unit + integration against the simulated driver)" cargo test --release --workspace --no-fail-fast
 if [ "${FGPU_SKIP_IMAGES:-0}" != 1 ]; then

@@ -8,11 +8,17 @@
 //! 2. The environment: `FGPU_LIMIT`, `FGPU_LEDGER`, `FGPU_LOG`. `FGPU_LIMIT` can lower the
 //!    file's cap, never raise it: per device the smaller of the two applies. When the file
 //!    sets a limit, `FGPU_LEDGER` is ignored: the file (or the default) names the ledger, so
-//!    no process can leave the container's shared cap for a ledger of its own.
+//!    no process can leave the container's shared cap for a ledger of its own. `FGPU_LOG`
+//!    replaces the file's `log`.
+//!
+//! What decides what is granted (a limit, the ledger, the file itself) fails closed when it
+//! cannot be read. A log level does not decide anything: one that is not a level is ignored
+//! with a warning ([`Config::warnings`]), an empty one silently, and the level that applies
+//! without it is used. A key repeated in the file takes its last value.
 //!
 //! Reading is split from the OS ([`Sources`]) so the rules are unit-tested.
 
-use crate::limit::{parse_limit, LimitError, LimitSpec};
+use crate::limit::{parse_limit, AmbiguousKey, LimitError, LimitSpec};
 use crate::log::Level;
 use std::path::PathBuf;
 use thiserror::Error;
@@ -76,8 +82,10 @@ pub enum ConfigError {
     Untrusted { path: String },
     #[error("{path} cannot be read: {reason}")]
     Unreadable { path: String, reason: String },
-    #[error("{var}={value:?} is not a log level (quiet, error, warn, info, debug)")]
-    BadLogLevel { var: String, value: String },
+    #[error("{source_name}: device key {key:?} is ambiguous: it matches {} GPUs ({}); give enough of the UUID to name one", matches.len(), matches.join(", "))]
+    AmbiguousKey { source_name: String, key: String, matches: Vec<String> },
+    #[error("{source_name}: device key {key:?} is a UUID prefix, and the GPUs cannot be listed to check that it names only one ({reason}); give the whole UUID")]
+    UncheckedKey { source_name: String, key: String, reason: String },
 }
 
 /// Which source set the cap that applies.
@@ -99,6 +107,9 @@ pub struct Config {
     pub ledger: PathBuf,
     pub ledger_origin: LedgerOrigin,
     pub log: Level,
+    /// What was ignored and why, one line each (a log level that is not one). Never
+    /// anything that changes what is granted.
+    pub warnings: Vec<String>,
 }
 
 impl Config {
@@ -126,9 +137,42 @@ impl Config {
         }
     }
 
-    /// Reads the real file and environment of this process.
+    /// Checks that no device key of either limit is ambiguous among `devices`: the UUIDs of
+    /// every GPU and MIG instance the machine lists (NVML's list, not the devices this process
+    /// sees: two processes with different `CUDA_VISIBLE_DEVICES` must read a key alike).
+    /// `devices` is only called when some key is a prefix; its error says why the list
+    /// cannot be had, and makes such a key an error too.
+    pub fn check_device_keys(&self, devices: impl FnOnce() -> Result<Vec<String>, String>) -> Result<(), ConfigError> {
+        let limits = [(&self.file_limit, CONFIG_PATH), (&self.env_limit, ENV_LIMIT)];
+        let with_prefixes: Vec<(&LimitSpec, &str)> =
+            limits.iter().filter_map(|(spec, name)| spec.as_ref().map(|s| (s, *name))).filter(|(s, _)| s.has_prefix_keys()).collect();
+        if with_prefixes.is_empty() {
+            return Ok(());
+        }
+        let uuids = match devices() {
+            Ok(uuids) => uuids,
+            Err(reason) => {
+                let (spec, name) = with_prefixes[0];
+                let key = spec.first_prefix_key().unwrap_or_default().to_string();
+                return Err(ConfigError::UncheckedKey { source_name: name.to_string(), key, reason });
+            }
+        };
+        for (spec, name) in with_prefixes {
+            if let Some(AmbiguousKey { key, matches }) = spec.ambiguous_key(&uuids) {
+                return Err(ConfigError::AmbiguousKey { source_name: name.to_string(), key, matches });
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads the real file and environment of this process, and prints each of
+    /// [`Config::warnings`] once on stderr unless the level in effect is below `warn`.
     pub fn load() -> Result<Config, ConfigError> {
-        Config::from_sources(&OsSources)
+        let config = Config::from_sources(&OsSources)?;
+        for warning in &config.warnings {
+            crate::log::emit_under(config.log, Level::Warn, format_args!("{warning}"));
+        }
+        Ok(config)
     }
 
     pub fn from_sources(sources: &dyn Sources) -> Result<Config, ConfigError> {
@@ -138,12 +182,16 @@ impl Config {
             ledger: default_ledger(sources.euid()),
             ledger_origin: LedgerOrigin::Default,
             log: Level::Warn,
+            warnings: Vec::new(),
         };
+        // Log levels that are not one, worded once every source is read (a later line or
+        // FGPU_LOG may still set the level that applies).
+        let mut bad_logs = Vec::new();
         if let Some(file) = sources.config_file()? {
             if !file.trusted {
                 return Err(ConfigError::Untrusted { path: file.path });
             }
-            apply_file(&mut config, &file.path, &file.text)?;
+            apply_file(&mut config, &file.path, &file.text, &mut bad_logs)?;
         }
         if let Some(value) = sources.env(ENV_LIMIT) {
             let spec = parse_limit(&value).map_err(|reason| ConfigError::BadLimitEnv {
@@ -162,15 +210,37 @@ impl Config {
             }
         }
         if let Some(value) = sources.env(ENV_LOG) {
-            config.log = value
-                .parse()
-                .map_err(|_| ConfigError::BadLogLevel { var: ENV_LOG.to_string(), value })?;
+            match parse_log_level(&value) {
+                LogValue::Level(level) => config.log = level,
+                LogValue::Empty => {}
+                LogValue::Bad => bad_logs.push(format!("{ENV_LOG}={value:?}")),
+            }
         }
+        let level = config.log;
+        config.warnings.extend(bad_logs.iter().map(|what| bad_log_warning(what, level)));
         Ok(config)
     }
 }
 
-fn apply_file(config: &mut Config, path: &str, text: &str) -> Result<(), ConfigError> {
+/// A log level as written: a level, nothing (ignored silently), or not a level.
+enum LogValue {
+    Level(Level),
+    Empty,
+    Bad,
+}
+
+fn parse_log_level(value: &str) -> LogValue {
+    if value.trim().is_empty() {
+        return LogValue::Empty;
+    }
+    value.parse().map(LogValue::Level).unwrap_or(LogValue::Bad)
+}
+
+fn bad_log_warning(what: &str, level: Level) -> String {
+    format!("{what} is not a log level (quiet, error, warn, info, debug); ignored, logging at {}", level.name())
+}
+
+fn apply_file(config: &mut Config, path: &str, text: &str, bad_logs: &mut Vec<String>) -> Result<(), ConfigError> {
     for (index, raw) in text.lines().enumerate() {
         let line = raw.split('#').next().unwrap_or("").trim();
         if line.is_empty() {
@@ -193,12 +263,11 @@ fn apply_file(config: &mut Config, path: &str, text: &str) -> Result<(), ConfigE
                 config.ledger = PathBuf::from(value);
                 config.ledger_origin = LedgerOrigin::File;
             }
-            "log" => {
-                config.log = value.parse().map_err(|_| ConfigError::BadLogLevel {
-                    var: format!("{path}:{} log", index + 1),
-                    value: value.to_string(),
-                })?
-            }
+            "log" => match parse_log_level(value) {
+                LogValue::Level(level) => config.log = level,
+                LogValue::Empty => {}
+                LogValue::Bad => bad_logs.push(format!("{path}:{}: log = {value:?}", index + 1)),
+            },
             _ => return Err(bad_line()),
         }
     }
@@ -327,7 +396,68 @@ mod tests {
             assert!(message.starts_with("FGPU_LIMIT="), "{message}");
             assert!(message.contains(&format!("{bad:?}")), "{message}");
         }
-        assert!(matches!(load(&[(ENV_LOG, "loud")], None), Err(ConfigError::BadLogLevel { .. })));
+    }
+
+    #[test]
+    fn a_bad_log_level_is_ignored_with_one_warning_and_never_changes_the_cap() {
+        // No cap: still no cap, and nothing else changes.
+        let uncapped = load(&[(ENV_LOG, "bogus")], None).unwrap();
+        assert!(!uncapped.is_capped());
+        assert_eq!(uncapped.log, Level::Warn);
+        assert_eq!(uncapped.warnings, vec![r#"FGPU_LOG="bogus" is not a log level (quiet, error, warn, info, debug); ignored, logging at warn"#]);
+        // A cap: the same cap.
+        let capped = load(&[(ENV_LOG, "bogus"), (ENV_LIMIT, "8G")], None).unwrap();
+        assert_eq!(capped.cap_for("GPU-1", 80 * GIB), Some(8 * GIB));
+        assert_eq!(capped.warnings.len(), 1);
+        // Empty: silently the default.
+        for empty in ["", "  "] {
+            let config = load(&[(ENV_LOG, empty)], None).unwrap();
+            assert_eq!((config.log, config.warnings.len()), (Level::Warn, 0), "{empty:?}");
+        }
+        // Ignored means as if unset: the file's level applies, and the warning says so.
+        let file = Some(("limit = 8G\nlog = debug\n", true));
+        let config = load(&[(ENV_LOG, "loud")], file).unwrap();
+        assert_eq!(config.log, Level::Debug);
+        assert!(config.warnings[0].ends_with("logging at debug"), "{:?}", config.warnings);
+        // A bad level in the file: the same rule, with file and line; the cap stands.
+        let config = load(&[], Some(("limit = 2G\nlog = lots\n", true))).unwrap();
+        assert_eq!(config.cap_for("GPU-1", 80 * GIB), Some(2 * GIB));
+        assert_eq!(config.warnings, vec![r#"/etc/fgpu/fgpu.conf:2: log = "lots" is not a log level (quiet, error, warn, info, debug); ignored, logging at warn"#]);
+        let config = load(&[(ENV_LOG, "error")], Some(("log = lots\n", true))).unwrap();
+        assert!(config.warnings[0].ends_with("logging at error"), "{:?}", config.warnings);
+        assert!(load(&[], Some(("log =\n", true))).unwrap().warnings.is_empty());
+    }
+
+    #[test]
+    fn the_environment_log_level_beats_the_file_and_a_repeated_key_takes_its_last_value() {
+        let file = Some(("log = debug\nlimit = 8G\nlimit = 4G\nledger = /a\nledger = /b\n", true));
+        let config = load(&[(ENV_LOG, "error")], file).unwrap();
+        assert_eq!(config.log, Level::Error);
+        assert_eq!(config.cap_for("GPU-1", 80 * GIB), Some(4 * GIB));
+        assert_eq!(config.ledger, PathBuf::from("/b"));
+        assert_eq!(load(&[], file).unwrap().log, Level::Debug);
+    }
+
+    #[test]
+    fn an_ambiguous_device_key_is_an_error_naming_it_and_its_gpus() {
+        let gpus = || Ok(vec!["GPU-f350df69-dd23-9511-0000-000000000001".to_string(), "GPU-fb306127-4b39-44e9-0000-000000000004".to_string()]);
+        let config = load(&[(ENV_LIMIT, "GPU-f=2G")], None).unwrap();
+        let err = config.check_device_keys(gpus).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            r#"FGPU_LIMIT: device key "GPU-f" is ambiguous: it matches 2 GPUs (GPU-f350df69-dd23-9511-0000-000000000001, GPU-fb306127-4b39-44e9-0000-000000000004); give enough of the UUID to name one"#
+        );
+        assert_eq!(load(&[(ENV_LIMIT, "GPU-f3=2G")], None).unwrap().check_device_keys(gpus), Ok(()));
+        // In the file: named by the file.
+        let config = load(&[], Some(("limit = GPU-f=2G", true))).unwrap();
+        assert!(config.check_device_keys(gpus).unwrap_err().to_string().starts_with("/etc/fgpu/fgpu.conf: device key \"GPU-f\""));
+        // The list is asked for only when a key is a prefix, and a prefix that cannot be
+        // checked is an error too.
+        let never = || -> Result<Vec<String>, String> { panic!("no list needed") };
+        load(&[(ENV_LIMIT, "8G")], None).unwrap().check_device_keys(never).unwrap();
+        load(&[(ENV_LIMIT, "GPU-f350df69-dd23-9511-0000-000000000001=2G")], None).unwrap().check_device_keys(never).unwrap();
+        let err = load(&[(ENV_LIMIT, "GPU-f3=2G,*=1G")], None).unwrap().check_device_keys(|| Err("NVML cannot be loaded".into())).unwrap_err();
+        assert!(matches!(&err, ConfigError::UncheckedKey { key, .. } if key == "GPU-f3"), "{err}");
     }
 
     #[test]

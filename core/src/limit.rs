@@ -14,6 +14,12 @@
 //! Every unit is a binary multiple, as in Docker's `--memory`: `8G` = `8GiB` = `8GB` =
 //! 8589934592 bytes. A number may have a fractional part (`1.5G`); the result is rounded
 //! down to a whole byte.
+//!
+//! A device key is a UUID or a prefix of one; for each device the longest matching key
+//! decides. A key that would decide for more than one of the devices present is ambiguous
+//! ([`LimitSpec::ambiguous_key`]): the caller treats it as an error, checked against every
+//! device the machine lists (not only those a process sees), so that every process reads a
+//! key the same way.
 
 use thiserror::Error;
 
@@ -64,22 +70,66 @@ pub struct LimitSpec {
     pub default: Option<Amount>,
     /// `(lower-case UUID prefix without its "GPU-"/"MIG-", amount)`.
     pub per_device: Vec<(String, Amount)>,
+    /// Each per-device key as written (same order as `per_device`), for messages.
+    pub keys: Vec<String>,
 }
+
+/// A device key that decides the cap of more than one device.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AmbiguousKey {
+    /// The key as written.
+    pub key: String,
+    /// The devices it would decide for, as given.
+    pub matches: Vec<String>,
+}
+
+/// Hex digits in a full GPU or MIG UUID.
+const UUID_HEX_DIGITS: usize = 32;
 
 impl LimitSpec {
     /// The cap in bytes for the device with this UUID string (`GPU-...`, or `MIG-...` for a
     /// MIG instance) and physical memory, or `None` when this spec does not cap that device.
     /// The longest matching prefix wins.
     pub fn cap_for(&self, uuid: &str, total: u64) -> Option<u64> {
+        self.deciding_entry(uuid)
+            .map(|i| self.per_device[i].1)
+            .or(self.default)
+            .map(|amount| amount.resolve(total))
+    }
+
+    /// The index of the per-device entry that decides for `uuid`: the longest matching key.
+    fn deciding_entry(&self, uuid: &str) -> Option<usize> {
         let lower = uuid.to_ascii_lowercase();
         let uuid = uuid_body(&lower);
         self.per_device
             .iter()
-            .filter(|(key, _)| uuid.starts_with(key.as_str()))
-            .max_by_key(|(key, _)| key.len())
-            .map(|(_, amount)| *amount)
-            .or(self.default)
-            .map(|amount| amount.resolve(total))
+            .enumerate()
+            .filter(|(_, (key, _))| uuid.starts_with(key.as_str()))
+            .max_by_key(|(_, (key, _))| key.len())
+            .map(|(i, _)| i)
+    }
+
+    /// The first device key (as written) that is shorter than a whole UUID, and so could
+    /// name more than one device.
+    pub fn first_prefix_key(&self) -> Option<&str> {
+        self.per_device
+            .iter()
+            .zip(&self.keys)
+            .find(|((body, _), _)| body.chars().filter(char::is_ascii_hexdigit).count() < UUID_HEX_DIGITS)
+            .map(|(_, key)| key.as_str())
+    }
+
+    pub fn has_prefix_keys(&self) -> bool {
+        self.first_prefix_key().is_some()
+    }
+
+    /// The first key (in the order written) that would decide the cap of more than one of
+    /// `uuids` (every GPU and MIG instance present, `GPU-…`/`MIG-…`).
+    pub fn ambiguous_key(&self, uuids: &[String]) -> Option<AmbiguousKey> {
+        (0..self.per_device.len()).find_map(|entry| {
+            let matches: Vec<String> = uuids.iter().filter(|u| self.deciding_entry(u) == Some(entry)).cloned().collect();
+            (matches.len() > 1).then(|| AmbiguousKey { key: self.keys[entry].clone(), matches })
+        })
     }
 }
 
@@ -97,9 +147,9 @@ pub fn parse_limit(text: &str) -> Result<LimitSpec, LimitError> {
         return Err(LimitError::Empty);
     }
     if !text.contains('=') {
-        return Ok(LimitSpec { default: Some(parse_amount(text)?), per_device: Vec::new() });
+        return Ok(LimitSpec { default: Some(parse_amount(text)?), per_device: Vec::new(), keys: Vec::new() });
     }
-    let mut spec = LimitSpec { default: None, per_device: Vec::new() };
+    let mut spec = LimitSpec { default: None, per_device: Vec::new(), keys: Vec::new() };
     for entry in text.split(',') {
         let entry = entry.trim();
         let (key, value) = entry
@@ -125,6 +175,7 @@ pub fn parse_limit(text: &str) -> Result<LimitSpec, LimitError> {
             return Err(LimitError::DuplicateKey(key.to_string()));
         }
         spec.per_device.push((body.to_string(), amount));
+        spec.keys.push(key.to_string());
     }
     Ok(spec)
 }
@@ -275,6 +326,29 @@ mod tests {
         let only = parse_limit("GPU-1a2b=50%").unwrap();
         assert_eq!(only.cap_for("GPU-1a2b", 80 * GIB), Some(40 * GIB));
         assert_eq!(only.cap_for("GPU-ffff", 80 * GIB), None);
+    }
+
+    #[test]
+    fn a_key_deciding_for_two_devices_is_ambiguous() {
+        let gpus: Vec<String> = ["GPU-5a1e3c27-0000-4000-8000-000000000001", "GPU-5a1e3c27-0000-4000-8000-000000000002", "GPU-77000000-0000-4000-8000-000000000003"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        let spec = parse_limit("GPU-5a1e3c27=2G").unwrap();
+        assert!(spec.has_prefix_keys());
+        assert_eq!(spec.ambiguous_key(&gpus), Some(AmbiguousKey { key: "GPU-5a1e3c27".into(), matches: gpus[..2].to_vec() }));
+        // The same key written as MIG-: the same 16 bytes, the same verdict, named as written.
+        assert_eq!(parse_limit("MIG-5A1E=2G").unwrap().ambiguous_key(&gpus).unwrap().key, "MIG-5A1E");
+        // Named apart: a longer key decides for one, so the shorter decides for only the other.
+        let spec = parse_limit("GPU-5a1e3c27=2G,GPU-5a1e3c27-0000-4000-8000-000000000002=4G,*=1G").unwrap();
+        assert_eq!(spec.ambiguous_key(&gpus), None);
+        assert_eq!(spec.cap_for(&gpus[0], 80 << 30), Some(2 << 30));
+        assert_eq!(spec.cap_for(&gpus[1], 80 << 30), Some(4 << 30));
+        // One match, no match, '*': never ambiguous.
+        assert_eq!(parse_limit("GPU-77=2G,GPU-ff=1G,*=3G").unwrap().ambiguous_key(&gpus), None);
+        // Full UUIDs cannot be ambiguous: nothing to check.
+        assert!(!parse_limit("GPU-5a1e3c27-0000-4000-8000-000000000001=2G").unwrap().has_prefix_keys());
+        assert!(!parse_limit("8G").unwrap().has_prefix_keys());
     }
 
     #[test]

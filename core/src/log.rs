@@ -29,6 +29,19 @@ impl std::str::FromStr for Level {
     }
 }
 
+impl Level {
+    /// The level's name as `FGPU_LOG` spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Level::Quiet => "quiet",
+            Level::Error => "error",
+            Level::Warn => "warn",
+            Level::Info => "info",
+            Level::Debug => "debug",
+        }
+    }
+}
+
 static LEVEL: AtomicU8 = AtomicU8::new(Level::Warn as u8);
 
 pub fn set_level(level: Level) {
@@ -41,9 +54,20 @@ pub fn enabled(level: Level) -> bool {
 
 /// Writes `fgpu: <message>\n` to stderr if `level` is enabled.
 pub fn emit(level: Level, message: std::fmt::Arguments<'_>) {
-    if !enabled(level) {
-        return;
+    if enabled(level) {
+        write_line(message);
     }
+}
+
+/// Like [`emit`], but filtered by `threshold` instead of the process's level (for lines
+/// written before that level is set).
+pub fn emit_under(threshold: Level, level: Level, message: std::fmt::Arguments<'_>) {
+    if level != Level::Quiet && level <= threshold {
+        write_line(message);
+    }
+}
+
+fn write_line(message: std::fmt::Arguments<'_>) {
     let line = format!("fgpu: {message}\n");
     // SAFETY: fd 2 is a plain integer; write(2) reads `line.len()` bytes from a live buffer.
     // A closed or broken stderr just makes write fail, which we ignore on purpose.
@@ -106,6 +130,9 @@ mod tests {
         assert_eq!("quiet".parse(), Ok(Level::Quiet));
         assert!("loud".parse::<Level>().is_err());
         assert!(Level::Error < Level::Debug);
+        for level in [Level::Quiet, Level::Error, Level::Warn, Level::Info, Level::Debug] {
+            assert_eq!(level.name().parse(), Ok(level));
+        }
     }
 
     #[test]

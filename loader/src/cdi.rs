@@ -22,7 +22,8 @@
 //! doctor` uses) and the file system.
 
 use crate::cli::{CdiArgs, CdiCommand, CdiGenerateArgs};
-use crate::doctor::{self, ProbedDevice};
+use crate::doctor;
+use crate::driver_probe::ProbedDevice;
 use crate::elf;
 use crate::shimpath;
 use fgpu_core::limit::format_bytes;

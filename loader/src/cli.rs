@@ -1,7 +1,7 @@
 //! The command-line grammar (clap derive). Kept apart from the logic so completions and
 //! unit tests can build the command without running anything.
 
-use clap::{Args, Parser, Subcommand};
+use clap::{ArgGroup, Args, Parser, Subcommand};
 use fgpu_core::limit::parse_limit;
 use std::ffi::OsString;
 use std::net::SocketAddr;
@@ -39,6 +39,10 @@ pub enum Command {
     /// `fgpu doctor` in a child process without the shim preloaded).
     #[command(name = "__driver-probe", hide = true)]
     DriverProbe,
+    /// For development: set up fgpu's simulated driver (docs/simulator.md). Hidden: it needs
+    /// the simulator built in the workspace, which an installed fgpu does not ship.
+    #[command(hide = true)]
+    SimEnv(SimEnvArgs),
 }
 
 const RUN_HELP: &str = "\
@@ -50,8 +54,9 @@ Examples:
 
 The command and every process it starts share one cap: each `fgpu run` gets a fresh
 ledger of its own (a private directory under $XDG_RUNTIME_DIR or $TMPDIR), removed when
-the command ends, or kept with a message while processes it started still run; --ledger
-names a shared one instead.
+the command ends, or kept with a message while processes it started still run (a later
+fgpu run removes it once they are gone, as it removes those of runs killed with SIGKILL);
+--ledger names a shared one instead.
 libfgpu.so is looked for next to fgpu, in ../lib/fgpu and ../lib relative to it, in
 /usr/local/lib/fgpu and /usr/lib/fgpu; FGPU_SHIM=PATH overrides the search.
 
@@ -62,11 +67,12 @@ executed; 127: the command was not found; 2: usage error.";
 /// Run a command with its GPU memory capped.
 #[derive(Debug, Args)]
 #[command(after_help = RUN_HELP)]
+// At least one of --limit and --device; the usage line shows the choice.
+#[command(group(ArgGroup::new("cap").required(true).multiple(true).args(["limit", "device"])))]
 pub struct RunArgs {
     /// The cap for every GPU: a size (8G, 512M, 8GiB, 8589934592), a percentage of each
     /// GPU's memory (50%), or per device (GPU-1a2b=8G,*=4G). Sizes are binary: 8G = 8 GiB.
-    #[arg(long, short = 'l', value_name = "LIMIT", value_parser = parse_limit_arg,
-          required_unless_present = "device")]
+    #[arg(long, short = 'l', value_name = "LIMIT", value_parser = parse_limit_arg)]
     pub limit: Option<LimitArg>,
 
     /// A cap for one GPU, by UUID or UUID prefix (as nvidia-smi -L prints it); repeatable.
@@ -79,8 +85,11 @@ pub struct RunArgs {
     #[arg(long, value_name = "FILE")]
     pub ledger: Option<PathBuf>,
 
-    /// The command to run, and its arguments.
-    #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true, value_name = "COMMAND")]
+    /// The command to run and its arguments: everything after `--`.
+    ///
+    /// Without `--`, the command starts at the first word that is not an option of fgpu run;
+    /// before it, an option fgpu run does not know is a usage error.
+    #[arg(required = true, trailing_var_arg = true, value_name = "COMMAND")]
     pub command: Vec<OsString>,
 }
 
@@ -224,6 +233,71 @@ pub struct ExporterArgs {
     /// Address and port to listen on.
     #[arg(long, default_value = "127.0.0.1:9400", value_name = "ADDR:PORT")]
     pub listen: SocketAddr,
+}
+
+const SIM_ENV_HELP: &str = "\
+Examples:
+  eval \"$(target/release/fgpu sim-env /tmp/fgpu-sim)\"     one simulated 80 GiB GPU
+  eval \"$(target/release/fgpu sim-env /tmp/sim2 --devices 2 --memory 16G)\"
+  target/release/fgpu sim-env /tmp/fgpu-sim --dry-run     show what it would do
+
+Lays out DIR/lib with libcuda.so.1, libcuda.so and libnvidia-ml.so.1 linking to the built
+simulated libraries (libfgpu_sim_cuda.so, libfgpu_sim_nvml.so), and prints the variables
+that select them as shell `export` lines: LD_LIBRARY_PATH (DIR/lib first), FGPU_SIM_STATE
+(DIR/sim-state), and the FGPU_SIM_* settings given. The settings are read when the state
+file is created; a state file that exists keeps its own. See docs/simulator.md.
+
+Exit status: 0 done, 1 the libraries are missing or DIR cannot be made, 2 usage error.";
+
+/// Set up fgpu's simulated NVIDIA driver in DIR and print the environment that selects it.
+#[derive(Debug, Args)]
+#[command(after_help = SIM_ENV_HELP)]
+pub struct SimEnvArgs {
+    /// Where to lay it out (created if missing).
+    #[arg(value_name = "DIR")]
+    pub dir: PathBuf,
+
+    /// Where the built libfgpu_sim_cuda.so and libfgpu_sim_nvml.so are (default: beside fgpu).
+    #[arg(long, value_name = "DIR")]
+    pub libs: Option<PathBuf>,
+
+    /// Number of simulated GPUs (FGPU_SIM_DEVICES, 0 to 8).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(0..=8))]
+    pub devices: Option<u32>,
+
+    /// Memory of each GPU (FGPU_SIM_MEMORY: 80G, 81920M, bytes; binary units).
+    #[arg(long, value_name = "SIZE", value_parser = parse_sim_size)]
+    pub memory: Option<String>,
+
+    /// Device memory each CUDA context takes (FGPU_SIM_CONTEXT_OVERHEAD).
+    #[arg(long, value_name = "SIZE", value_parser = parse_sim_size)]
+    pub context_overhead: Option<String>,
+
+    /// What cuDriverGetVersion answers (FGPU_SIM_DRIVER_VERSION, e.g. 12080).
+    #[arg(long, value_name = "VERSION")]
+    pub driver_version: Option<u32>,
+
+    /// Print the commands that make the layout, and the exports, without making anything.
+    #[arg(long)]
+    pub dry_run: bool,
+}
+
+fn parse_sim_size(text: &str) -> Result<String, String> {
+    fgpu_core::limit::parse_size(text).map_err(|e| e.to_string())?;
+    Ok(text.trim().to_string())
+}
+
+/// The grammar completion scripts are made from: the visible subcommands only, so no shell
+/// offers the internal ones. (clap's generators list hidden subcommands, and a `Command`
+/// cannot drop one, so the root is built anew around the visible ones; the root has no
+/// arguments of its own to carry over, which a unit test checks.)
+pub fn completion_command() -> clap::Command {
+    use clap::CommandFactory;
+    let full = Cli::command();
+    full.get_subcommands()
+        .filter(|sub| !sub.is_hide_set())
+        .cloned()
+        .fold(clap::Command::new("fgpu").version(env!("CARGO_PKG_VERSION")).propagate_version(true).subcommand_required(true), |root, sub| root.subcommand(sub))
 }
 
 /// Print a shell completion script.
@@ -372,10 +446,59 @@ mod tests {
     }
 
     #[test]
+    fn an_unknown_option_before_the_command_is_a_usage_error_naming_it() {
+        for (args, named) in [
+            (&["run", "--limit", "8G", "--devic", "GPU-7f=4G", "--", "./job"][..], "--devic"),
+            (&["run", "--bogus", "--limit", "8G", "--", "true"][..], "--bogus"),
+            (&["run", "--limit", "8G", "-x", "--", "true"][..], "-x"),
+        ] {
+            let err = parse(args).unwrap_err();
+            assert_eq!(err.kind(), clap::error::ErrorKind::UnknownArgument, "{args:?}: {err}");
+            assert_eq!(err.exit_code(), 2);
+            assert!(err.to_string().contains(&format!("'{named}'")), "{err}");
+        }
+        // After the command's first word, or after `--`, everything is the command's.
+        let cli = parse(&["run", "--limit", "8G", "python", "--version", "-x", "--bogus"]).unwrap();
+        let Command::Run(run) = cli.command else { panic!() };
+        assert_eq!(run.command, ["python", "--version", "-x", "--bogus"]);
+        let cli = parse(&["run", "--limit", "8G", "--", "--weird-name", "--", "x"]).unwrap();
+        let Command::Run(run) = cli.command else { panic!() };
+        assert_eq!(run.command, ["--weird-name", "--", "x"]);
+    }
+
+    #[test]
+    fn run_usage_shows_limit_or_device() {
+        let mut cli = Cli::command();
+        let usage = cli.find_subcommand_mut("run").unwrap().render_usage().to_string();
+        assert!(usage.contains("<--limit <LIMIT>|--device <UUID=SIZE>>"), "{usage}");
+    }
+
+    #[test]
     fn run_needs_a_limit_and_a_command() {
         assert!(parse(&["run", "--", "true"]).is_err());
         assert!(parse(&["run", "--limit", "8G"]).is_err());
         assert!(parse(&["run", "--device", "GPU-1a=1G", "--", "true"]).is_ok());
+    }
+
+    #[test]
+    fn completions_offer_every_visible_subcommand_and_no_hidden_one() {
+        assert_eq!(Cli::command().get_arguments().count(), 0, "completion_command() carries no root arguments over");
+        let full = Cli::command();
+        let hidden: Vec<&str> = full.get_subcommands().filter(|s| s.is_hide_set()).map(|s| s.get_name()).collect();
+        assert!(hidden.contains(&"__driver-probe"), "{hidden:?}");
+        for shell in [clap_complete::Shell::Bash, clap_complete::Shell::Zsh, clap_complete::Shell::Fish, clap_complete::Shell::Elvish, clap_complete::Shell::PowerShell] {
+            let mut out = Vec::new();
+            clap_complete::generate(shell, &mut completion_command(), "fgpu", &mut out);
+            let script = String::from_utf8(out).unwrap();
+            for name in &hidden {
+                assert!(!script.contains(name), "{shell} completions offer {name}");
+            }
+            for sub in full.get_subcommands().filter(|s| !s.is_hide_set()) {
+                assert!(script.contains(sub.get_name()), "{shell} completions lack {}", sub.get_name());
+            }
+            let limit = if shell == clap_complete::Shell::Fish { "-l limit" } else { "--limit" };
+            assert!(script.contains(limit), "{shell}: subcommand options are kept");
+        }
     }
 
     #[test]

@@ -6,13 +6,16 @@
 //! with made-up facts.
 
 use crate::cli::DoctorArgs;
+use crate::driver_probe::DriverProbe;
+#[cfg(test)]
+use crate::driver_probe::{LibraryProbe, ProbedDevice};
 use crate::elf::{self, ElfInfo};
 use crate::ledgers::{self, Origin};
 use crate::shimpath::{self, ShimError};
 use fgpu_core::config::{Config, ConfigError, LimitSource, CONFIG_PATH};
 use fgpu_core::ledger::{Ledger, LedgerError};
 use fgpu_core::limit::{format_bytes, Amount, LimitSpec};
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -43,33 +46,6 @@ pub struct Finding {
 
 fn finding(check: &'static str, level: Level, message: impl Into<String>, advice: Option<String>) -> Finding {
     Finding { check, level, message: message.into(), advice }
-}
-
-/// What `fgpu __driver-probe` reports (as JSON) about the driver libraries.
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
-pub struct DriverProbe {
-    pub cuda: LibraryProbe,
-    pub nvml: LibraryProbe,
-    pub devices: Vec<ProbedDevice>,
-}
-
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
-pub struct LibraryProbe {
-    pub loaded: bool,
-    pub error: Option<String>,
-    /// cuDriverGetVersion (e.g. 12080), or NVML's CUDA driver version.
-    pub cuda_version: Option<i32>,
-    /// nvmlSystemGetDriverVersion (e.g. "535.104.05").
-    pub driver_version: Option<String>,
-    pub device_count: Option<u32>,
-}
-
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
-pub struct ProbedDevice {
-    pub index: u32,
-    pub uuid: String,
-    pub name: String,
-    pub total_bytes: u64,
 }
 
 /// One library named in `LD_PRELOAD` or /etc/ld.so.preload.
@@ -119,7 +95,7 @@ fn describe_amount(a: Amount) -> String {
 
 /// "8 GiB on every GPU", "16 GiB on gpu-1a2b, 4 GiB on every other GPU".
 pub fn describe_spec(spec: &LimitSpec) -> String {
-    let mut parts: Vec<String> = spec.per_device.iter().map(|(k, a)| format!("{} on GPU-{}", describe_amount(*a), k.trim_start_matches("gpu-"))).collect();
+    let mut parts: Vec<String> = spec.per_device.iter().zip(&spec.keys).map(|((_, a), key)| format!("{} on {key}", describe_amount(*a))).collect();
     if let Some(d) = spec.default {
         parts.push(format!("{} on every {}GPU", describe_amount(d), if spec.per_device.is_empty() { "" } else { "other " }));
     }
@@ -193,8 +169,22 @@ pub fn assess(f: &Facts) -> Vec<Finding> {
         ));
     }
 
-    // 3. Which cap applies.
-    match &f.config {
+    // 3. Which cap applies. A device key is checked as the shim checks it: against every
+    // GPU NVML lists (the probe's list).
+    let config = f.config.clone().and_then(|config| {
+        config.check_device_keys(|| match &f.driver {
+            Ok(d) if d.nvml.loaded && d.nvml.error.is_none() => Ok(d.devices.iter().map(|d| d.uuid.clone()).collect()),
+            Ok(d) => Err(d.nvml.error.clone().unwrap_or_else(|| "NVML cannot be loaded".into())),
+            Err(e) => Err(e.clone()),
+        })?;
+        Ok(config)
+    });
+    if let Ok(config) = &config {
+        for warning in &config.warnings {
+            out.push(finding("cap", Level::Warn, format!("{warning}. The cap is not affected."), Some("Set FGPU_LOG (or `log` in the file) to quiet, error, warn, info or debug.".into())));
+        }
+    }
+    match &config {
         Err(e) => out.push(finding("cap", Level::Fail, format!("The cap is not valid, so none applies: {e}"), Some(config_advice(e)))),
         Ok(config) if !config.is_capped() => out.push(finding(
             "cap",
@@ -225,7 +215,10 @@ pub fn assess(f: &Facts) -> Vec<Finding> {
             if let Ok(driver) = &f.driver {
                 for d in &driver.devices {
                     match config.cap_for(&d.uuid, d.total_bytes) {
-                        Some(cap) => out.push(finding("cap", Level::Info, format!("GPU {} ({}, {}, {}): capped at {}.", d.index, d.name, d.uuid, format_bytes(d.total_bytes), format_bytes(cap)), None)),
+                        Some(cap) => {
+                            let note = if cap > d.total_bytes && d.total_bytes > 0 { ", more than the GPU has: programs are told its own size and the driver's limit applies" } else { "" };
+                            out.push(finding("cap", Level::Info, format!("GPU {} ({}, {}, {}): capped at {}{note}.", d.index, d.name, d.uuid, format_bytes(d.total_bytes), format_bytes(cap)), None))
+                        }
                         None => out.push(finding(
                             "cap",
                             Level::Warn,
@@ -346,8 +339,8 @@ fn newer_glibc(info: &ElfInfo, running: Option<&str>) -> Option<String> {
 fn config_advice(e: &ConfigError) -> String {
     match e {
         ConfigError::BadLimitEnv { .. } => "Set FGPU_LIMIT to a size such as 8G, a percentage such as 50%, or GPU-<uuid>=8G,*=4G.".into(),
-        ConfigError::BadLogLevel { .. } => "Set FGPU_LOG to quiet, error, warn, info or debug.".into(),
         ConfigError::Untrusted { .. } => format!("chown root:root {CONFIG_PATH} && chmod 644 {CONFIG_PATH}"),
+        ConfigError::AmbiguousKey { .. } | ConfigError::UncheckedKey { .. } => "Give more of the GPU's UUID (`nvidia-smi -L` lists them), enough to name one GPU.".into(),
         _ => format!("Correct {CONFIG_PATH} (lines `limit = 8G`, `ledger = PATH`, `log = warn`)."),
     }
 }
@@ -401,7 +394,8 @@ fn trial_load(shim: &Path) -> Result<(), String> {
     }
 }
 
-/// Runs `fgpu __driver-probe` without the shim preloaded and reads its JSON.
+/// Runs `fgpu __driver-probe` without the shim in `LD_PRELOAD` and reads its JSON (a shim in
+/// /etc/ld.so.preload is loaded there too, and the probe goes around it: `driver_probe.rs`).
 pub(crate) fn probe_driver() -> Result<DriverProbe, String> {
     let exe = std::env::current_exe().map_err(|e| format!("cannot find the fgpu binary: {e}"))?;
     let out = Command::new(exe)
@@ -463,7 +457,8 @@ pub fn gather() -> Facts {
         glibc: elf::running_glibc(),
         shim_trial,
         preloads: preload_entries(ld_preload.as_deref(), ld_so_preload.as_deref(), shim_path.as_deref()),
-        config: Config::load(),
+        // Not Config::load(): its warnings are findings here, not lines on stderr.
+        config: Config::from_sources(&fgpu_core::config::OsSources),
         driver: probe_driver(),
         ledger: ledger_fact(&target.open_path),
         ledger_path: target.path,
@@ -509,152 +504,6 @@ pub fn doctor(args: &DoctorArgs) -> i32 {
     i32::from(failed)
 }
 
-// ---------------------------------------------------------------- the driver probe (child)
-
-type CuFnI32 = unsafe extern "C" fn(*mut i32) -> u32;
-type CuInit = unsafe extern "C" fn(u32) -> u32;
-type NvmlInit = unsafe extern "C" fn() -> u32;
-type NvmlString = unsafe extern "C" fn(*mut libc::c_char, u32) -> u32;
-type NvmlCount = unsafe extern "C" fn(*mut u32) -> u32;
-type NvmlHandle = unsafe extern "C" fn(u32, *mut *mut libc::c_void) -> u32;
-type NvmlDevString = unsafe extern "C" fn(*mut libc::c_void, *mut libc::c_char, u32) -> u32;
-#[repr(C)]
-struct NvmlMemory {
-    total: u64,
-    free: u64,
-    used: u64,
-}
-type NvmlMemoryInfo = unsafe extern "C" fn(*mut libc::c_void, *mut NvmlMemory) -> u32;
-
-fn c_buffer_to_string(buf: &[libc::c_char]) -> String {
-    let bytes: Vec<u8> = buf.iter().take_while(|c| **c != 0).map(|c| *c as u8).collect();
-    String::from_utf8_lossy(&bytes).into_owned()
-}
-
-fn probe_cuda() -> LibraryProbe {
-    let mut p = LibraryProbe::default();
-    // SAFETY: loading the CUDA driver runs its initialisers, which is what any CUDA program does.
-    let lib = match unsafe { libloading::Library::new("libcuda.so.1") } {
-        Ok(lib) => lib,
-        Err(e) => {
-            p.error = Some(e.to_string());
-            return p;
-        }
-    };
-    p.loaded = true;
-    // SAFETY: the signatures are those of the CUDA driver API (cuda.h).
-    unsafe {
-        if let Ok(get_version) = lib.get::<CuFnI32>(b"cuDriverGetVersion\0") {
-            let mut v = 0;
-            if get_version(&mut v) == 0 {
-                p.cuda_version = Some(v);
-            }
-        }
-        match lib.get::<CuInit>(b"cuInit\0") {
-            Ok(init) => {
-                let rc = init(0);
-                if rc != 0 {
-                    p.error = Some(format!("cuInit failed with CUDA error {rc}{}", if rc == 100 { " (no CUDA-capable device)" } else { "" }));
-                } else if let Ok(count) = lib.get::<CuFnI32>(b"cuDeviceGetCount\0") {
-                    let mut n = 0;
-                    if count(&mut n) == 0 {
-                        p.device_count = Some(n.max(0) as u32);
-                    }
-                }
-            }
-            Err(e) => p.error = Some(format!("it has no cuInit: {e}")),
-        }
-    }
-    p
-}
-
-fn probe_nvml(devices: &mut Vec<ProbedDevice>) -> LibraryProbe {
-    let mut p = LibraryProbe::default();
-    // SAFETY: as for libcuda: loading NVML runs its initialisers.
-    let lib = match unsafe { libloading::Library::new("libnvidia-ml.so.1") } {
-        Ok(lib) => lib,
-        Err(e) => {
-            p.error = Some(e.to_string());
-            return p;
-        }
-    };
-    p.loaded = true;
-    // SAFETY: the signatures are those of NVML (nvml.h); buffers are sized as NVML documents.
-    unsafe {
-        let init = lib.get::<NvmlInit>(b"nvmlInit_v2\0").or_else(|_| lib.get::<NvmlInit>(b"nvmlInit\0"));
-        let Ok(init) = init else {
-            p.error = Some("it has no nvmlInit".into());
-            return p;
-        };
-        let rc = init();
-        if rc != 0 {
-            p.error = Some(format!("nvmlInit failed with NVML error {rc}"));
-            return p;
-        }
-        if let Ok(f) = lib.get::<NvmlString>(b"nvmlSystemGetDriverVersion\0") {
-            let mut buf = [0 as libc::c_char; 96];
-            if f(buf.as_mut_ptr(), buf.len() as u32) == 0 {
-                p.driver_version = Some(c_buffer_to_string(&buf));
-            }
-        }
-        if let Ok(f) = lib.get::<CuFnI32>(b"nvmlSystemGetCudaDriverVersion_v2\0").or_else(|_| lib.get::<CuFnI32>(b"nvmlSystemGetCudaDriverVersion\0")) {
-            let mut v = 0;
-            if f(&mut v) == 0 {
-                p.cuda_version = Some(v);
-            }
-        }
-        let count = lib.get::<NvmlCount>(b"nvmlDeviceGetCount_v2\0").or_else(|_| lib.get::<NvmlCount>(b"nvmlDeviceGetCount\0"));
-        if let Ok(count) = count {
-            let mut n = 0;
-            if count(&mut n) == 0 {
-                p.device_count = Some(n);
-                let handle = lib.get::<NvmlHandle>(b"nvmlDeviceGetHandleByIndex_v2\0");
-                let uuid = lib.get::<NvmlDevString>(b"nvmlDeviceGetUUID\0");
-                let name = lib.get::<NvmlDevString>(b"nvmlDeviceGetName\0");
-                let memory = lib.get::<NvmlMemoryInfo>(b"nvmlDeviceGetMemoryInfo\0");
-                if let (Ok(handle), Ok(uuid)) = (handle, uuid) {
-                    for index in 0..n.min(64) {
-                        let mut dev = std::ptr::null_mut();
-                        if handle(index, &mut dev) != 0 {
-                            continue;
-                        }
-                        let mut d = ProbedDevice { index, ..Default::default() };
-                        let mut buf = [0 as libc::c_char; 96];
-                        if uuid(dev, buf.as_mut_ptr(), buf.len() as u32) == 0 {
-                            d.uuid = c_buffer_to_string(&buf);
-                        }
-                        if let Ok(name) = &name {
-                            let mut buf = [0 as libc::c_char; 96];
-                            if name(dev, buf.as_mut_ptr(), buf.len() as u32) == 0 {
-                                d.name = c_buffer_to_string(&buf);
-                            }
-                        }
-                        if let Ok(memory) = &memory {
-                            let mut m = NvmlMemory { total: 0, free: 0, used: 0 };
-                            if memory(dev, &mut m) == 0 {
-                                d.total_bytes = m.total;
-                            }
-                        }
-                        devices.push(d);
-                    }
-                }
-            }
-        }
-        if let Ok(shutdown) = lib.get::<NvmlInit>(b"nvmlShutdown\0") {
-            shutdown();
-        }
-    }
-    p
-}
-
-/// `fgpu __driver-probe`: prints a [`DriverProbe`] as JSON.
-pub fn driver_probe_main() -> i32 {
-    let mut probe = DriverProbe { cuda: probe_cuda(), ..Default::default() };
-    probe.nvml = probe_nvml(&mut probe.devices);
-    println!("{}", serde_json::to_string(&probe).expect("probe serialises"));
-    0
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -669,7 +518,7 @@ mod tests {
             glibc: Some("2.36".into()),
             shim_trial: Some(Ok(())),
             preloads: vec![PreloadEntry { path: "/usr/lib/fgpu/libfgpu.so".into(), source: "LD_PRELOAD", exists: true, is_fgpu: true, interposes: false }],
-            config: Ok(Config { file_limit: None, env_limit: Some(parse_limit("8G").unwrap()), ledger: "/tmp/fgpu-0/ledger".into(), ledger_origin: fgpu_core::config::LedgerOrigin::Default, log: fgpu_core::log::Level::Warn }),
+            config: Ok(Config { file_limit: None, env_limit: Some(parse_limit("8G").unwrap()), ledger: "/tmp/fgpu-0/ledger".into(), ledger_origin: fgpu_core::config::LedgerOrigin::Default, log: fgpu_core::log::Level::Warn, warnings: vec![] }),
             driver: Ok(DriverProbe {
                 cuda: LibraryProbe { loaded: true, cuda_version: Some(12080), device_count: Some(1), ..Default::default() },
                 nvml: LibraryProbe { loaded: true, driver_version: Some("570.1".into()), device_count: Some(1), ..Default::default() },
@@ -693,7 +542,10 @@ mod tests {
         let all = assess(&f);
         let cap = all.iter().find(|x| x.check == "cap").unwrap();
         assert!(cap.message.contains("FGPU_LIMIT") && cap.message.contains("8 GiB on every GPU"), "{}", cap.message);
-        assert!(all.iter().any(|x| x.message.contains("capped at 8 GiB")));
+        assert!(all.iter().any(|x| x.message.contains("capped at 8 GiB.")));
+        let mut f = good_facts();
+        f.config = Ok(Config { env_limit: Some(parse_limit("200G").unwrap()), ..f.config.unwrap() });
+        assert!(assess(&f).iter().any(|x| x.message.contains("capped at 200 GiB, more than the GPU has")));
         assert!(all.iter().any(|x| x.message.contains("CUDA driver API 12.8")));
         assert!(all.iter().any(|x| x.message.contains("driver 570.1")));
     }
@@ -723,7 +575,7 @@ mod tests {
         assert!(failed.iter().any(|(c, m)| *c == "cap" && m.contains("does not apply")), "{failed:?}");
 
         let mut f = good_facts();
-        f.config = Ok(Config { file_limit: None, env_limit: None, ledger: "/x".into(), ledger_origin: fgpu_core::config::LedgerOrigin::Env, log: fgpu_core::log::Level::Warn });
+        f.config = Ok(Config { file_limit: None, env_limit: None, ledger: "/x".into(), ledger_origin: fgpu_core::config::LedgerOrigin::Env, log: fgpu_core::log::Level::Warn, warnings: vec![] });
         assert!(fails(&f).iter().any(|(c, m)| *c == "cap" && m.contains("No cap")));
 
         let mut f = good_facts();
@@ -765,6 +617,31 @@ mod tests {
         let all = assess(&f);
         assert!(all.iter().any(|x| x.level == Level::Warn && x.message.contains("libcuda.so.1 cannot be loaded")));
         assert!(all.iter().any(|x| x.message.contains("not the host PID namespace")));
+    }
+
+    #[test]
+    fn a_bad_log_level_is_a_warning_and_the_cap_still_applies() {
+        let mut f = good_facts();
+        if let Ok(config) = &mut f.config {
+            config.warnings.push(r#"FGPU_LOG="bogus" is not a log level (quiet, error, warn, info, debug); ignored, logging at warn"#.into());
+        }
+        assert!(fails(&f).is_empty(), "{:?}", fails(&f));
+        assert!(assess(&f).iter().any(|x| x.level == Level::Warn && x.check == "cap" && x.message.contains("FGPU_LOG=\"bogus\"")));
+    }
+
+    #[test]
+    fn an_ambiguous_device_key_fails_as_in_the_shim() {
+        let mut f = good_facts();
+        if let Ok(d) = &mut f.driver {
+            d.devices.push(ProbedDevice { index: 1, uuid: "GPU-12345678-1111-0000-0000-000000000000".into(), name: "H100".into(), total_bytes: 80 << 30 });
+        }
+        f.config = Ok(Config { env_limit: Some(parse_limit("GPU-1234=2G").unwrap()), ..f.config.unwrap() });
+        assert!(fails(&f).iter().any(|(c, m)| *c == "cap" && m.contains("\"GPU-1234\" is ambiguous") && m.contains("GPU-12345678-1111")), "{:?}", fails(&f));
+        f.config = Ok(Config { env_limit: Some(parse_limit("GPU-12345678-1=2G").unwrap()), ..f.config.unwrap() });
+        assert!(fails(&f).is_empty(), "{:?}", fails(&f));
+        // Without NVML the prefix cannot be checked: the shim refuses it, so does the doctor.
+        f.driver = Ok(DriverProbe { nvml: LibraryProbe { error: Some("libnvidia-ml.so.1: cannot open shared object file".into()), ..Default::default() }, ..Default::default() });
+        assert!(fails(&f).iter().any(|(c, m)| *c == "cap" && m.contains("cannot be listed")), "{:?}", fails(&f));
     }
 
     #[test]

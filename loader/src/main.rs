@@ -4,6 +4,7 @@
 mod cdi;
 mod cli;
 mod doctor;
+mod driver_probe;
 mod elf;
 mod exporter;
 mod ledgers;
@@ -11,10 +12,11 @@ mod report;
 mod run;
 mod shimpath;
 mod signals;
+mod sim_env;
 mod status;
 mod top;
 
-use clap::{CommandFactory, Parser};
+use clap::Parser;
 use cli::{Cli, Command};
 
 fn main() {
@@ -32,11 +34,12 @@ fn main() {
         Command::Doctor(args) => doctor::doctor(&args),
         Command::Exporter(args) => exporter::exporter(&args),
         Command::Completions(args) => {
-            clap_complete::generate(args.shell, &mut Cli::command(), "fgpu", &mut std::io::stdout());
+            clap_complete::generate(args.shell, &mut cli::completion_command(), "fgpu", &mut std::io::stdout());
             0
         }
         Command::Cdi(args) => cdi::cdi(&args),
-        Command::DriverProbe => doctor::driver_probe_main(),
+        Command::DriverProbe => driver_probe::main(),
+        Command::SimEnv(args) => sim_env::sim_env(&args),
     };
     std::process::exit(code);
 }

@@ -6,6 +6,7 @@
 //!   memory info, NVML).
 //! * [`real`]: finds the real driver functions without going through our own hooks.
 //! * [`state`]: this process's configuration, ledger slot and devices.
+//! * [`config`]: the configuration as the shim takes it (device keys checked against NVML).
 //! * [`allocs`]: its live allocations, found again at free time without a lock.
 //! * [`counted_pool`]: driver-side pools (stream-ordered, graph) counted as what they reserve.
 //! * [`abi`]: the C types of CUDA and NVML.
@@ -24,6 +25,7 @@
 
 pub mod abi;
 pub mod allocs;
+pub mod config;
 pub mod counted_pool;
 pub mod hooks;
 pub mod real;

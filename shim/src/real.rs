@@ -169,6 +169,11 @@ symbols! {
         Cuda cuGraphNodeGetType;
         Cuda cuGraphMemAllocNodeGetParams;
         Nvml nvmlInit_v2;
+        Nvml nvmlDeviceGetCount_v2;
+        Nvml nvmlDeviceGetHandleByIndex_v2;
+        Nvml nvmlDeviceGetMigMode;
+        Nvml nvmlDeviceGetMaxMigDeviceCount;
+        Nvml nvmlDeviceGetMigDeviceHandleByIndex;
         Nvml nvmlDeviceGetHandleByUUID;
         Nvml nvmlDeviceGetUUID;
         Nvml nvmlSystemGetDriverVersion;

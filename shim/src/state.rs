@@ -66,7 +66,7 @@ fn init_slow() -> &'static Mode {
 }
 
 fn build() -> Mode {
-    let config = match Config::load() {
+    let config = match crate::config::load() {
         Ok(config) => config,
         Err(e) => {
             let message = format!("{e}; GPU memory allocations in this process are refused until this is fixed");

@@ -149,3 +149,55 @@ fn refusal_lines_are_rate_limited() {
     assert_eq!(refusals, 1, "one line per second, not fifty\n{run}");
     assert!(run.stderr().contains("of 2 GiB refused") && run.stderr().contains("1 GiB cap"), "{run}");
 }
+
+#[test]
+fn a_bad_log_level_never_changes_what_is_granted() {
+    let env = Env::new("bad-log");
+    // No cap asked for: the process is untouched, and told once about the typo.
+    let run = env.client(&["init", "primary", "info", "alloc", "50G", "info"]).shim().env("FGPU_LOG", "bogus").success();
+    assert_eq!(run.field("info", "total"), (80 * GIB).to_string(), "{run}");
+    assert_eq!(run.rc("alloc"), 0, "{run}");
+    assert_eq!(
+        run.stderr(),
+        "fgpu: FGPU_LOG=\"bogus\" is not a log level (quiet, error, warn, info, debug); ignored, logging at warn\n",
+        "one warning, once\n{run}"
+    );
+    assert!(!env.ledger.exists(), "no cap, no ledger\n{run}");
+    // A cap: the same cap as without the typo.
+    let run = env.client(&["init", "primary", "info", "alloc", "2G", "alloc", "512M"]).shim().limit("1G").env("FGPU_LOG", "bogus").success();
+    assert_eq!(run.field("info", "total"), GIB.to_string(), "{run}");
+    assert_eq!(run.lines("alloc"), vec!["alloc 2147483648 rc=2", "alloc 536870912 rc=0"], "{run}");
+    assert_eq!(run.stderr().matches("FGPU_LOG=").count(), 1, "{run}");
+    assert!(run.stderr().contains("refused"), "the default level (warn) applies\n{run}");
+    // Empty: silently the default.
+    let run = env.client(&["init", "primary", "alloc", "50G"]).shim().env("FGPU_LOG", "").success();
+    assert_eq!((run.rc("alloc"), run.stderr().as_str()), (0, ""), "{run}");
+}
+
+/// A device key that matches two of the GPUs NVML lists is an error, whatever GPUs the
+/// process sees: one line naming the key and both GPUs, and no allocation succeeds.
+#[test]
+fn an_ambiguous_device_key_fails_closed_naming_the_key_and_its_gpus() {
+    // Of the simulator's first five GPUs, 1 (GPU-f350…) and 4 (GPU-fb30…) start alike.
+    let env = Env::new("ambiguous-key").devices(5);
+    env.client(&["init"]).success();
+    let sim = env.sim();
+    let (one, four) = (sim.device_uuid_string(1), sim.device_uuid_string(4));
+    assert!(one.starts_with("GPU-f") && four.starts_with("GPU-f") && !one.starts_with(&four[..6]));
+    for visible in [None, Some("1"), Some("0,2")] {
+        let mut cmd = env.client(&["init", "primary", "alloc", "1M"]).shim().limit("GPU-f=2G,*=8G");
+        if let Some(v) = visible {
+            cmd = cmd.env("CUDA_VISIBLE_DEVICES", v);
+        }
+        let run = cmd.success();
+        assert_eq!(run.rc("alloc"), 2, "fails closed (CUDA_VISIBLE_DEVICES={visible:?})\n{run}");
+        let stderr = run.stderr();
+        let lines: Vec<&str> = stderr.lines().collect();
+        assert_eq!(lines.len(), 1, "{run}");
+        assert!(lines[0].contains(r#"FGPU_LIMIT: device key "GPU-f" is ambiguous"#) && lines[0].contains(&one) && lines[0].contains(&four), "{run}");
+    }
+    // One more digit names one GPU: it is capped, the others get '*'.
+    let run = env.client(&["init", "device", "1", "primary", "info"]).shim().limit("GPU-f3=2G,*=8G").success();
+    assert_eq!(run.field("info", "total"), (2 * GIB).to_string(), "{run}");
+    assert_eq!(run.stderr(), "", "{run}");
+}

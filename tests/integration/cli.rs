@@ -98,6 +98,44 @@ fn two_runs_have_independent_caps_and_a_named_ledger_is_shared() {
     assert!(shared.exists(), "a ledger named with --ledger is kept");
 }
 
+/// The children of `pid` (from /proc).
+fn children(pid: u32) -> Vec<u32> {
+    std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default().split_whitespace().filter_map(|c| c.parse().ok()).collect()
+}
+
+#[test]
+fn the_directory_of_a_run_killed_with_sigkill_is_swept_by_the_next_run_once_unused() {
+    let env = Env::new("cli-run-sweep").context_overhead("100M");
+    let mut killed = fgpu(&env).args(["run", "--limit", "1G", "--", &cuclient(), "init", "primary", "alloc", "100M", "hold"]).spawn();
+    killed.wait_for("holding");
+    let left = private_dirs_left(&env);
+    assert_eq!(left.len(), 1);
+    // While its fgpu run lives, another run leaves it alone.
+    fgpu(&env).args(["run", "--limit", "1G", "--", "true"]).success();
+    assert_eq!(private_dirs_left(&env), left, "a live run's directory is kept");
+    // fgpu is killed with SIGKILL; its command goes on holding memory under the cap.
+    let command = children(killed.pid());
+    assert_eq!(command.len(), 1, "fgpu run's one child is the command");
+    // (Not Background::kill: waiting would close the pipe the command holds on.)
+    // SAFETY: signalling the fgpu process this test started.
+    unsafe { libc::kill(killed.pid() as i32, libc::SIGKILL) };
+    eventually("fgpu is dead", Duration::from_secs(10), || gone(killed.pid()));
+    fgpu(&env).args(["run", "--limit", "1G", "--", "true"]).success();
+    assert_eq!(private_dirs_left(&env), left, "the ledger is still used by the command: kept");
+    // Once the command is gone too, the next run sweeps the directory.
+    // SAFETY: signalling the command this test started (through fgpu run).
+    unsafe { libc::kill(command[0] as i32, libc::SIGKILL) };
+    eventually("the command is gone", Duration::from_secs(10), || gone(command[0]));
+    let run = fgpu(&env).args(["run", "--limit", "1G", "--", "true"]).success();
+    assert!(private_dirs_left(&env).is_empty(), "the stale directory is swept\n{run}");
+    drop(killed);
+}
+
+/// Whether a process has exited (a zombie not yet reaped has: its files are closed).
+fn gone(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).map(|s| s.contains(") Z ")).unwrap_or(true)
+}
+
 #[test]
 fn run_passes_exit_status_and_signals_through() {
     let env = Env::new("cli-run-exit");
@@ -122,7 +160,21 @@ fn run_passes_exit_status_and_signals_through() {
     let run = fgpu(&env).args(["run", "--device", "GPU-zz=1G", "--", "touch", "ran"]).run();
     assert_eq!(run.output.status.code(), Some(2), "{run}");
     assert!(run.stderr().contains("--device") && run.stderr().contains("GPU-zz"), "{run}");
+    // An option fgpu run does not know, before the command: a usage error naming it, never
+    // the start of the command.
+    for (args, named) in [
+        (&["run", "--limit", "1G", "--devic", "GPU-7f=4G", "--", "touch", "ran"][..], "'--devic'"),
+        (&["run", "--bogus", "--limit", "1G", "--", "touch", "ran"][..], "'--bogus'"),
+    ] {
+        let run = fgpu(&env).args(args).run();
+        assert_eq!(run.output.status.code(), Some(2), "{run}");
+        assert!(run.stderr().contains(named), "the message names {named}\n{run}");
+        assert!(!run.stderr().contains("required"), "not a complaint about --limit\n{run}");
+    }
     assert!(!env.dir.join("ran").exists());
+    // The usage line: --limit or --device, not --limit required.
+    let help = fgpu(&env).args(["run", "--help"]).success();
+    assert!(help.stdout().contains("<--limit <LIMIT>|--device <UUID=SIZE>> <COMMAND>..."), "{help}");
     // A missing shim is fgpu's own failure: 125.
     let run = fgpu(&env).env("FGPU_SHIM", env.dir.join("nope.so")).args(["run", "--limit", "1G", "--", "true"]).run();
     assert_eq!(run.output.status.code(), Some(125), "{run}");
@@ -152,8 +204,7 @@ struct Tmux {
 
 impl Tmux {
     fn new(name: &str) -> Option<Tmux> {
-        if !tool("tmux") {
-            println!("SKIPPED: tmux is not installed (Debian package tmux)");
+        if !prerequisite(tool("tmux"), "tmux is not installed (Debian package tmux)") {
             return None;
         }
         Some(Tmux { socket: format!("fgpu-test-{}-{name}", std::process::id()) })
@@ -334,8 +385,7 @@ fn status_of_a_missing_or_broken_ledger() {
 
 #[test]
 fn status_all_finds_a_ledger_in_another_mount_and_pid_namespace() {
-    if !is_root() || !tool("unshare") {
-        println!("SKIPPED: needs root and unshare(1) to make mount and PID namespaces");
+    if !prerequisite(is_root() && tool("unshare"), "needs root and unshare(1) to make mount and PID namespaces") {
         return;
     }
     let env = Env::new("cli-status-all").context_overhead("100M");
@@ -536,12 +586,10 @@ fn doctor_reports_a_broken_ledger_a_missing_driver_and_another_interposer() {
     assert_finding(&run, &value, "interposer", "fail", "(HAMi-core)");
 
     // Not the host PID namespace.
-    if is_root() && tool("unshare") {
+    if prerequisite(is_root() && tool("unshare"), "the PID namespace part needs root and unshare(1)") {
         let inner = env.command("unshare").args(["--pid", "--fork", "--mount-proc", "--mount"]).arg(fgpu_bin()).args(["doctor", "--json"]).env("LD_PRELOAD", shim_path()).env("FGPU_LIMIT", "2G").run();
         let value = json(&inner);
         assert_finding(&inner, &value, "pidns", "info", "not the host PID namespace");
-    } else {
-        println!("SKIPPED part: PID namespace check needs root and unshare(1)");
     }
 }
 
@@ -551,13 +599,23 @@ fn doctor_reads_the_config_file_and_ld_so_preload() {
     let fgpu_cmd = format!("TMPDIR={} {} doctor --json", env.dir.display(), fgpu_bin().display());
     let shim = shim_path().display().to_string();
     // The shim preloaded for everything through /etc/ld.so.preload, the cap from the file.
-    let Some(cmd) = env.with_private_etc(&format!("mkdir -p /etc/fgpu; printf 'limit = 3G\\n' > /etc/fgpu/fgpu.conf; chmod 644 /etc/fgpu/fgpu.conf; echo {shim} > /etc/ld.so.preload; {fgpu_cmd}")) else { return };
+    let file_ledger = env.dir.join("file-ledger");
+    let Some(cmd) = env.with_private_etc(&format!(
+        "mkdir -p /etc/fgpu; printf 'limit = 3G\\nledger = {}\\n' > /etc/fgpu/fgpu.conf; chmod 644 /etc/fgpu/fgpu.conf; echo {shim} > /etc/ld.so.preload; {fgpu_cmd}",
+        file_ledger.display()
+    )) else {
+        return;
+    };
     let run = cmd.run();
     let value = json(&run);
     assert_eq!(value["cap_applies"], true, "{run}");
     assert_finding(&run, &value, "preload", "ok", "for every program on this system (through /etc/ld.so.preload)");
     assert_finding(&run, &value, "cap", "ok", "from /etc/fgpu/fgpu.conf: 3 GiB on every GPU");
-    assert_finding(&run, &value, "cap", "info", "capped at 3 GiB");
+    // The driver probe goes around the preloaded shim: it sees the GPU's own 80 GiB, not
+    // the cap, and no ledger is created by the doctor's look.
+    assert_finding(&run, &value, "cap", "info", "80 GiB): capped at 3 GiB");
+    assert_finding(&run, &value, "ledger", "ok", "does not exist yet");
+    assert!(!file_ledger.exists(), "the doctor created the ledger: its probe went through the shim\n{run}");
 
     // Both: the smaller applies, and the doctor says so.
     let cmd = env.with_private_etc(&format!("mkdir -p /etc/fgpu; echo 'limit = 3G' > /etc/fgpu/fgpu.conf; echo {shim} > /etc/ld.so.preload; FGPU_LIMIT=1G {fgpu_cmd}")).unwrap();
@@ -592,30 +650,47 @@ fn doctor_reads_the_config_file_and_ld_so_preload() {
 
 #[test]
 fn doctor_reports_a_ledger_directory_it_cannot_write() {
-    if !is_root() || !tool("setpriv") {
-        println!("SKIPPED: needs root and setpriv(1) to run the doctor as another user");
+    if !prerequisite(is_root() && tool("setpriv"), "needs root and setpriv(1) to run the doctor as another user") {
         return;
     }
     let env = Env::new("cli-doctor-perm");
+    use std::os::unix::fs::PermissionsExt;
+    let open = |dir: &Path| std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    // What user 65534 runs is copied where it can reach it: a root-owned clone (under /root,
+    // mode 0700) would otherwise hide the binary, the shim and the simulated driver.
+    open(&env.dir);
+    let bin = env.dir.join("bin");
+    let driver = env.dir.join("driver");
+    for dir in [&bin, &driver] {
+        std::fs::create_dir_all(dir).unwrap();
+        open(dir);
+    }
+    let copy = |from: &Path, to: &Path| {
+        std::fs::copy(from, to).unwrap_or_else(|e| panic!("copy {} to {}: {e}", from.display(), to.display()));
+        std::fs::set_permissions(to, std::fs::Permissions::from_mode(0o755)).unwrap();
+    };
+    let fgpu = bin.join("fgpu");
+    let shim = bin.join("libfgpu.so");
+    copy(&fgpu_bin(), &fgpu);
+    copy(&shim_path(), &shim);
+    copy(&release_dir().join("libfgpu_sim_cuda.so"), &driver.join("libcuda.so.1"));
+    copy(&release_dir().join("libfgpu_sim_nvml.so"), &driver.join("libnvidia-ml.so.1"));
     let locked = env.dir.join("locked");
     std::fs::create_dir_all(&locked).unwrap();
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&env.dir, std::fs::Permissions::from_mode(0o755)).unwrap();
-    std::fs::set_permissions(&locked, std::fs::Permissions::from_mode(0o755)).unwrap();
+    open(&locked);
     let run = env
         .command("setpriv")
         .args(["--reuid", "65534", "--regid", "65534", "--clear-groups"])
-        .arg(fgpu_bin())
+        .arg(&fgpu)
         .args(["doctor", "--json"])
+        .env("LD_LIBRARY_PATH", &driver)
         .env("FGPU_LEDGER", locked.join("sub/ledger"))
-        .env("LD_PRELOAD", shim_path())
+        .env("LD_PRELOAD", &shim)
         .env("FGPU_LIMIT", "1G")
         .run();
-    if run.stdout().is_empty() {
-        println!("SKIPPED: the fgpu binary is not reachable by user 65534 here\n{run}");
-        return;
-    }
+    // Nothing printed is a failure (a doctor that crashed prints nothing), shown by json().
     let value = json(&run);
+    assert_finding(&run, &value, "shim", "ok", &format!("The shim {} loads here", shim.display()));
     assert_finding(&run, &value, "ledger", "fail", "is not writable by this user");
 }
 
@@ -659,7 +734,7 @@ fn exporter_serves_valid_metrics_that_match_the_ledger() {
     let (head, body) = http_get(port, "/metrics", "text/plain").unwrap();
     assert!(head.contains("text/plain; version=0.0.4"), "{head}");
 
-    if tool("promtool") {
+    if prerequisite(tool("promtool"), "promtool is not installed (Debian package prometheus)") {
         let mut check = Command::new("promtool")
             .args(["check", "metrics"])
             .stdin(std::process::Stdio::piped())
@@ -670,8 +745,6 @@ fn exporter_serves_valid_metrics_that_match_the_ledger() {
         check.stdin.take().unwrap().write_all(body.as_bytes()).unwrap();
         let out = check.wait_with_output().unwrap();
         assert!(out.status.success(), "promtool check metrics failed:\n{}{}\n--- metrics ---\n{body}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    } else {
-        println!("SKIPPED promtool check: promtool is not installed (Debian package prometheus)");
     }
 
     let truth = env.ledger().snapshot(None);
@@ -774,12 +847,59 @@ fn every_command_has_help_with_examples_and_completions_exist() {
     for shell in ["bash", "zsh", "fish"] {
         let run = fgpu(&env).args(["completions", shell]).success();
         assert!(run.stdout().contains("exporter"), "{shell} completions\n{run}");
+        assert!(!run.stdout().contains("__driver-probe"), "{shell} completions offer a hidden subcommand\n{run}");
     }
-    if tool("bash") {
+    if prerequisite(tool("bash"), "bash is not installed") {
         let script = env.dir.join("fgpu.bash");
         std::fs::write(&script, fgpu(&env).args(["completions", "bash"]).success().output.stdout).unwrap();
         Cmd(Command::new("bash")).arg("-n").arg(&script).success();
     }
     let run = fgpu(&env).args(["status", "--all", "--ledger", "x"]).run();
     assert_eq!(run.output.status.code(), Some(2), "{run}");
+}
+
+// ------------------------------------------------------------------------------ fgpu sim-env
+
+/// A plain shell with nothing of the simulator set: `fgpu sim-env` alone makes the
+/// simulated driver usable, for a C client and for `fgpu run`.
+#[test]
+fn sim_env_sets_up_the_simulated_driver_for_a_plain_shell() {
+    let env = Env::new("cli-sim-env");
+    let dir = env.dir.join("sim");
+    let plain = |script: &str| {
+        let mut sh = Command::new("sh");
+        sh.args(["-c", script]).current_dir(&env.dir).env("TMPDIR", &env.dir);
+        for var in ["LD_LIBRARY_PATH", "LD_PRELOAD", "FGPU_LIMIT", "FGPU_LEDGER", "FGPU_SIM_STATE", "FGPU_SIM_MEMORY", "FGPU_SIM_DEVICES", "FGPU_SIM_CONTEXT_OVERHEAD", "FGPU_SIM_DRIVER_VERSION", "FGPU_SHIM", "XDG_RUNTIME_DIR"] {
+            sh.env_remove(var);
+        }
+        Cmd(sh)
+    };
+    let fgpu_path = fgpu_bin().display().to_string();
+    let script = format!(
+        "eval \"$({f} sim-env {d} --devices 2 --memory 16G)\" || exit 9; C={c}; $C init device 1 primary info; {f} run --limit 4G -- $C init primary info",
+        f = fgpu_path,
+        d = dir.display(),
+        c = cuclient()
+    );
+    let run = plain(&script).success();
+    let totals: Vec<String> = run.lines("info").iter().map(|l| field(l, "total").unwrap()).collect();
+    assert_eq!(totals, vec![(16 * GIB).to_string(), (4 * GIB).to_string()], "GPU 1 of two 16 GiB GPUs, then a 4 GiB cap\n{run}");
+    for (name, built) in [("libcuda.so.1", "libfgpu_sim_cuda.so"), ("libcuda.so", "libfgpu_sim_cuda.so"), ("libnvidia-ml.so.1", "libfgpu_sim_nvml.so")] {
+        let target = std::fs::read_link(dir.join("lib").join(name)).unwrap();
+        assert_eq!(target, std::fs::canonicalize(release_dir().join(built)).unwrap(), "{name}");
+    }
+    assert!(dir.join("sim-state").exists(), "the state file is the one it exported");
+
+    // --dry-run makes nothing, and what it prints makes the same layout.
+    let other = env.dir.join("dry");
+    let dry = Cmd(Command::new(fgpu_bin())).arg("sim-env").arg(&other).arg("--dry-run").success();
+    assert!(!other.exists(), "{dry}");
+    let run = plain(&format!("{} && {} init primary info", dry.stdout().trim_end().replace('\n', " && "), cuclient())).success();
+    assert_eq!(run.field("info", "total"), (80 * GIB).to_string(), "{run}");
+    assert!(std::fs::read_link(other.join("lib/libnvidia-ml.so.1")).is_ok());
+
+    // Libraries that are not there: one line saying how to build them.
+    let run = Cmd(Command::new(fgpu_bin())).arg("sim-env").arg(env.dir.join("x")).args(["--libs", "/nonexistent"]).run();
+    assert_eq!(run.output.status.code(), Some(1), "{run}");
+    assert!(run.stderr().contains("/nonexistent/libfgpu_sim_cuda.so is missing") && run.stderr().contains("cargo build --release"), "{run}");
 }

@@ -762,3 +762,49 @@ fn mig_device_handles_answer_for_the_container() {
     let bare = nvml(&env, Variant::Dlsym, &["mem"]).env("LD_LIBRARY_PATH", &fake).env("FGPU_FAKE_NVML_UUID", mig).success();
     assert_eq!(num(&bare, "mem ", "total"), 80 * GIB, "without the shim, the stand-in's own answer\n{bare}");
 }
+
+/// A cap larger than the GPU never makes the GPU look larger: CUDA, NVML and nvidia-smi all
+/// report the GPU's own 80 GiB under `FGPU_LIMIT=200G`. At the physical limit the driver's
+/// own answer stands: what fits is granted, what does not is refused by the driver, and the
+/// ledger keeps nothing of a refused request.
+#[test]
+fn a_cap_larger_than_the_gpu_reports_the_gpu() {
+    let env = Env::new("nvml-cap-above");
+    let physical = 80 * GIB;
+    let mut holder = env.client(&["init", "primary", "info", "total", "alloc", "70G", "info", "hold"]).shim().limit("200G").spawn();
+    holder.wait_for("holding");
+    let infos: Vec<&String> = holder.lines.iter().filter(|l| l.starts_with("info")).collect();
+    assert_eq!(field(infos[0], "total"), Some(physical.to_string()), "cuMemGetInfo total\n{:?}", holder.lines);
+    let total_line = holder.lines.iter().find(|l| l.starts_with("total")).unwrap();
+    assert_eq!(field(total_line, "total"), Some(physical.to_string()), "cuDeviceTotalMem\n{:?}", holder.lines);
+    let sim = env.sim();
+    assert_eq!(
+        field(infos[1], "free"),
+        Some(sim.device_free(0).to_string()),
+        "free is what the device really has left\n{:?}",
+        holder.lines
+    );
+
+    // NVML (v1 and v2): total is the GPU's, used is the container's, total = used + free.
+    let run = nvml(&env, Variant::Dlsym, &["mem", "mem2"]).shim().limit("200G").success();
+    let used = 70 * GIB + CONTEXT;
+    assert_eq!((num(&run, "mem ", "total"), num(&run, "mem ", "used"), num(&run, "mem ", "free")), (physical, used, physical - used), "{run}");
+    assert_eq!((num(&run, "mem2 ", "total"), num(&run, "mem2 ", "used"), num(&run, "mem2 ", "free")), (physical, used, physical - used), "{run}");
+
+    // The real nvidia-smi.
+    if let Some(smi) = nvidia_smi() {
+        let run = env.command(&smi).args(["--query-gpu=memory.total,memory.used", "--format=csv,noheader,nounits"]).shim().limit("200G").success();
+        assert_eq!(run.stdout().trim().replace(' ', ""), format!("81920,{}", used / MIB), "{run}");
+    }
+
+    // At the physical limit: a second process of the container gets what fits, and the
+    // driver refuses what does not (CUDA_ERROR_OUT_OF_MEMORY), whatever the cap says.
+    let run = env.client(&["init", "primary", "info", "alloc", "20G", "alloc", "9G"]).shim().limit("200G").success();
+    assert_eq!(run.field("info", "total"), physical.to_string(), "{run}");
+    assert_eq!(run.lines("alloc"), vec![format!("alloc {} rc=2", 20 * GIB), format!("alloc {} rc=0", 9 * GIB)], "{run}");
+    env.ledger().reclaim_dead(None);
+    let (_, ledger_used) = ledger_view(&env, 0);
+    assert_eq!(ledger_used, 70 * GIB + CONTEXT, "the refused 20G and the finished process leave nothing behind");
+    assert_eq!(ledger_used, sim.device_used(0), "the ledger agrees with the device");
+    holder.finish();
+}

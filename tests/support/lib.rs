@@ -247,9 +247,7 @@ impl Env {
     /// `sh -c script` in a private mount namespace where /etc is an overlay the test may
     /// write (root only; `None` with a printed reason otherwise, a failure under CI).
     pub fn with_private_etc(&self, script: &str) -> Option<Cmd> {
-        if !is_root() || !tool("unshare") {
-            assert!(std::env::var_os("CI").is_none(), "CI runs as root with unshare(1): this test must run there");
-            println!("SKIPPED: needs root and unshare(1) to give the test its own /etc");
+        if !prerequisite(is_root() && tool("unshare"), "needs root and unshare(1) to give the test its own /etc") {
             return None;
         }
         let ov = self.dir.join("etc-overlay");
@@ -525,11 +523,20 @@ pub fn python_with(module: &str) -> Option<PathBuf> {
         venv.exists().then_some(venv)
     });
     let usable = found.filter(|p| Command::new(p).args(["-c", &format!("import {module}")]).output().map(|o| o.status.success()).unwrap_or(false));
-    if usable.is_none() {
-        assert!(std::env::var_os("CI").is_none(), "no Python with {module}: tests/run.sh installs it (.venv)");
-        println!("SKIPPED: no Python with {module} (run tests/run.sh to create .venv)");
-    }
+    prerequisite(usable.is_some(), &format!("no Python with {module} (tests/run.sh creates .venv with it)"));
     usable
+}
+
+/// Whether a test's prerequisite (root, a tool) is there. Under `CI` a missing one is a
+/// failure: CI runs as root and tests/run.sh installs every tool, so a test never passes
+/// there without having run. Elsewhere the test prints why it is skipped and the caller
+/// returns early.
+pub fn prerequisite(present: bool, what: &str) -> bool {
+    if !present {
+        assert!(std::env::var_os("CI").is_none(), "missing under CI: {what} (CI runs as root; tests/run.sh installs the tools)");
+        println!("SKIPPED: {what}");
+    }
+    present
 }
 
 /// Whether a program is on PATH.

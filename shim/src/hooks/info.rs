@@ -1,5 +1,6 @@
 //! What programs see: `cuMemGetInfo` and `cuDeviceTotalMem` report the cap as the GPU's
-//! memory, and free memory as what is left of it (never more than the device really has).
+//! memory (the GPU's own memory when the cap is larger: a cap never makes a GPU look bigger
+//! than it is), and free memory as what is left of it (never more than the device really has).
 
 use crate::abi::cuda::*;
 use crate::state::{self, Dev, Mode};
@@ -11,7 +12,13 @@ fn capped_view(active: &state::Active, dev: &Dev, real_free: u64) -> (u64, u64) 
     active.ledger.reclaim_dead(active.slot_if_joined());
     super::untracked::count_untracked(active);
     let used = active.container_used(dev);
-    (dev.limit.saturating_sub(used).min(real_free), dev.limit)
+    let total = visible_total(dev);
+    (total.saturating_sub(used).min(real_free), total)
+}
+
+/// The memory a program is told the device has: its cap, but never more than the device.
+fn visible_total(dev: &Dev) -> u64 {
+    dev.limit.min(dev.total)
 }
 
 /// Runs the real `cuMemGetInfo` and rewrites its answer.
@@ -80,7 +87,7 @@ pub unsafe extern "C" fn cuMemGetInfo(free: *mut c_uint, total: *mut c_uint) -> 
 
 fn capped_total(ordinal: CUdevice, real_total: u64) -> u64 {
     match state::mode() {
-        Mode::On(active) => active.device(ordinal).map(|d| d.limit).unwrap_or(real_total),
+        Mode::On(active) => active.device(ordinal).map(visible_total).unwrap_or(real_total),
         _ => real_total,
     }
 }

@@ -1,8 +1,8 @@
 //! NVML as the container should see it: `nvidia-smi`, pynvml, gpustat, nvitop and the
 //! frameworks' NVML use all read memory and processes from here.
 //!
-//! * Memory info: total = the cap, used = what the ledger's processes hold (contexts
-//!   included), free = the rest. `_v2`'s
+//! * Memory info: total = the cap (the GPU's own memory when the cap is larger), used = what
+//!   the ledger's processes hold (contexts included), free = the rest. `_v2`'s
 //!   `reserved` is 0: the driver's reservation belongs to the card, not the container, so
 //!   total = used + free holds in both layouts.
 //! * Compute process lists (and compute mode of the r550 detail list) are built from the
@@ -46,13 +46,72 @@ pub mod query {
     }
 
     pub fn device_uuid(device: NvmlDevice) -> Option<[u8; 16]> {
+        parse_gpu_uuid(&device_uuid_text(device)?)
+    }
+
+    /// `nvmlDeviceGetUUID` as NVML writes it: `GPU-…`, or `MIG-…` for a MIG instance.
+    fn device_uuid_text(device: NvmlDevice) -> Option<String> {
+        // NVML_DEVICE_UUID_V2_BUFFER_SIZE (nvml.h) is 96.
         let mut buf = [0u8; 96];
         let rc = crate::call_real!(nvmlDeviceGetUUID: fn(NvmlDevice, *mut c_char, c_uint) -> NvmlReturn, device, buf.as_mut_ptr().cast(), buf.len() as c_uint)?;
         if rc != NVML_SUCCESS {
             return None;
         }
         let end = buf.iter().position(|b| *b == 0).unwrap_or(buf.len());
-        parse_gpu_uuid(std::str::from_utf8(&buf[..end]).ok()?)
+        std::str::from_utf8(&buf[..end]).ok().map(str::to_string)
+    }
+
+    /// `NVML_DEVICE_MIG_ENABLE` (nvml.h): the current mode of a GPU split into MIG instances.
+    const NVML_DEVICE_MIG_ENABLE: c_uint = 1;
+
+    /// The UUID of every GPU NVML lists (`nvmlDeviceGetCount_v2`: every GPU of the machine,
+    /// or of the container, whatever `CUDA_VISIBLE_DEVICES` says) and of every MIG instance
+    /// on them, or why they cannot be listed.
+    pub fn all_uuids() -> Result<Vec<String>, String> {
+        if !ready() {
+            return Err("NVML (libnvidia-ml.so.1) cannot be loaded or initialised".into());
+        }
+        let mut count: c_uint = 0;
+        let rc = crate::call_real!(nvmlDeviceGetCount_v2: fn(*mut c_uint) -> NvmlReturn, &mut count).ok_or("NVML has no nvmlDeviceGetCount_v2")?;
+        if rc != NVML_SUCCESS {
+            return Err(format!("nvmlDeviceGetCount_v2 failed with NVML error {rc}"));
+        }
+        let mut uuids = Vec::new();
+        for index in 0..count {
+            let mut device: NvmlDevice = std::ptr::null_mut();
+            let rc = crate::call_real!(nvmlDeviceGetHandleByIndex_v2: fn(c_uint, *mut NvmlDevice) -> NvmlReturn, index, &mut device)
+                .ok_or("NVML has no nvmlDeviceGetHandleByIndex_v2")?;
+            if rc != NVML_SUCCESS {
+                return Err(format!("nvmlDeviceGetHandleByIndex_v2({index}) failed with NVML error {rc}"));
+            }
+            uuids.push(device_uuid_text(device).ok_or_else(|| format!("nvmlDeviceGetUUID of GPU {index} failed"))?);
+            uuids.extend(mig_uuids(device));
+        }
+        Ok(uuids)
+    }
+
+    /// The UUIDs of the MIG instances of one GPU (none when MIG is off or unknown to NVML).
+    fn mig_uuids(device: NvmlDevice) -> Vec<String> {
+        let (mut current, mut pending): (c_uint, c_uint) = (0, 0);
+        let mode = crate::call_real!(nvmlDeviceGetMigMode: fn(NvmlDevice, *mut c_uint, *mut c_uint) -> NvmlReturn, device, &mut current, &mut pending);
+        if mode != Some(NVML_SUCCESS) || current != NVML_DEVICE_MIG_ENABLE {
+            return Vec::new();
+        }
+        let mut max: c_uint = 0;
+        if crate::call_real!(nvmlDeviceGetMaxMigDeviceCount: fn(NvmlDevice, *mut c_uint) -> NvmlReturn, device, &mut max) != Some(NVML_SUCCESS) {
+            return Vec::new();
+        }
+        // Slots of instances not created answer NVML_ERROR_NOT_FOUND.
+        (0..max)
+            .filter_map(|index| {
+                let mut mig: NvmlDevice = std::ptr::null_mut();
+                let rc = crate::call_real!(nvmlDeviceGetMigDeviceHandleByIndex: fn(NvmlDevice, c_uint, *mut NvmlDevice) -> NvmlReturn, device, index, &mut mig)?;
+                if rc != NVML_SUCCESS {
+                    return None;
+                }
+                device_uuid_text(mig)
+            })
+            .collect()
     }
 
     pub fn device_memory(device: NvmlDevice) -> Option<NvmlMemory> {
@@ -137,7 +196,8 @@ fn container_view(active: &Active, device: NvmlDevice, real_total: u64) -> Optio
         }
         None => 0,
     };
-    Some((id, cap, used))
+    // A cap larger than the GPU does not make it look larger.
+    Some((id, cap.min(real_total), used))
 }
 
 /// How a memory answer from the driver is to be rewritten.

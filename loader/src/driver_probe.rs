@@ -1,0 +1,272 @@
+//! `fgpu __driver-probe`: loads `libcuda.so.1` and `libnvidia-ml.so.1` and prints, as JSON,
+//! what they say about themselves and the GPUs. `fgpu doctor` runs it in a child process.
+//!
+//! The probe must see the driver as it is, never through the shim: the child is started
+//! without `LD_PRELOAD`, but a shim in `/etc/ld.so.preload` is loaded into every process
+//! whatever the environment says. So the probe never looks a driver function up through
+//! the `dlsym` that a preloaded library may define (the shim's returns its own wrappers):
+//! it asks glibc for glibc's own `dlsym`, through `dlvsym` on libc's handle (nothing
+//! interposes `dlvsym`), and resolves every driver function with that. No call of the probe
+//! then reaches the shim, which so never reads a cap, rewrites an answer or opens a ledger.
+
+use serde::{Deserialize, Serialize};
+use std::ffi::{c_char, c_void, CStr};
+
+/// What the probe reports about the driver libraries.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct DriverProbe {
+    pub cuda: LibraryProbe,
+    pub nvml: LibraryProbe,
+    pub devices: Vec<ProbedDevice>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct LibraryProbe {
+    pub loaded: bool,
+    pub error: Option<String>,
+    /// cuDriverGetVersion (e.g. 12080), or NVML's CUDA driver version.
+    pub cuda_version: Option<i32>,
+    /// nvmlSystemGetDriverVersion (e.g. "535.104.05").
+    pub driver_version: Option<String>,
+    pub device_count: Option<u32>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct ProbedDevice {
+    pub index: u32,
+    pub uuid: String,
+    pub name: String,
+    pub total_bytes: u64,
+}
+
+type DlsymFn = unsafe extern "C" fn(*mut c_void, *const c_char) -> *mut c_void;
+
+/// glibc's own `dlsym`, whatever a preloaded library defines under that name.
+fn glibc_dlsym() -> Option<DlsymFn> {
+    // glibc 2.34 and later keep dlsym in libc.so.6; older ones in libdl.so.2.
+    for library in [c"libc.so.6", c"libdl.so.2"] {
+        // SAFETY: models dlopen(3) with RTLD_NOLOAD: it only hands back a handle to a library
+        // that is already loaded (or null), and runs no initialiser.
+        let handle = unsafe { libc::dlopen(library.as_ptr(), libc::RTLD_LAZY | libc::RTLD_NOLOAD) };
+        if handle.is_null() {
+            continue;
+        }
+        for version in [c"GLIBC_2.34", c"GLIBC_2.2.5", c"GLIBC_2.17"] {
+            // SAFETY: models dlvsym(3) on a live handle with NUL-terminated name and version.
+            // A lookup through a handle searches that library and its dependencies only, so
+            // it finds glibc's definition, never a preloaded one.
+            let found = unsafe { libc::dlvsym(handle, c"dlsym".as_ptr(), version.as_ptr()) };
+            if !found.is_null() {
+                // SAFETY: glibc's dlsym has the C prototype DlsymFn describes.
+                return Some(unsafe { std::mem::transmute::<*mut c_void, DlsymFn>(found) });
+            }
+        }
+    }
+    None
+}
+
+/// A driver library opened by the probe; never closed (the probe exits right after).
+struct Library {
+    handle: *mut c_void,
+    dlsym: DlsymFn,
+}
+
+impl Library {
+    /// `dlopen`s `name`, or returns the loader's message.
+    fn open(name: &CStr) -> Result<Library, String> {
+        let dlsym = glibc_dlsym().ok_or_else(|| "glibc's dlsym cannot be found in this process".to_string())?;
+        // SAFETY: models dlopen(3) with a NUL-terminated soname. Loading the driver runs its
+        // initialisers, which is what any CUDA program does.
+        let handle = unsafe { libc::dlopen(name.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
+        if handle.is_null() {
+            // SAFETY: models dlerror(3): null, or this thread's last loader message.
+            let message = unsafe { libc::dlerror() };
+            if message.is_null() {
+                return Err("unknown error".into());
+            }
+            // SAFETY: a NUL-terminated string owned by libc, read before any other dl call.
+            return Err(unsafe { CStr::from_ptr(message) }.to_string_lossy().into_owned());
+        }
+        Ok(Library { handle, dlsym })
+    }
+
+    /// The driver's own `name`, as a function of type `F`.
+    ///
+    /// # Safety
+    /// `F` is an `unsafe extern "C" fn` type matching the C prototype of `name` (cuda.h,
+    /// nvml.h).
+    unsafe fn get<F: Copy>(&self, name: &CStr) -> Option<F> {
+        assert_eq!(std::mem::size_of::<F>(), std::mem::size_of::<*mut c_void>(), "F must be a function pointer");
+        // SAFETY: a live handle from dlopen and a NUL-terminated name, given to glibc's dlsym.
+        let found = unsafe { (self.dlsym)(self.handle, name.as_ptr()) };
+        if found.is_null() {
+            return None;
+        }
+        // SAFETY: `found` is the address of `name`, whose prototype the caller vouches `F` is;
+        // the sizes were checked above.
+        Some(unsafe { std::mem::transmute_copy::<*mut c_void, F>(&found) })
+    }
+}
+
+type CuFnI32 = unsafe extern "C" fn(*mut i32) -> u32;
+type CuInit = unsafe extern "C" fn(u32) -> u32;
+type NvmlInit = unsafe extern "C" fn() -> u32;
+type NvmlString = unsafe extern "C" fn(*mut c_char, u32) -> u32;
+type NvmlCount = unsafe extern "C" fn(*mut u32) -> u32;
+type NvmlHandle = unsafe extern "C" fn(u32, *mut *mut c_void) -> u32;
+type NvmlDevString = unsafe extern "C" fn(*mut c_void, *mut c_char, u32) -> u32;
+/// `nvmlMemory_t` (nvml.h): `{ total, free, used }`, all `unsigned long long`.
+#[repr(C)]
+struct NvmlMemory {
+    total: u64,
+    free: u64,
+    used: u64,
+}
+type NvmlMemoryInfo = unsafe extern "C" fn(*mut c_void, *mut NvmlMemory) -> u32;
+
+fn c_buffer_to_string(buf: &[c_char]) -> String {
+    let bytes: Vec<u8> = buf.iter().take_while(|c| **c != 0).map(|c| *c as u8).collect();
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
+fn probe_cuda() -> LibraryProbe {
+    let mut p = LibraryProbe::default();
+    let lib = match Library::open(c"libcuda.so.1") {
+        Ok(lib) => lib,
+        Err(e) => {
+            p.error = Some(e);
+            return p;
+        }
+    };
+    p.loaded = true;
+    // SAFETY: each type is the prototype cuda.h gives the function named; every pointer
+    // passed is to a live local.
+    unsafe {
+        if let Some(get_version) = lib.get::<CuFnI32>(c"cuDriverGetVersion") {
+            let mut v = 0;
+            if get_version(&mut v) == 0 {
+                p.cuda_version = Some(v);
+            }
+        }
+        match lib.get::<CuInit>(c"cuInit") {
+            Some(init) => {
+                let rc = init(0);
+                if rc != 0 {
+                    p.error = Some(format!("cuInit failed with CUDA error {rc}{}", if rc == 100 { " (no CUDA-capable device)" } else { "" }));
+                } else if let Some(count) = lib.get::<CuFnI32>(c"cuDeviceGetCount") {
+                    let mut n = 0;
+                    if count(&mut n) == 0 {
+                        p.device_count = Some(n.max(0) as u32);
+                    }
+                }
+            }
+            None => p.error = Some("it has no cuInit".into()),
+        }
+    }
+    p
+}
+
+fn probe_nvml(devices: &mut Vec<ProbedDevice>) -> LibraryProbe {
+    let mut p = LibraryProbe::default();
+    let lib = match Library::open(c"libnvidia-ml.so.1") {
+        Ok(lib) => lib,
+        Err(e) => {
+            p.error = Some(e);
+            return p;
+        }
+    };
+    p.loaded = true;
+    // SAFETY: each type is the prototype nvml.h gives the function named; buffers are sized
+    // as NVML documents and passed with their length; other pointers are to live locals.
+    unsafe {
+        let Some(init) = lib.get::<NvmlInit>(c"nvmlInit_v2").or_else(|| lib.get::<NvmlInit>(c"nvmlInit")) else {
+            p.error = Some("it has no nvmlInit".into());
+            return p;
+        };
+        let rc = init();
+        if rc != 0 {
+            p.error = Some(format!("nvmlInit failed with NVML error {rc}"));
+            return p;
+        }
+        if let Some(f) = lib.get::<NvmlString>(c"nvmlSystemGetDriverVersion") {
+            let mut buf = [0 as c_char; 96];
+            if f(buf.as_mut_ptr(), buf.len() as u32) == 0 {
+                p.driver_version = Some(c_buffer_to_string(&buf));
+            }
+        }
+        if let Some(f) = lib.get::<CuFnI32>(c"nvmlSystemGetCudaDriverVersion_v2").or_else(|| lib.get::<CuFnI32>(c"nvmlSystemGetCudaDriverVersion")) {
+            let mut v = 0;
+            if f(&mut v) == 0 {
+                p.cuda_version = Some(v);
+            }
+        }
+        let count = lib.get::<NvmlCount>(c"nvmlDeviceGetCount_v2").or_else(|| lib.get::<NvmlCount>(c"nvmlDeviceGetCount"));
+        if let Some(count) = count {
+            let mut n = 0;
+            if count(&mut n) == 0 {
+                p.device_count = Some(n);
+                let handle = lib.get::<NvmlHandle>(c"nvmlDeviceGetHandleByIndex_v2");
+                let uuid = lib.get::<NvmlDevString>(c"nvmlDeviceGetUUID");
+                let name = lib.get::<NvmlDevString>(c"nvmlDeviceGetName");
+                let memory = lib.get::<NvmlMemoryInfo>(c"nvmlDeviceGetMemoryInfo");
+                if let (Some(handle), Some(uuid)) = (handle, uuid) {
+                    for index in 0..n.min(64) {
+                        let mut dev = std::ptr::null_mut();
+                        if handle(index, &mut dev) != 0 {
+                            continue;
+                        }
+                        let mut d = ProbedDevice { index, ..Default::default() };
+                        let mut buf = [0 as c_char; 96];
+                        if uuid(dev, buf.as_mut_ptr(), buf.len() as u32) == 0 {
+                            d.uuid = c_buffer_to_string(&buf);
+                        }
+                        if let Some(name) = name {
+                            let mut buf = [0 as c_char; 96];
+                            if name(dev, buf.as_mut_ptr(), buf.len() as u32) == 0 {
+                                d.name = c_buffer_to_string(&buf);
+                            }
+                        }
+                        if let Some(memory) = memory {
+                            let mut m = NvmlMemory { total: 0, free: 0, used: 0 };
+                            if memory(dev, &mut m) == 0 {
+                                d.total_bytes = m.total;
+                            }
+                        }
+                        devices.push(d);
+                    }
+                }
+            }
+        }
+        if let Some(shutdown) = lib.get::<NvmlInit>(c"nvmlShutdown") {
+            shutdown();
+        }
+    }
+    p
+}
+
+/// `fgpu __driver-probe`: prints a [`DriverProbe`] as JSON.
+pub fn main() -> i32 {
+    let mut probe = DriverProbe { cuda: probe_cuda(), ..Default::default() };
+    probe.nvml = probe_nvml(&mut probe.devices);
+    println!("{}", serde_json::to_string(&probe).expect("probe serialises"));
+    0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn glibc_dlsym_is_found_and_resolves() {
+        let dlsym = glibc_dlsym().expect("glibc's dlsym");
+        // SAFETY: RTLD_DEFAULT and a NUL-terminated name.
+        let getpid = unsafe { dlsym(libc::RTLD_DEFAULT, c"getpid".as_ptr()) };
+        assert_eq!(getpid, libc::getpid as *mut c_void);
+    }
+
+    #[test]
+    fn a_missing_library_gives_the_loaders_message() {
+        let err = Library::open(c"libfgpu-no-such-library.so.1").err().unwrap();
+        assert!(err.contains("libfgpu-no-such-library.so.1"), "{err}");
+    }
+}
