@@ -4,6 +4,7 @@
 //! * [`config`]: where a process's cap, ledger and log level come from.
 //! * [`ledger`]: the shared-memory record of who holds what, per GPU.
 //! * [`pidns`]: PID namespaces and host PIDs.
+//! * [`hostpid`]: host PIDs for processes in containers, from the host's `fgpu service`.
 //! * [`log`]: one-line diagnostics.
 
 pub mod config;
@@ -16,6 +17,7 @@ pub mod crash;
 macro_rules! crash_point {
     ($name:literal) => {};
 }
+pub mod hostpid;
 pub mod ledger;
 pub mod limit;
 pub mod log;

@@ -291,14 +291,18 @@ fn bind(host: &Path, container: &str, options: &[&str]) -> Value {
 
 /// The CDI spec as a JSON value, for files laid out under `config_dir` as [`generate`]
 /// writes them.
-pub fn spec(devices: &[Device], config_dir: &Path) -> Value {
-    let shared = json!({
-        "mounts": [
-            bind(&config_dir.join(LIB_SUBDIR), CONTAINER_LIB_DIR, &LIB_MOUNT_OPTIONS),
-            bind(&config_dir.join(PRELOAD_FILE), CONTAINER_PRELOAD, &FILE_MOUNT_OPTIONS),
-            { "hostPath": "tmpfs", "containerPath": LEDGER_DIR, "type": "tmpfs", "options": LEDGER_TMPFS_OPTIONS },
-        ]
-    });
+/// `service_dir`: the host directory of `fgpu service`'s socket, mounted read-only at the
+/// same path so processes of the container learn their host PID (when it exists).
+pub fn spec(devices: &[Device], config_dir: &Path, service_dir: Option<&Path>) -> Value {
+    let mut mounts = vec![
+        bind(&config_dir.join(LIB_SUBDIR), CONTAINER_LIB_DIR, &LIB_MOUNT_OPTIONS),
+        bind(&config_dir.join(PRELOAD_FILE), CONTAINER_PRELOAD, &FILE_MOUNT_OPTIONS),
+        json!({ "hostPath": "tmpfs", "containerPath": LEDGER_DIR, "type": "tmpfs", "options": LEDGER_TMPFS_OPTIONS }),
+    ];
+    if let Some(dir) = service_dir {
+        mounts.push(bind(dir, fgpu_core::hostpid::SERVICE_DIR, &FILE_MOUNT_OPTIONS));
+    }
+    let shared = json!({ "mounts": mounts });
     let devices: Vec<Value> = devices
         .iter()
         .map(|d| {
@@ -416,7 +420,10 @@ fn generate(args: &CdiGenerateArgs) -> Result<(), String> {
     }
     let kept = no_longer_generated(&config_dir.join(DEVICES_SUBDIR), &devices);
 
-    let spec = spec(&devices, &config_dir);
+    // The host-PID service's directory, if the service runs (or ran) here: containers
+    // without --pid=host then have what the driver takes unannounced counted (docs/security.md).
+    let service = Path::new(fgpu_core::hostpid::SERVICE_DIR);
+    let spec = spec(&devices, &config_dir, service.is_dir().then_some(service));
     let to_stdout = args.output.as_os_str() == "-";
     let json = args.output.extension().is_some_and(|e| e == "json");
     let text = if json {
@@ -705,7 +712,7 @@ mod tests {
     #[test]
     fn spec_mounts_library_preload_config_read_only_and_a_private_tmpfs() {
         let devices = plan(&gpus(), &[8 * GIB], &[], &[]).unwrap();
-        let spec = spec(&devices, Path::new("/var/lib/fgpu/cdi"));
+        let spec = spec(&devices, Path::new("/var/lib/fgpu/cdi"), Some(Path::new("/run/fgpu-service")));
         assert_eq!(spec["cdiVersion"], "0.5.0");
         assert_eq!(spec["kind"], "fgpu.io/gpu");
         let shared = spec["containerEdits"]["mounts"].as_array().unwrap();
@@ -716,6 +723,9 @@ mod tests {
         assert!(!options(&lib).contains(&"noexec".to_string()), "{lib}");
         let preload = find(shared, "/etc/ld.so.preload");
         assert_eq!(preload["hostPath"], "/var/lib/fgpu/cdi/ld.so.preload");
+        let service = find(shared, "/run/fgpu-service");
+        assert_eq!(service["hostPath"], "/run/fgpu-service");
+        assert!(options(&service).contains(&"ro".to_string()));
         let tmpfs = find(shared, "/run/fgpu");
         assert_eq!(tmpfs["type"], "tmpfs");
         assert!(options(&tmpfs).contains(&"mode=1777".to_string()));

@@ -84,6 +84,8 @@ pub struct Facts {
     pub ledger_origin: Origin,
     pub ledger: LedgerFact,
     pub host_pidns: bool,
+    /// Outside the host's PID namespace: the host PID from `fgpu service`, or why not.
+    pub host_pid: Result<u32, String>,
 }
 
 fn describe_amount(a: Amount) -> String {
@@ -303,6 +305,20 @@ pub fn assess(f: &Facts) -> Vec<Finding> {
             "This is not the host PID namespace (a container): fgpu status shows PIDs as seen here; nvidia-smi on the host shows other (host) PIDs. Run `fgpu status --all` as root on the host to see both.",
             None,
         ));
+        match &f.host_pid {
+            Ok(pid) => out.push(finding(
+                "pidns",
+                Level::Ok,
+                format!("The host's fgpu service answers: this process is host PID {pid}, so memory the driver takes without an allocation call (modules, lazily loaded kernels) is counted against the cap."),
+                None,
+            )),
+            Err(why) => out.push(finding(
+                "pidns",
+                Level::Warn,
+                format!("Host PIDs are unknown here ({why}): memory the driver takes without an allocation call (module code, lazily loaded kernels; hundreds of MiB for PyTorch) cannot be counted against the cap."),
+                Some(format!("Run `fgpu service` on the host and mount {} into the container (read-only), or run the container with --pid=host.", fgpu_core::hostpid::SERVICE_DIR)),
+            )),
+        }
     }
 
     // 7. Other interposers.
@@ -439,6 +455,20 @@ fn ledger_fact(path: &Path) -> LedgerFact {
     }
 }
 
+/// Asks the host's `fgpu service` this process's host PID, as the shim does (with a wait:
+/// a tool may).
+fn ask_host_pid() -> Result<u32, String> {
+    if fgpu_core::pidns::in_host_pidns() {
+        return Ok(std::process::id());
+    }
+    let path = std::env::var_os(fgpu_core::hostpid::ENV_SOCKET).map(PathBuf::from).unwrap_or_else(|| PathBuf::from(fgpu_core::hostpid::DEFAULT_SOCKET));
+    match fgpu_core::hostpid::Request::send(&path)?.wait(std::time::Duration::from_secs(2)) {
+        fgpu_core::hostpid::Answer::HostPid(pid) => Ok(pid),
+        fgpu_core::hostpid::Answer::Failed(why) => Err(why),
+        fgpu_core::hostpid::Answer::Pending => Err("no answer".into()),
+    }
+}
+
 pub fn gather() -> Facts {
     let shim = shimpath::locate();
     let shim_path = shim.as_ref().ok().map(|f| f.path.clone());
@@ -464,6 +494,7 @@ pub fn gather() -> Facts {
         ledger_path: target.path,
         ledger_origin: target.origin,
         host_pidns: fgpu_core::pidns::in_host_pidns(),
+        host_pid: ask_host_pid(),
     }
 }
 
@@ -528,6 +559,7 @@ mod tests {
             ledger_origin: Origin::Default,
             ledger: LedgerFact::Missing { dir: "/tmp".into(), dir_problem: None },
             host_pidns: true,
+            host_pid: Err("not asked".into()),
         }
     }
 

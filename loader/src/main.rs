@@ -10,6 +10,7 @@ mod exporter;
 mod ledgers;
 mod report;
 mod run;
+mod service;
 mod shimpath;
 mod signals;
 mod sim_env;
@@ -38,6 +39,7 @@ fn main() {
             0
         }
         Command::Cdi(args) => cdi::cdi(&args),
+        Command::Service(args) => service::service(&args),
         Command::DriverProbe => driver_probe::main(),
         Command::SimEnv(args) => sim_env::sim_env(&args),
     };

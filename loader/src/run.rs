@@ -205,13 +205,15 @@ pub fn sweep_stale(base: &Path) -> usize {
 }
 
 /// Whether a live process uses the ledger at `path`. A ledger that cannot be read is taken
-/// to be in use (it may be being created this instant); no ledger at all is not.
+/// to be in use (it may be being created this instant); no ledger at all, or one no process
+/// is attached to (it went away with its last process), is not.
 fn still_used(path: &Path) -> bool {
     match Ledger::open_existing(path) {
         Ok(ledger) => {
             ledger.reclaim_dead(None);
             ledger.snapshot(None).processes.iter().any(|p| p.alive)
         }
+        Err(fgpu_core::ledger::LedgerError::NotInUse { .. }) => false,
         Err(_) => path.exists(),
     }
 }

@@ -6,6 +6,7 @@
 //!   memory info, NVML).
 //! * [`real`]: finds the real driver functions without going through our own hooks.
 //! * [`state`]: this process's configuration, ledger slot and devices.
+//! * [`host_pid`]: this process's host PID, from the kernel or the host's `fgpu service`.
 //! * [`config`]: the configuration as the shim takes it (device keys checked against NVML).
 //! * [`allocs`]: its live allocations, found again at free time without a lock.
 //! * [`counted_pool`]: driver-side pools (stream-ordered, graph) counted as what they reserve.
@@ -28,5 +29,6 @@ pub mod allocs;
 pub mod config;
 pub mod counted_pool;
 pub mod hooks;
+pub mod host_pid;
 pub mod real;
 pub mod state;

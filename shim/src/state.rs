@@ -167,8 +167,8 @@ pub struct Active {
     pub settling: AtomicU64,
     pub settle_generation: AtomicU64,
     pub last_untracked_check: AtomicU64,
-    /// This process's host PID, if it can know it (see `fgpu_core::pidns`).
-    pub host_pid: OnceLock<Option<u32>>,
+    /// This process's host PID (`host_pid.rs`).
+    pub host_pid: crate::host_pid::HostPid,
 }
 
 impl Active {
@@ -194,17 +194,30 @@ impl Active {
             settling: AtomicU64::new(0),
             settle_generation: AtomicU64::new(0),
             last_untracked_check: AtomicU64::new(0),
-            host_pid: OnceLock::new(),
+            host_pid: Default::default(),
         }
     }
 
     /// This process's slot, claimed on first need.
     pub fn slot(&self) -> Option<SlotId> {
         *self.slot.get_or_init(|| match self.ledger.join() {
-            Ok(slot) => Some(slot),
+            Ok(slot) => {
+                // Sent now, answered by the time anything needs it; nothing waits for it.
+                self.host_pid.ask();
+                Some(slot)
+            }
             Err(e) => {
                 log_at!(Level::Error, "{e}; GPU memory allocations in this process are refused");
                 None
+            }
+        })
+    }
+
+    /// This process's host PID if known by now (recorded in its slot when learnt).
+    pub fn own_host_pid(&self) -> Option<u32> {
+        self.host_pid.get(|pid| {
+            if let Some(slot) = self.slot_if_joined() {
+                self.ledger.set_host_pid(slot, pid);
             }
         })
     }

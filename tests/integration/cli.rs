@@ -614,7 +614,7 @@ fn doctor_reads_the_config_file_and_ld_so_preload() {
     // The driver probe goes around the preloaded shim: it sees the GPU's own 80 GiB, not
     // the cap, and no ledger is created by the doctor's look.
     assert_finding(&run, &value, "cap", "info", "80 GiB): capped at 3 GiB");
-    assert_finding(&run, &value, "ledger", "ok", "does not exist yet");
+    assert_finding(&run, &value, "ledger", "ok", "is not in use");
     assert!(!file_ledger.exists(), "the doctor created the ledger: its probe went through the shim\n{run}");
 
     // Both: the smaller applies, and the doctor says so.

@@ -12,6 +12,7 @@ mod config_file;
 mod crash_windows;
 mod cuda_bindings;
 mod entry_paths;
+mod host_pids;
 mod kernels;
 mod ledger_file;
 mod nvml;

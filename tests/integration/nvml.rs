@@ -69,7 +69,7 @@ fn py(env: &Env, python: &Path, script: &str) -> Cmd {
 }
 
 #[derive(Clone, Copy, PartialEq)]
-enum Variant {
+pub(crate) enum Variant {
     /// `dlopen("libnvidia-ml.so.1")` + `dlsym(handle, name)`.
     Dlsym,
     /// Linked with `-lnvidia-ml` (the simulated library), plain exported symbols.
@@ -80,7 +80,7 @@ enum Variant {
 
 /// Builds tests/clients/nvml_client.c (once per run, again when the source changes), the
 /// way `fgpu_tests::client_with` builds cuclient.
-fn nvml_client(variant: Variant) -> PathBuf {
+pub(crate) fn nvml_client(variant: Variant) -> PathBuf {
     static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
     let _guard = LOCK.lock().unwrap_or_else(|e| e.into_inner());
     let dir = release_dir().join("test-clients");

@@ -434,6 +434,11 @@ impl Ledger {
         }
     }
 
+    /// Records the host PID of a slot's owner, once it is learnt.
+    pub fn set_host_pid(&self, id: SlotId, pid: u32) {
+        self.slot(id).host_pid.store(pid, Relaxed);
+    }
+
     /// Records how much of a slot's holding on a device is context memory (for display).
     pub fn add_context(&self, id: SlotId, device: DeviceId, delta: i64) {
         let cell = &self.slot(id).context[device.0];

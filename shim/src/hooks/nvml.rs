@@ -160,7 +160,7 @@ pub mod query {
 
     pub fn own_host_pid() -> Option<u32> {
         match state::mode() {
-            Mode::On(active) => *active.host_pid.get_or_init(fgpu_core::pidns::host_pid),
+            Mode::On(active) => active.own_host_pid(),
             _ => None,
         }
     }

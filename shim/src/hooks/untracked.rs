@@ -53,7 +53,10 @@ pub fn count_untracked(active: &Active) {
         return;
     }
     let Some(slot) = active.slot_if_joined() else { return };
-    let Some(pid) = query::own_host_pid() else { return };
+    let Some(pid) = query::own_host_pid() else {
+        warn_unattributable(active);
+        return;
+    };
     for dev in active.registered_devices() {
         if !compare(active, dev, slot, pid) {
             // Try again at the next chance rather than an interval later.
@@ -104,4 +107,19 @@ pub fn forget_if_no_context(active: &Active, ordinal: i32) {
     if let Some(extra) = active.untracked.lock().remove(&ordinal) {
         super::context::forget(active, ordinal, extra);
     }
+}
+
+/// Without a host PID NVML's figure for this process cannot be found: say so once, with
+/// the fix, instead of letting such memory pass the cap silently.
+fn warn_unattributable(active: &Active) {
+    static WARNED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    let Some(why) = active.host_pid.failure() else { return };
+    if WARNED.swap(true, SeqCst) {
+        return;
+    }
+    log_at!(
+        Level::Warn,
+        "this process's host PID is unknown ({why}): memory the driver takes without an allocation call (module code, lazily loaded kernels) cannot be counted against the cap; run `fgpu service` on the host and mount its socket ({}) into the container, or run it with --pid=host",
+        fgpu_core::hostpid::DEFAULT_SOCKET
+    );
 }

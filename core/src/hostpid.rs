@@ -1,0 +1,188 @@
+//! Host PIDs for processes in their own PID namespace (containers without `--pid=host`).
+//!
+//! NVML reports host PIDs; a process in a container cannot know its own, and no kernel
+//! interface tells it. So a small service runs on the host (`fgpu service`) on a Unix
+//! socket that containers mount: when a process connects, the kernel tells the service the
+//! peer's PID translated into the service's PID namespace (`SO_PEERCRED`), which is the
+//! host's, and the service writes it back.
+//!
+//! The request costs no wait: it is sent (a non-blocking connect) when the process first
+//! joins its ledger, and the answer is picked up, without blocking, the next time something
+//! needs it. A process trusts only a service it cannot see: `SO_PEERCRED` gives the
+//! service's PID as 0 from inside the container's PID namespace (any process of the
+//! container, even in a nested namespace, is visible there), and its user as root.
+
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::path::Path;
+
+/// The directory `fgpu service` listens in; containers mount it read-only at the same path.
+pub const SERVICE_DIR: &str = "/run/fgpu-service";
+/// Where `fgpu service` listens, and where the shim looks unless told otherwise.
+pub const DEFAULT_SOCKET: &str = "/run/fgpu-service/host.sock";
+/// Names another socket (for tests and unusual layouts; the peer checks still apply).
+pub const ENV_SOCKET: &str = "FGPU_HOST_SOCKET";
+
+const MAGIC: &[u8; 8] = b"FGPUPID1";
+const REPLY: usize = 12;
+
+/// The service's answer: `MAGIC` then the host PID, little-endian.
+pub fn encode_reply(pid: u32) -> [u8; REPLY] {
+    let mut out = [0u8; REPLY];
+    out[..8].copy_from_slice(MAGIC);
+    out[8..].copy_from_slice(&pid.to_le_bytes());
+    out
+}
+
+pub fn decode_reply(bytes: &[u8]) -> Option<u32> {
+    (bytes.len() == REPLY && &bytes[..8] == MAGIC).then(|| u32::from_le_bytes(bytes[8..].try_into().unwrap())).filter(|p| *p > 0)
+}
+
+/// The credentials of a connected Unix socket's peer (`SO_PEERCRED`): PID as the caller's
+/// PID namespace sees it (0 when it cannot), and user.
+pub fn peer_credentials(fd: &impl AsRawFd) -> io::Result<(u32, u32)> {
+    // SAFETY: all-zero bytes are a valid ucred.
+    let mut cred: libc::ucred = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: models getsockopt(2) SO_PEERCRED into a ucred of the size passed.
+    let rc = unsafe { libc::getsockopt(fd.as_raw_fd(), libc::SOL_SOCKET, libc::SO_PEERCRED, (&mut cred as *mut libc::ucred).cast(), &mut len) };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok((cred.pid.max(0) as u32, cred.uid))
+}
+
+/// A question sent to the service, whose answer is read later without waiting.
+#[derive(Debug)]
+pub struct Request {
+    socket: OwnedFd,
+}
+
+/// Where a [`Request`] stands.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Answer {
+    Pending,
+    HostPid(u32),
+    /// No usable service: the reason, for one line of diagnostics.
+    Failed(String),
+}
+
+impl Request {
+    /// Connects to the service at `path` without blocking. `Err` says why there is none.
+    pub fn send(path: &Path) -> Result<Request, String> {
+        use std::os::unix::ffi::OsStrExt;
+        let bytes = path.as_os_str().as_bytes();
+        // SAFETY: all-zero bytes are a valid sockaddr_un.
+        let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+        if bytes.len() >= addr.sun_path.len() {
+            return Err(format!("{}: path too long for a socket", path.display()));
+        }
+        addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
+        for (dst, src) in addr.sun_path.iter_mut().zip(bytes) {
+            *dst = *src as libc::c_char;
+        }
+        // SAFETY: models socket(2); the result is checked and owned below.
+        let fd = unsafe { libc::socket(libc::AF_UNIX, libc::SOCK_STREAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC, 0) };
+        if fd < 0 {
+            return Err(format!("socket: {}", io::Error::last_os_error()));
+        }
+        // SAFETY: `fd` is a new descriptor that nothing else owns.
+        let socket = unsafe { OwnedFd::from_raw_fd(fd) };
+        let len = std::mem::size_of::<libc::sockaddr_un>() as libc::socklen_t;
+        // SAFETY: models connect(2) with a valid sockaddr_un of the length passed.
+        let rc = unsafe { libc::connect(socket.as_raw_fd(), (&addr as *const libc::sockaddr_un).cast(), len) };
+        if rc != 0 {
+            return Err(format!("{}: {}", path.display(), io::Error::last_os_error()));
+        }
+        let (pid, uid) = peer_credentials(&socket).map_err(|e| format!("{}: {e}", path.display()))?;
+        if uid != 0 {
+            return Err(format!("{}: the service runs as uid {uid}, not root; not trusted", path.display()));
+        }
+        if pid != 0 && !crate::pidns::in_host_pidns() {
+            return Err(format!("{}: the service (PID {pid}) runs inside this PID namespace, so it cannot know host PIDs; not trusted", path.display()));
+        }
+        Ok(Request { socket })
+    }
+
+    /// Reads the answer if it has come, without blocking.
+    pub fn poll(&self) -> Answer {
+        let mut buf = [0u8; REPLY];
+        // SAFETY: models recv(2) into a buffer of the length passed; MSG_DONTWAIT never blocks.
+        let n = unsafe { libc::recv(self.socket.as_raw_fd(), buf.as_mut_ptr().cast(), REPLY, libc::MSG_DONTWAIT | libc::MSG_PEEK) };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            return match e.raw_os_error() {
+                Some(libc::EAGAIN) | Some(libc::EINTR) => Answer::Pending,
+                _ => Answer::Failed(format!("reading the service's answer: {e}")),
+            };
+        }
+        match (n as usize).cmp(&REPLY) {
+            std::cmp::Ordering::Less if n > 0 => Answer::Pending,
+            _ => match decode_reply(&buf[..n as usize]) {
+                Some(pid) => Answer::HostPid(pid),
+                None => Answer::Failed("the service gave no valid answer".into()),
+            },
+        }
+    }
+
+    /// Waits up to `timeout` for the answer (for tools; the shim only polls).
+    pub fn wait(&self, timeout: std::time::Duration) -> Answer {
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            match self.poll() {
+                Answer::Pending if std::time::Instant::now() < deadline => std::thread::sleep(std::time::Duration::from_millis(2)),
+                Answer::Pending => return Answer::Failed("the service did not answer in time".into()),
+                done => return done,
+            }
+        }
+    }
+}
+
+/// Answers one connection: the peer's PID as this process's namespace sees it.
+pub fn answer(stream: &std::os::unix::net::UnixStream) -> io::Result<u32> {
+    use std::io::Write;
+    let (pid, _) = peer_credentials(stream)?;
+    if pid == 0 {
+        return Err(io::Error::other("the peer is not visible from this PID namespace"));
+    }
+    (&*stream).write_all(&encode_reply(pid))?;
+    Ok(pid)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn replies_round_trip_and_garbage_is_refused() {
+        assert_eq!(decode_reply(&encode_reply(4242)), Some(4242));
+        assert_eq!(decode_reply(&encode_reply(0)), None);
+        assert_eq!(decode_reply(b"FGPUPID1\x01\x00"), None);
+        assert_eq!(decode_reply(b"NOTFGPU!\x01\x00\x00\x00"), None);
+    }
+
+    #[test]
+    fn a_service_answers_with_the_pid_the_kernel_gives_it() {
+        let dir = std::env::temp_dir().join(format!("fgpu-hostpid-test-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("host.sock");
+        let listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
+        let server = std::thread::spawn(move || {
+            let (stream, _) = listener.accept().unwrap();
+            answer(&stream).unwrap()
+        });
+        let result = Request::send(&path);
+        if crate::ledger::store::euid() != 0 || !crate::pidns::in_host_pidns() {
+            // As another user, the service in this test is not root and is refused.
+            assert!(result.is_err());
+            let _ = std::os::unix::net::UnixStream::connect(&path);
+        } else {
+            let request = result.unwrap();
+            assert_eq!(request.wait(std::time::Duration::from_secs(5)), Answer::HostPid(std::process::id()));
+        }
+        assert_eq!(server.join().unwrap(), std::process::id());
+        assert!(Request::send(&dir.join("nothing-here")).unwrap_err().contains("nothing-here"));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

@@ -1,0 +1,159 @@
+//! Containers without `--pid=host`: a process in its own PID namespace learns its host PID
+//! from the host's `fgpu service` (no CUDA call waits for it), so memory the driver takes
+//! without an allocation call is counted, and NVML's lists answer for the container's
+//! processes. Without the service, one line says what cannot be counted.
+//!
+//! The real driver knows every process's host PID. The simulated one learns a namespaced
+//! process's host PID when a process of the host's namespace looks at its state; here a
+//! thread of the test does that, standing in for the kernel driver (docs/simulator.md).
+
+use fgpu_tests::*;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Starts `fgpu service` on a socket in the test's directory.
+fn service(env: &Env) -> (Background, std::path::PathBuf) {
+    let socket = env.dir.join("host.sock");
+    let mut service = env.command(fgpu_bin()).args(["service", "--socket"]).arg(&socket).spawn();
+    eventually("fgpu service listens", Duration::from_secs(5), || socket.exists());
+    let _ = &mut service;
+    (service, socket)
+}
+
+/// Keeps the simulated driver's host PIDs known, as the kernel driver's are.
+struct DriverWatch(Arc<AtomicBool>, Option<std::thread::JoinHandle<()>>);
+
+impl DriverWatch {
+    fn start(env: &Env) -> DriverWatch {
+        env.client(&["init"]).success();
+        let sim = env.sim();
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::spawn(move || {
+            while !flag.load(Relaxed) {
+                let _ = sim.processes();
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        });
+        DriverWatch(stop, Some(thread))
+    }
+}
+
+impl Drop for DriverWatch {
+    fn drop(&mut self) {
+        self.0.store(true, Relaxed);
+        if let Some(t) = self.1.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn can_unshare() -> bool {
+    prerequisite(is_root() && tool("unshare"), "root and unshare(1) to make a PID namespace")
+}
+
+/// `script` in a new PID namespace (with its own /proc), capped at 8 GiB.
+fn in_pid_namespace(env: &Env, script: &str, socket: Option<&std::path::Path>) -> Run {
+    let mut cmd = env.command("unshare").args(["--pid", "--fork", "--mount-proc", "sh", "-c", script]).shim().limit("8G");
+    cmd = match socket {
+        Some(path) => cmd.env("FGPU_HOST_SOCKET", path),
+        None => cmd.env("FGPU_HOST_SOCKET", env.dir.join("no-service-here.sock")),
+    };
+    cmd.run()
+}
+
+#[test]
+fn a_module_loaded_in_a_pid_namespace_is_counted_with_the_host_service() {
+    if !can_unshare() {
+        return;
+    }
+    let env = Env::new("hostpid-service");
+    let (mut service, socket) = service(&env);
+    let _watch = DriverWatch::start(&env);
+    let cuclient = client("cuclient");
+    // The module's 1 GiB and the 300 MiB context leave 6.7 GiB of the 8: 7000 MiB is refused.
+    let script = format!("{} init primary sleep 300 module 1G ctxsync info alloc 7000M alloc 6000M", cuclient.display());
+    let run = in_pid_namespace(&env, &script, Some(&socket));
+    assert!(run.output.status.success(), "{run}");
+    assert_eq!(run.field("info", "free"), (8 * GIB - 300 * MIB - GIB).to_string(), "the module must be counted\n{run}");
+    let rcs: Vec<String> = run.lines("alloc").iter().map(|l| field(l, "rc").unwrap()).collect();
+    assert_eq!(rcs, ["2", "0"], "{run}");
+    assert!(!run.stderr().contains("host PID is unknown"), "{run}");
+    // fgpu doctor in the namespace says the service answers.
+    let doctor = in_pid_namespace(&env, &format!("{} doctor --json", fgpu_bin().display()), Some(&socket));
+    assert!(doctor.stdout().contains("The host's fgpu service answers: this process is host PID"), "{doctor}");
+    service.kill(libc::SIGTERM);
+}
+
+#[test]
+fn nvml_lists_answer_for_the_containers_processes_in_a_pid_namespace() {
+    if !can_unshare() || !prerequisite(tool("nsenter"), "nsenter(1) to join the namespace") {
+        return;
+    }
+    let env = Env::new("hostpid-nvml");
+    let (mut service, socket) = service(&env);
+    let _watch = DriverWatch::start(&env);
+    // The container: a process holding 1 GiB as PID 1 of its own PID namespace.
+    let mut holder = env
+        .command("unshare")
+        .args(["--pid", "--fork", "--mount-proc"])
+        .arg(client("cuclient"))
+        .args(["init", "primary", "alloc", "1G", "ctxsync", "hold"])
+        .shim()
+        .limit("8G")
+        .env("FGPU_HOST_SOCKET", &socket)
+        .spawn();
+    holder.wait_for("holding");
+    let unshare = holder.pid();
+    let children = std::fs::read_to_string(format!("/proc/{unshare}/task/{unshare}/children")).unwrap();
+    let host_pid: u32 = children.split_whitespace().next().expect("unshare's child").parse().unwrap();
+    eventually("the holder learns its host PID", Duration::from_secs(5), || {
+        env.ledger().snapshot(None).processes.iter().any(|p| p.host_pid == Some(host_pid))
+    });
+    // NVML, as a driver would, reports every tenant by host PID: the holder and another.
+    // The stand-in library does that for the calls the simulator does not model.
+    let fake = crate::nvml::nvml_client(crate::nvml::Variant::FakeLibrary);
+    let other = host_pid + 100_000;
+    let ops = ["list", "compute", "3", "list", "graphics", "3", "util", "acctpids", "acctstats", "1"];
+    let run = env
+        .command("nsenter")
+        .args(["--target", &host_pid.to_string(), "--pid", "--mount", "--"])
+        .arg(crate::nvml::nvml_client(crate::nvml::Variant::Dlsym))
+        .args(ops)
+        .env("LD_LIBRARY_PATH", &fake)
+        .env("FGPU_FAKE_NVML_PROCS", format!("{host_pid}:1000,{other}:2000"))
+        .shim()
+        .limit("8G")
+        .success();
+    // The compute list shows what the ledger counts for it; the rest what the driver says.
+    let compute = field(&run.line("list compute 3"), "procs").unwrap_or_default();
+    let (pid, bytes) = compute.split_once(':').unwrap_or_else(|| panic!("{run}"));
+    assert_eq!(pid, "1", "the container's process, by its PID in the namespace\n{run}");
+    assert!(bytes.parse::<u64>().unwrap() > GIB, "{run}");
+    assert_eq!(field(&run.line("list graphics 3"), "procs").as_deref(), Some("1:1000"), "{run}");
+    assert_eq!(field(&run.line("util"), "pids").as_deref(), Some("1"), "{run}");
+    assert_eq!(field(&run.line("acctpids"), "pids").as_deref(), Some("1"), "{run}");
+    assert_eq!(run.rc("acctstats pid=1 "), 0, "{run}");
+    holder.finish();
+    service.kill(libc::SIGTERM);
+}
+
+#[test]
+fn without_the_service_one_line_says_what_cannot_be_counted() {
+    if !can_unshare() {
+        return;
+    }
+    let env = Env::new("hostpid-none");
+    let _watch = DriverWatch::start(&env);
+    let cuclient = client("cuclient");
+    let script = format!("{} init primary module 1G ctxsync info alloc 7000M", cuclient.display());
+    let run = in_pid_namespace(&env, &script, None);
+    assert!(run.output.status.success(), "{run}");
+    let stderr = run.stderr();
+    let warnings: Vec<&str> = stderr.lines().filter(|l| l.contains("host PID is unknown")).collect();
+    assert_eq!(warnings.len(), 1, "exactly one line says why module memory goes uncounted\n{run}");
+    assert!(warnings[0].contains("fgpu service"), "and what fixes it\n{run}");
+    let doctor = in_pid_namespace(&env, &format!("{} doctor --json", fgpu_bin().display()), None);
+    assert!(doctor.stdout().contains("Host PIDs are unknown here"), "{doctor}");
+}
