@@ -51,14 +51,12 @@ fn main() {
         .cargo_metadata(false)
         .get_compiler();
     let mut cmd = compiler.to_command();
+    cmd.args(["-shared", "-fvisibility=hidden", "-Wall", "-Wextra"]);
+    // zig links no start files into a shared library anyway, and warns about the flag.
+    if !compiler.path().to_string_lossy().contains("zig") {
+        cmd.arg("-nostartfiles");
+    }
     cmd.args([
-        "-shared",
-        "-nostartfiles",
-        "-fvisibility=hidden",
-        "-Wall",
-        "-Wextra",
-    ])
-    .args([
         "-Wl,-soname,libfgpu.so",
         "-Wl,-z,lazy",
         "-Wl,-z,noexecstack",

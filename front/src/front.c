@@ -333,8 +333,12 @@ static int find_self(struct dl_phdr_info *info, size_t size, void *data) {
 
 /* libfgpu_shim.so in the directory this library was loaded from. */
 static int shim_path(char *buf, size_t size) {
-    struct self_search search = { (uintptr_t)&shim_path, NULL };
+    struct self_search search;
     size_t len = 0, slash = 0;
+    /* Assigned, not initialised: a constant initialiser holding an address would become a
+     * relocated word that the loader writes in every process. */
+    search.address = (uintptr_t)(void *)find_self;
+    search.path = NULL;
     if (dl_iterate_phdr(find_self, &search) == 0 || search.path == NULL) return 0;
     buf[0] = '\0';
     if (!append(buf, size, &len, search.path)) return 0;
