@@ -349,17 +349,26 @@ static int shim_path(char *buf, size_t size) {
     return append(buf, size, &len, FGPU_FRONT_SHIM_FILE);
 }
 
-/* One line on stderr, in one write, unless FGPU_LOG=quiet. */
+/* One line on stderr, in one write, unless FGPU_LOG=quiet:
+ * "fgpu: cannot load PATH: WHY; CUDA and NVML calls are refused". */
 static void complain(const char *path, const char *why) {
     const char *log = getenv("FGPU_LOG");
     char line[1024];
     size_t len = 0;
     if (log != NULL && compare(log, "quiet") == 0) return;
+    /* dlerror() starts with the path itself: "PATH: reason". */
+    const char *p = path, *w = why;
+    while (*p != '\0' && *p == *w) {
+        p++;
+        w++;
+    }
+    if (*p == '\0' && w[0] == ':' && w[1] == ' ') why = w + 2;
     line[0] = '\0';
     append(line, sizeof line, &len, "fgpu: cannot load ");
     append(line, sizeof line, &len, path);
     append(line, sizeof line, &len, ": ");
     append(line, sizeof line, &len, why);
+    append(line, sizeof line, &len, "; CUDA and NVML calls are refused");
     if (len + 2 >= sizeof line) len = sizeof line - 2;
     line[len++] = '\n';
     line[len] = '\0';
@@ -377,17 +386,17 @@ static int load_shim(void) {
     dlsym_fn real = real_dlsym();
     const char *missing = NULL;
     if (!shim_path(path, sizeof path)) {
-        complain(FGPU_FRONT_SHIM_FILE, "cannot tell where libfgpu.so was loaded from; CUDA and NVML calls are refused");
+        complain(FGPU_FRONT_SHIM_FILE, "cannot tell where libfgpu.so was loaded from");
         return 0;
     }
     if (dlopen == NULL || real == NULL) {
-        complain(path, "this process has no dlopen (libdl.so.2 is not loaded); CUDA and NVML calls are refused");
+        complain(path, "this process has no dlopen (libdl.so.2 is not loaded)");
         return 0;
     }
     void *shim = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     if (shim == NULL) {
         const char *why = dlerror != NULL ? dlerror() : NULL;
-        complain(path, why != NULL ? why : "dlopen failed; CUDA and NVML calls are refused");
+        complain(path, why != NULL ? why : "dlopen failed");
         return 0;
     }
     for (unsigned i = 0; i < FGPU_FRONT_COUNT; i++) {
@@ -400,7 +409,7 @@ static int load_shim(void) {
         __atomic_store_n(&fgpu_front_slots[i], address, __ATOMIC_RELEASE);
     }
     __atomic_store_n(&shim_dlsym, (dlsym_fn)real(shim, "dlsym"), __ATOMIC_RELEASE);
-    if (missing != NULL) complain(path, "it lacks entry points of this libfgpu.so (another fgpu version?); those are refused");
+    if (missing != NULL) complain(path, "it lacks entry points of this libfgpu.so (another fgpu version?); those");
     return 1;
 }
 

@@ -9,5 +9,6 @@ mod cli;
 mod config_file;
 mod cuda_bindings;
 mod entry_paths;
+mod front;
 mod nvml;
 mod sharing;
