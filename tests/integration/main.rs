@@ -12,3 +12,4 @@ mod entry_paths;
 mod front;
 mod nvml;
 mod sharing;
+mod wheel;
