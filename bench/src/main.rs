@@ -799,14 +799,16 @@ impl Metric {
     }
     /// Median of the per-round ratios: each shim run against the baseline run next to it.
     fn ratio(&self) -> f64 {
-        let r: Vec<f64> = self
-            .samples
+        median(&self.ratios())
+    }
+    /// The per-round ratios (each shim run against the baseline run next to it).
+    fn ratios(&self) -> Vec<f64> {
+        self.samples
             .without
             .iter()
             .zip(&self.samples.with)
             .map(|(a, b)| b / a)
-            .collect();
-        median(&r)
+            .collect()
     }
     /// Median of the per-round differences, paired as for [`Metric::ratio`].
     fn added(&self) -> f64 {
@@ -1113,6 +1115,22 @@ impl Report {
             })
             .collect();
         println!("spread (IQR/median, without/with): {}", noise.join("; "));
+        // How far the paired ratios themselves scatter: their quartiles.
+        let ratios: Vec<String> = self
+            .metrics
+            .iter()
+            .filter(|m| matches!(m.kind, Kind::RatioAtMost(_) | Kind::RatioAtLeast(_)))
+            .map(|m| {
+                let r = m.ratios();
+                format!(
+                    "{} {:.3}x..{:.3}x",
+                    m.key,
+                    quantile(&r, 0.25),
+                    quantile(&r, 0.75)
+                )
+            })
+            .collect();
+        println!("paired ratios, quartiles: {}", ratios.join("; "));
         let faults: Vec<String> = self
             .startup_faults
             .iter()
@@ -1149,6 +1167,7 @@ impl Report {
                     "target": m.target,
                     "meets": m.meets(),
                     "spread_pct": { "without": spread(&m.samples.without), "with": spread(&m.samples.with) },
+                    "ratio_quartiles": [quantile(&m.ratios(), 0.25), quantile(&m.ratios(), 0.75)],
                     "samples": { "without": m.samples.without, "with": m.samples.with },
                 })
             })
