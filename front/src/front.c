@@ -15,7 +15,7 @@
  * offsets into one string). See docs/benchmarks.md for what that measures.
  *
  * Why C: a Rust cdylib carries the standard library's panic and backtrace machinery (about
- * 450 relocations and 45 libc symbols to bind at load), and a `no_std` cdylib cannot be
+ * 460 relocated words and 50 symbols to bind at load), and a `no_std` cdylib cannot be
  * built under the workspace's `panic = "unwind"`, which the shim needs to catch panics at
  * its hooks. front/build.rs compiles this file with the target's C compiler.
  *
