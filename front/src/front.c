@@ -304,10 +304,11 @@ static dlsym_fn real_dlsym(void) {
 /* ------------------------------------------------------------------------------------
  * Loading the shim, once per process. */
 
-enum { UNLOADED, LOADING, LOADED, FAILED };
-static int load_state = UNLOADED;
+/* The low two bits: where loading stands; while LOADING, the loader's process id above
+ * them, set in the same compare-and-swap, so a child forked in the middle of it knows. */
+enum { UNLOADED = 0, LOADING = 1, LOADED = 2, FAILED = 3 };
+static long load_state = UNLOADED;
 static long loader_tid;
-static long loader_pid;
 static dlsym_fn shim_dlsym;
 
 struct self_search {
@@ -418,14 +419,14 @@ static int load_shim(void) {
  * calls a hooked function, but a program's own audit or malloc hooks might), or in a
  * child forked while another thread was loading, is refused rather than waited for. */
 static int loaded(void) {
-    int state = __atomic_load_n(&load_state, __ATOMIC_ACQUIRE);
-    if (state == LOADED) return 1;
-    if (state == FAILED) return 0;
+    long state = __atomic_load_n(&load_state, __ATOMIC_ACQUIRE);
+    if ((state & 3) == LOADED) return 1;
+    if ((state & 3) == FAILED) return 0;
     long tid = syscall(SYS_gettid);
-    int expected = UNLOADED;
-    if (__atomic_compare_exchange_n(&load_state, &expected, LOADING, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+    long pid = (long)getpid();
+    long expected = UNLOADED;
+    if (__atomic_compare_exchange_n(&load_state, &expected, (pid << 2) | LOADING, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
         __atomic_store_n(&loader_tid, tid, __ATOMIC_RELEASE);
-        __atomic_store_n(&loader_pid, (long)getpid(), __ATOMIC_RELEASE);
         int ok = load_shim();
         if (!ok) refuse_all();
         __atomic_store_n(&load_state, ok ? LOADED : FAILED, __ATOMIC_RELEASE);
@@ -433,11 +434,10 @@ static int loaded(void) {
     }
     for (;;) {
         state = __atomic_load_n(&load_state, __ATOMIC_ACQUIRE);
-        if (state == LOADED) return 1;
-        if (state == FAILED) return 0;
+        if ((state & 3) == LOADED) return 1;
+        if ((state & 3) == FAILED) return 0;
+        if ((state >> 2) != pid) return 0;
         if (__atomic_load_n(&loader_tid, __ATOMIC_ACQUIRE) == tid) return 0;
-        long pid = __atomic_load_n(&loader_pid, __ATOMIC_ACQUIRE);
-        if (pid != 0 && pid != (long)getpid()) return 0;
         syscall(SYS_sched_yield);
     }
 }

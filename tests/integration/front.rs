@@ -75,6 +75,19 @@ fn a_process_that_never_calls_cuda_never_loads_the_shim() {
     assert_eq!(maps.stderr(), "", "{maps}");
 }
 
+/// Sixteen threads make the process's first hooked call at once: one loads the shim, the
+/// others wait, all get the shim's wrapper, which answers with the cap.
+#[test]
+fn threads_racing_to_the_first_call_all_get_the_shim() {
+    let env = Env::new("front-race");
+    let probe = client("front_race");
+    for _ in 0..20 {
+        let run = env.command(&probe).shim().limit("8G").success();
+        assert_eq!(run.stdout().trim(), format!("same 1 rc 0 total {}", 8u64 << 30), "{run}");
+        assert_eq!(run.stderr(), "", "{run}");
+    }
+}
+
 /// The front alone in a directory, without the shim beside it.
 fn lonely_front(env: &Env) -> std::path::PathBuf {
     let dir = env.dir.join("lonely");
