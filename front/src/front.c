@@ -350,13 +350,24 @@ static int shim_path(char *buf, size_t size) {
     return append(buf, size, &len, FGPU_FRONT_SHIM_FILE);
 }
 
-/* One line on stderr, in one write, unless FGPU_LOG=quiet:
- * "fgpu: cannot load PATH: WHY; CUDA and NVML calls are refused". */
-static void complain(const char *path, const char *why) {
+/* "fgpu: " and the parts, as one line on stderr in one write, unless FGPU_LOG=quiet. */
+static void say(const char *const *parts, int count) {
     const char *log = getenv("FGPU_LOG");
     char line[1024];
     size_t len = 0;
     if (log != NULL && compare(log, "quiet") == 0) return;
+    line[0] = '\0';
+    append(line, sizeof line, &len, "fgpu: ");
+    for (int i = 0; i < count; i++) append(line, sizeof line, &len, parts[i]);
+    if (len + 2 >= sizeof line) len = sizeof line - 2;
+    line[len++] = '\n';
+    line[len] = '\0';
+    ssize_t ignored = write(2, line, len);
+    (void)ignored;
+}
+
+/* "fgpu: cannot load PATH: WHY; CUDA and NVML calls are refused". */
+static void complain(const char *path, const char *why) {
     /* dlerror() starts with the path itself: "PATH: reason". */
     const char *p = path, *w = why;
     while (*p != '\0' && *p == *w) {
@@ -364,17 +375,8 @@ static void complain(const char *path, const char *why) {
         w++;
     }
     if (*p == '\0' && w[0] == ':' && w[1] == ' ') why = w + 2;
-    line[0] = '\0';
-    append(line, sizeof line, &len, "fgpu: cannot load ");
-    append(line, sizeof line, &len, path);
-    append(line, sizeof line, &len, ": ");
-    append(line, sizeof line, &len, why);
-    append(line, sizeof line, &len, "; CUDA and NVML calls are refused");
-    if (len + 2 >= sizeof line) len = sizeof line - 2;
-    line[len++] = '\n';
-    line[len] = '\0';
-    ssize_t ignored = write(2, line, len);
-    (void)ignored;
+    const char *parts[] = { "cannot load ", path, ": ", why, "; CUDA and NVML calls are refused" };
+    say(parts, 5);
 }
 
 static void refuse_all(void) {
@@ -410,7 +412,10 @@ static int load_shim(void) {
         __atomic_store_n(&fgpu_front_slots[i], address, __ATOMIC_RELEASE);
     }
     __atomic_store_n(&shim_dlsym, (dlsym_fn)real(shim, "dlsym"), __ATOMIC_RELEASE);
-    if (missing != NULL) complain(path, "it lacks entry points of this libfgpu.so (another fgpu version?); those");
+    if (missing != NULL) {
+        const char *parts[] = { path, " lacks ", missing, " and maybe more that libfgpu.so forwards (another fgpu version?); calls to them are refused" };
+        say(parts, 4);
+    }
     return 1;
 }
 
