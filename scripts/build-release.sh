@@ -1,15 +1,25 @@
 #!/usr/bin/env bash
-# Release build of libfgpu.so and the fgpu command, linked against an old glibc so that
-# the same files load on every distribution from glibc 2.17 on (CentOS 7, Ubuntu 18.04
-# through 24.04). Uses cargo-zigbuild with zig from PyPI (`ziglang`), both installed
+# Release build of libfgpu.so (the preloaded front), libfgpu_shim.so (the shim it loads on
+# a process's first CUDA or NVML call) and the fgpu command, linked against an old glibc so
+# that the same files load on every distribution from glibc 2.17 on (CentOS 7, Ubuntu
+# 18.04 through 24.04). Uses cargo-zigbuild with zig from PyPI (`ziglang`), both installed
 # into a virtual environment on first use.
 #
 #   scripts/build-release.sh            # host architecture, glibc 2.17
 #   FGPU_ARCH=aarch64 scripts/build-release.sh
 #
-# Output: target/dist/libfgpu.so and target/dist/fgpu (plus SHA256SUMS). Fails, listing
-# the offending symbols, when either file needs a GLIBC symbol version newer than the
-# baseline. `scripts/build-release.sh --check FILE...` runs only that check.
+# Output: target/dist/libfgpu.so, target/dist/libfgpu_shim.so and target/dist/fgpu (plus
+# SHA256SUMS). Fails, listing the offending symbols, when any of them needs a GLIBC symbol
+# version newer than the baseline, and when the front needs any library but libc.so.6:
+# it is loaded into every process, and each further library (libdl.so.2, libpthread.so.0
+# on glibc 2.17's terms) costs every process about 7 % of a /bin/true start-up
+# (docs/benchmarks.md). `scripts/build-release.sh --check FILE...` runs only the glibc
+# check.
+#
+# aarch64 needs the Rust standard library for aarch64-unknown-linux-gnu (`rustup target
+# add`, done here when rustup is present) and a linker for it, which zig is: nothing else.
+# The front (front/src/front.c) has aarch64 entry points; objdump for the check comes from
+# binutils-multiarch or aarch64-linux-gnu-objdump (OBJDUMP).
 #
 # Environment:
 #   FGPU_ARCH       target architecture (default: uname -m): x86_64, aarch64
@@ -102,14 +112,25 @@ fi
 
 say "cargo zigbuild --release --target $triple.$glibc"
 # zig links its own unwinder; GCC's static one (shim/build.rs) is for native builds only.
+# Building fgpu-shim builds fgpu-front, whose build script links libfgpu.so with zig cc.
 FGPU_SHARED_UNWINDER=1 cargo zigbuild --release --target "$triple.$glibc" -p fgpu-shim -p fgpu-cli
 
 out="$root/target/$triple/release"
 mkdir -p "$dist"
-install -m 0755 "$out/libfgpu.so" "$dist/libfgpu.so"
-install -m 0755 "$out/fgpu" "$dist/fgpu"
+files=(libfgpu.so libfgpu_shim.so fgpu)
+for f in "${files[@]}"; do
+    install -m 0755 "$out/$f" "$dist/$f"
+done
 
-check_glibc "$dist/libfgpu.so" "$dist/fgpu" || exit 1
+check_glibc "${files[@]/#/$dist/}" || exit 1
 
-(cd "$dist" && sha256sum libfgpu.so fgpu > SHA256SUMS)
-say "wrote $dist/libfgpu.so and $dist/fgpu"
+# The front is loaded into every process: it must need libc.so.6 and nothing else.
+needed=$(LC_ALL=C "$objdump" -p "$dist/libfgpu.so" | awk '$1 == "NEEDED" {print $2}' | sort | tr '\n' ' ')
+if [ "$needed" != "libc.so.6 " ]; then
+    say "libfgpu.so (the front) needs ${needed:-nothing}; it may need libc.so.6 only"
+    exit 1
+fi
+say "libfgpu.so needs libc.so.6 only"
+
+(cd "$dist" && sha256sum "${files[@]}" > SHA256SUMS)
+say "wrote ${files[*]/#/$dist/}"

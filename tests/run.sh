@@ -3,7 +3,8 @@
 # packages, a Python venv with the real NVML/CUDA clients, NVIDIA's cuda.h and nvml.h, the
 # real nvidia-smi, Docker for the image tests), builds the workspace, and runs
 #   1. cargo test: unit tests of every crate and the integration tests against the
-#      simulated driver (tests/integration),
+#      simulated driver (tests/integration), including the Python wheel that
+#      scripts/build-wheel.sh builds first (installed into a fresh venv, caps a job),
 #   2. the container tests of the images (images/test.sh),
 #   3. the CDI tests: `fgpu cdi generate` and podman capping a plain image at run time
 #      (tests/cdi/test.sh),
@@ -92,6 +93,16 @@ step "build"
 cargo build --release --workspace --all-targets || exit 1
 # The shim with its crash points, for the crash-window tests (never shipped; docs/reliability.md).
 cargo build --release -p fgpu-shim --features crash-points --target-dir target/crash || exit 1
+
+step "the Python wheel (scripts/build-wheel.sh: glibc-2.17 release build, maturin; tested by tests/integration/wheel.rs)"
+if wheel=$(bash scripts/build-wheel.sh | tail -n 1) && [ -f "$wheel" ]; then
+    export FGPU_TEST_WHEEL=$wheel
+    echo "$wheel"
+else
+    failed=$((failed + 1))
+    failed_names+=("the Python wheel (scripts/build-wheel.sh)")
+    echo "FAILED SUITE: cannot build the wheel"
+fi
 
 suite "cargo test (unit + integration against the simulated driver)" cargo test --release --workspace --no-fail-fast
 if [ "${FGPU_SKIP_IMAGES:-0}" != 1 ]; then

@@ -4,7 +4,8 @@
 //!
 //! The spec (kind `fgpu.io/gpu`, `cdiVersion` 0.5.0, the newest Debian's podman 4.3 reads)
 //! gives every container, read-only:
-//! - [`CONTAINER_LIB_DIR`]: a copy of the shipped `libfgpu.so` (and the `fgpu` command);
+//! - [`CONTAINER_LIB_DIR`]: a copy of the shipped `libfgpu.so` and `libfgpu_shim.so` (and
+//!   the `fgpu` command);
 //! - `/etc/ld.so.preload` naming that library;
 //! - [`CONTAINER_CONFIG_DIR`]: the device's own `fgpu.conf`, with its cap and the ledger;
 //!
@@ -407,6 +408,11 @@ fn generate(args: &CdiGenerateArgs) -> Result<(), String> {
     let lib_dir = config_dir.join(LIB_SUBDIR);
     prepare_dir(&lib_dir, owner)?;
     write_file(&lib_dir.join(shimpath::SHIM_NAME), &shim_bytes, 0o755, owner)?;
+    // The shim proper, which the front loads from its own directory.
+    let companion = shimpath::companion(&shim);
+    let companion_bytes = std::fs::read(&companion).map_err(|e| format!("cannot read {} (the shim that {} loads): {e}", companion.display(), shim.display()))?;
+    let companion_name = companion.file_name().expect("a file name");
+    write_file(&lib_dir.join(companion_name), &companion_bytes, 0o755, owner)?;
     // The command too, so that `/usr/lib/fgpu/fgpu status` works inside the container.
     if let Ok(exe) = std::env::current_exe().and_then(std::fs::read) {
         write_file(&lib_dir.join("fgpu"), &exe, 0o755, owner)?;

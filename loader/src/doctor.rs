@@ -410,6 +410,16 @@ fn trial_load(shim: &Path) -> Result<(), String> {
     }
 }
 
+/// The shim proper, which the front loads from its own directory on a process's first CUDA
+/// or NVML call: it must be there and load here too (tried preloaded, as the front is).
+fn trial_load_companion(front: &Path) -> Result<(), String> {
+    let shim = shimpath::companion(front);
+    if !shim.is_file() {
+        return Err(format!("{} is missing beside it; {} loads it on a process's first CUDA or NVML call", shim.display(), shimpath::SHIM_NAME));
+    }
+    trial_load(&shim).map_err(|why| format!("{}, which it loads on a process's first CUDA or NVML call: {why}", shim.display()))
+}
+
 /// Runs `fgpu __driver-probe` without the shim in `LD_PRELOAD` and reads its JSON (a shim in
 /// /etc/ld.so.preload is loaded there too, and the probe goes around it: `driver_probe.rs`).
 pub(crate) fn probe_driver() -> Result<DriverProbe, String> {
@@ -474,7 +484,7 @@ pub fn gather() -> Facts {
     let shim_path = shim.as_ref().ok().map(|f| f.path.clone());
     let shim_elf = shim_path.as_deref().map(elf::read);
     let shim_trial = match (&shim_path, &shim_elf) {
-        (Some(p), Some(Ok(_))) => Some(trial_load(p)),
+        (Some(p), Some(Ok(_))) => Some(trial_load(p).and_then(|()| trial_load_companion(p))),
         _ => None,
     };
     let ld_preload = std::env::var("LD_PRELOAD").ok();

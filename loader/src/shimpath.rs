@@ -3,12 +3,23 @@
 //! Order: `$FGPU_SHIM` (if set it must exist; no fallback, so a typo is reported), then
 //! beside the `fgpu` binary, `../lib/fgpu/` and `../lib/` relative to it, then
 //! `/usr/local/lib/fgpu/` and `/usr/lib/fgpu/`.
+//!
+//! `../lib/fgpu/` is where the Python wheel puts the libraries: pip installs the `fgpu`
+//! binary into the environment's `bin/` (`scripts`) and the wheel's data files into the
+//! environment itself, so `<venv>/bin/fgpu` finds `<venv>/lib/fgpu/libfgpu.so`, and the same
+//! holds for `pip install --user` (`~/.local/bin`, `~/.local/lib/fgpu`) and system installs.
+//!
+//! `libfgpu.so` is the front (crate `fgpu-front`); it loads the shim proper,
+//! [`SHIM_IMPL_NAME`], from its own directory on a process's first CUDA or NVML call
+//! ([`companion`]).
 
 use std::ffi::OsString;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-pub const SHIM_NAME: &str = "libfgpu.so";
+pub const SHIM_NAME: &str = fgpu_front::FRONT_FILE;
+/// The shim the front loads, beside it.
+pub const SHIM_IMPL_NAME: &str = fgpu_front::SHIM_FILE;
 pub const ENV_SHIM: &str = "FGPU_SHIM";
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -60,6 +71,11 @@ pub fn candidates(exe: Option<&Path>) -> Vec<PathBuf> {
         }
     }
     out
+}
+
+/// The shim that the front at `front` loads: [`SHIM_IMPL_NAME`] in the same directory.
+pub fn companion(front: &Path) -> PathBuf {
+    front.with_file_name(SHIM_IMPL_NAME)
 }
 
 /// The search, with the environment, the binary's path and the file system passed in.
@@ -123,6 +139,15 @@ mod tests {
         let err = locate_with(Some("/typo/libfgpu.so".into()), None, &exists).unwrap_err();
         assert_eq!(err, ShimError::EnvMissing("/typo/libfgpu.so".into()));
         assert!(err.to_string().contains("FGPU_SHIM=/typo/libfgpu.so"));
+    }
+
+    #[test]
+    fn the_wheel_layout_is_found() {
+        // pip: <venv>/bin/fgpu (the wheel's scripts) and <venv>/lib/fgpu/ (its data).
+        let exists = |p: &Path| p == Path::new("/venv/lib/fgpu/libfgpu.so");
+        let found = locate_with(None, Some(Path::new("/venv/bin/fgpu")), &exists).unwrap();
+        assert_eq!(found.path, Path::new("/venv/lib/fgpu/libfgpu.so"));
+        assert_eq!(companion(&found.path), Path::new("/venv/lib/fgpu/libfgpu_shim.so"));
     }
 
     #[test]

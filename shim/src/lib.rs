@@ -1,5 +1,7 @@
-//! libfgpu.so: preloaded into every process of a job or container, it holds all of them
-//! together to one GPU memory cap per device.
+//! libfgpu_shim.so: loaded into every process of a job or container that calls CUDA or
+//! NVML, it holds all of them together to one GPU memory cap per device. The preloaded
+//! front, `libfgpu.so` (crate `fgpu-front`), loads it on the first such call and forwards
+//! every hooked entry point to it; preloaded itself, it works alone too.
 //!
 //! * [`hooks`]: the exported functions that replace driver entry points, one module per
 //!   family (`dlsym`, `cuGetProcAddress`, allocations, contexts, pools, graphs, VMM, arrays,
