@@ -37,6 +37,7 @@ Measures libfgpu.so against the simulated driver, without and with the shim:
 Build first: cargo build --release -p fgpu-bench -p fgpu-shim -p fgpu-sim-cuda -p fgpu-sim-nvml";
 
 const ALLOC_PAIRS_C: &str = include_str!("../clients/alloc_pairs.c");
+const ASYNC_THREADS_C: &str = include_str!("../clients/async_threads.c");
 const FIRST_CALL_C: &str = include_str!("../clients/first_call.c");
 const EMPTY_PRELOAD_C: &str = include_str!("../clients/empty_preload.c");
 
@@ -49,10 +50,13 @@ const SIM_MEMORY_BYTES: u64 = 80 << 30;
 /// Bytes per allocation in the alloc/free loops.
 const ALLOC_SIZE: u64 = 1 << 20;
 const PROCESSES: usize = 4;
+/// Threads (each with its own stream) in the stream-ordered row.
+const ASYNC_THREADS: usize = 8;
 
 /// Targets from the design (issue 2, "Benchmark").
 const TARGET_PAIR_ADDED_NS: f64 = 50.0;
 const TARGET_MULTI_RATIO: f64 = 0.90;
+const TARGET_ASYNC_RATIO: f64 = 0.90;
 const TARGET_STARTUP_RATIO: f64 = 1.05;
 const TARGET_INIT_ADDED_US: f64 = 1000.0;
 
@@ -181,6 +185,7 @@ struct Setup {
     shim: PathBuf,
     sim_lib: PathBuf,
     alloc_pairs: PathBuf,
+    async_threads: PathBuf,
     first_call: PathBuf,
     empty_preload: PathBuf,
     /// The shipped build(s) and any `--preload` libraries, beside the local `shim`.
@@ -217,6 +222,7 @@ impl Setup {
         let clients = release_dir.join("bench-clients");
         std::fs::create_dir_all(&clients).map_err(|e| format!("{}: {e}", clients.display()))?;
         let alloc_pairs = compile(&clients, "alloc_pairs", ALLOC_PAIRS_C, &["-ldl"])?;
+        let async_threads = compile(&clients, "async_threads", ASYNC_THREADS_C, &["-ldl", "-lpthread"])?;
         let first_call = compile(&clients, "first_call", FIRST_CALL_C, &["-ldl"])?;
         let empty_preload = compile(
             &clients,
@@ -244,6 +250,7 @@ impl Setup {
             shim,
             sim_lib,
             alloc_pairs,
+            async_threads,
             first_call,
             empty_preload,
             preloads,
@@ -505,6 +512,29 @@ fn single(setup: &Setup, plan: &Plan) -> Result<(Samples, Samples), Error> {
         }
     }
     Ok((s, wall))
+}
+
+/// One process, `ASYNC_THREADS` threads each allocating and freeing from the device's pool
+/// on a stream of its own: total pairs per second (millions). With the shim, no lock of the
+/// process may be held across the driver's allocation, or the threads take turns.
+fn threads(setup: &Setup, plan: &Plan) -> Result<Samples, Error> {
+    let mut s = Samples::default();
+    for round in 0..plan.multi_rounds {
+        for shim in order(round) {
+            let dir = setup.run_dir()?;
+            let child = setup
+                .command(&setup.async_threads, &dir, shim)
+                .args([ASYNC_THREADS.to_string(), ALLOC_SIZE.to_string(), plan.multi_ms.to_string()])
+                .spawn()
+                .map_err(|e| format!("async_threads: {e}"))?;
+            let out = finish(child, "async_threads")?;
+            let f = fields(out.trim());
+            check_total(f("total_mem")?, shim, "async_threads")?;
+            s.push(shim, f("pairs")? as f64 * 1e3 / (f("end_ns")? - f("start_ns")?) as f64);
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+    }
+    Ok(s)
 }
 
 /// `PROCESSES` clients sharing one simulated GPU (and, with the shim, one ledger), started
@@ -915,6 +945,14 @@ fn run(plan: &'static Plan, release_dir: &Path, options: &Options) -> Result<Rep
             "Mpairs/s",
             multi,
             Kind::RatioAtLeast(TARGET_MULTI_RATIO),
+            ">= 0.90x",
+        ));
+        metrics.push(metric(
+            "async_8threads_mpairs_per_s",
+            "cuMemAllocAsync/FreeAsync, 8 threads x 8 streams",
+            "Mpairs/s",
+            threads(&setup, plan)?,
+            Kind::RatioAtLeast(TARGET_ASYNC_RATIO),
             ">= 0.90x",
         ));
     }

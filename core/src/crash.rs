@@ -3,7 +3,9 @@
 //!
 //! Compiled only with the `crash-points` feature (never in the released library). A process
 //! with `FGPU_CRASH_AT=NAME` (or `NAME@N` for the N-th time the point is reached) sends
-//! itself SIGKILL there: no handler, no unwinding, no flush, as a kill -9 would.
+//! itself SIGKILL there: no handler, no unwinding, no flush, as a kill -9 would. With
+//! `FGPU_PANIC_AT=NAME` it panics there instead (the hooks must catch it and answer as the
+//! driver did, when it already had).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
@@ -15,6 +17,7 @@ struct Target {
 
 static TARGET: OnceLock<Option<Target>> = OnceLock::new();
 static HITS: AtomicU64 = AtomicU64::new(0);
+static PANIC_AT: OnceLock<Option<String>> = OnceLock::new();
 
 fn target() -> Option<&'static Target> {
     TARGET
@@ -31,6 +34,9 @@ fn target() -> Option<&'static Target> {
 
 /// Kills this process if it is the configured crash point (and hit the configured time).
 pub fn point(name: &str) {
+    if PANIC_AT.get_or_init(|| std::env::var("FGPU_PANIC_AT").ok()).as_deref() == Some(name) {
+        panic!("test panic at crash point {name}");
+    }
     let Some(target) = target() else { return };
     if target.name == name && HITS.fetch_add(1, Ordering::SeqCst) + 1 == target.nth {
         // SAFETY: models kill(2) of the calling process with SIGKILL; it does not return.

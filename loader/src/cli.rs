@@ -139,12 +139,12 @@ pub struct LedgerSelection {
 const STATUS_HELP: &str = "\
 Examples:
   fgpu status                         the ledger a capped program started here would use
-  fgpu status --ledger /tmp/.fgpu-ledger
+  fgpu status --ledger /tmp/fgpu-1000/ledger
   sudo fgpu status --all              every ledger on the machine, containers included
   fgpu status --json | jq '.ledgers[].devices[].used_bytes'
 
 The ledger in effect is FGPU_LEDGER, else `ledger` in /etc/fgpu/fgpu.conf, else
-/tmp/.fgpu-ledger. Processes that died are reclaimed (their memory returned to the cap)
+/tmp/fgpu-UID/ledger (one per user), exactly as the shim resolves it. Processes that died are reclaimed (their memory returned to the cap)
 and listed as reclaimed. The JSON schema is described in docs/cli.md.
 
 Exit status: 0 shown (a ledger not created yet counts), 1 a ledger could not be read, 2 usage error.";

@@ -5,7 +5,7 @@
 //! text format 0.0.4 by default, OpenMetrics when the scraper asks for it.
 //!
 //! Labels: `ledger` (the ledger's path; when two ledgers in one scrape share a path, as
-//! two containers' `/tmp/.fgpu-ledger` do, `PATH (major:minor:inode)`), `gpu` (the device's
+//! two containers' `/tmp/fgpu-0/ledger` do, `PATH (ipc:NS:shm:ID)`), `gpu` (the device's
 //! index in the ledger, not an NVML index), `UUID` (the GPU UUID, named and spelled as the
 //! DCGM exporter labels it: join the two on `UUID`), and per process `pid` (as seen where
 //! the exporter runs), `host_pid` (empty while unknown) and `name`.

@@ -673,6 +673,7 @@ fn doctor_reports_a_ledger_directory_it_cannot_write() {
     let shim = bin.join("libfgpu.so");
     copy(&fgpu_bin(), &fgpu);
     copy(&shim_path(), &shim);
+    copy(&release_dir().join("libfgpu_shim.so"), &bin.join("libfgpu_shim.so"));
     copy(&release_dir().join("libfgpu_sim_cuda.so"), &driver.join("libcuda.so.1"));
     copy(&release_dir().join("libfgpu_sim_nvml.so"), &driver.join("libnvidia-ml.so.1"));
     let locked = env.dir.join("locked");

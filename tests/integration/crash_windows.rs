@@ -144,3 +144,22 @@ fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     }
     out
 }
+
+#[test]
+fn a_panic_after_the_driver_acted_returns_the_drivers_answer() {
+    // A panic inside a hook is caught; once the driver has acted (here: freed, allocated,
+    // created), the program gets the driver's own answer, not a made-up error.
+    let env = Env::new("panic-after-real");
+    for (point, ops, line, rc) in [
+        ("free.freed", "init primary alloc 100M free", "free", "0"),
+        ("alloc.allocated", "init primary alloc 100M", "alloc", "0"),
+        ("vmm.created", "init primary vmm 64M", "vmm", "0"),
+        ("alloc.reserved", "init primary alloc 100M", "alloc", "2"),
+    ] {
+        let args: Vec<&str> = ops.split_whitespace().collect();
+        let run = env.client(&args).env("LD_PRELOAD", crash_shim_path()).limit("4G").env("FGPU_PANIC_AT", point).run();
+        assert!(run.output.status.success(), "{point}: the panic must not take the program down\n{run}");
+        assert_eq!(run.field(line, "rc"), rc, "{point}\n{run}");
+        assert!(run.stderr().contains("internal error in a driver hook"), "{point}: one line says so\n{run}");
+    }
+}

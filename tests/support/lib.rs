@@ -136,6 +136,10 @@ pub fn reachable() -> &'static Reachable {
         let shim = dir.join("libfgpu.so");
         std::fs::copy(shim_path(), &shim).unwrap();
         open(&shim, 0o755);
+        // The shim proper, which the front loads from its own directory.
+        let companion = dir.join("libfgpu_shim.so");
+        std::fs::copy(shim_path().with_file_name("libfgpu_shim.so"), &companion).unwrap();
+        open(&companion, 0o755);
         for entry in std::fs::read_dir(sim_lib_dir()).unwrap() {
             let entry = entry.unwrap();
             let to = sim.join(entry.file_name());

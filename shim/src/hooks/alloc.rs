@@ -84,7 +84,7 @@ pub unsafe extern "C" fn cuMemAlloc_v2(dptr: *mut CUdeviceptr, bytesize: usize) 
     if bytesize == 0 || dptr.is_null() {
         return real().0;
     }
-    super::guard(CUDA_ERROR_OUT_OF_MEMORY, || counted("cuMemAlloc", bytesize as u64, real))
+    super::guard_driver(CUDA_ERROR_OUT_OF_MEMORY, |answer| counted("cuMemAlloc", bytesize as u64, answer.wrap(real)))
 }
 
 /// # Safety
@@ -100,7 +100,7 @@ pub unsafe extern "C" fn cuMemAlloc(dptr: *mut CUdeviceptrV1, bytesize: c_uint) 
     if bytesize == 0 || dptr.is_null() {
         return real().0;
     }
-    super::guard(CUDA_ERROR_OUT_OF_MEMORY, || counted("cuMemAlloc", bytesize as u64, real))
+    super::guard_driver(CUDA_ERROR_OUT_OF_MEMORY, |answer| counted("cuMemAlloc", bytesize as u64, answer.wrap(real)))
 }
 
 /// The driver rounds each row up to its pitch (512 bytes here, the real alignment on every
@@ -128,7 +128,7 @@ pub unsafe extern "C" fn cuMemAllocPitch_v2(dptr: *mut CUdeviceptr, pitch: *mut 
     if width == 0 || height == 0 || dptr.is_null() || pitch.is_null() {
         return real().0;
     }
-    super::guard(CUDA_ERROR_OUT_OF_MEMORY, || counted_settling("cuMemAllocPitch", pitch_estimate(width as u64, height as u64), real))
+    super::guard_driver(CUDA_ERROR_OUT_OF_MEMORY, |answer| counted_settling("cuMemAllocPitch", pitch_estimate(width as u64, height as u64), answer.wrap(real)))
 }
 
 /// # Safety
@@ -150,7 +150,7 @@ pub unsafe extern "C" fn cuMemAllocPitch(dptr: *mut CUdeviceptrV1, pitch: *mut c
     if width == 0 || height == 0 || dptr.is_null() || pitch.is_null() {
         return real().0;
     }
-    super::guard(CUDA_ERROR_OUT_OF_MEMORY, || counted_settling("cuMemAllocPitch", pitch_estimate(width as u64, height as u64), real))
+    super::guard_driver(CUDA_ERROR_OUT_OF_MEMORY, |answer| counted_settling("cuMemAllocPitch", pitch_estimate(width as u64, height as u64), answer.wrap(real)))
 }
 
 /// Managed memory can live on the device in full, so all of it counts against the cap.
@@ -169,7 +169,7 @@ pub unsafe extern "C" fn cuMemAllocManaged(dptr: *mut CUdeviceptr, bytesize: usi
     if bytesize == 0 || dptr.is_null() {
         return real().0;
     }
-    super::guard(CUDA_ERROR_OUT_OF_MEMORY, || counted("cuMemAllocManaged", bytesize as u64, real))
+    super::guard_driver(CUDA_ERROR_OUT_OF_MEMORY, |answer| counted("cuMemAllocManaged", bytesize as u64, answer.wrap(real)))
 }
 
 /// # Safety
@@ -177,7 +177,7 @@ pub unsafe extern "C" fn cuMemAllocManaged(dptr: *mut CUdeviceptr, bytesize: usi
 #[no_mangle]
 pub unsafe extern "C" fn cuMemFree_v2(dptr: CUdeviceptr) -> CUresult {
     let real = || crate::call_real!(cuMemFree_v2: fn(CUdeviceptr) -> CUresult, dptr).unwrap_or(CUDA_ERROR_NOT_FOUND);
-    super::guard(CUDA_ERROR_INVALID_VALUE, || counted_free(dptr, real))
+    super::guard_driver(CUDA_ERROR_INVALID_VALUE, |answer| counted_free(dptr, answer.wrap(real)))
 }
 
 /// # Safety
@@ -185,5 +185,5 @@ pub unsafe extern "C" fn cuMemFree_v2(dptr: CUdeviceptr) -> CUresult {
 #[no_mangle]
 pub unsafe extern "C" fn cuMemFree(dptr: CUdeviceptrV1) -> CUresult {
     let real = || crate::call_real!(cuMemFree: fn(CUdeviceptrV1) -> CUresult, dptr).unwrap_or(CUDA_ERROR_NOT_FOUND);
-    super::guard(CUDA_ERROR_INVALID_VALUE, || counted_free(dptr as u64, real))
+    super::guard_driver(CUDA_ERROR_INVALID_VALUE, |answer| counted_free(dptr as u64, answer.wrap(real)))
 }

@@ -107,7 +107,7 @@ macro_rules! array_create_hook {
             // SAFETY: non-null descriptor supplied by the caller.
             let $d = unsafe { *desc };
             let estimate = $estimate;
-            super::guard(CUDA_ERROR_OUT_OF_MEMORY, || counted_array($call, handle, estimate, false, real))
+            super::guard_driver(CUDA_ERROR_OUT_OF_MEMORY, |answer| counted_array($call, handle, estimate, false, answer.wrap(real)))
         }
     };
 }
@@ -146,7 +146,7 @@ pub unsafe extern "C" fn cuMipmappedArrayCreate(handle: *mut CUmipmappedArray, d
     }
     // SAFETY: non-null descriptor supplied by the caller.
     let estimate = mipmapped_bytes(unsafe { &*desc }, levels);
-    super::guard(CUDA_ERROR_OUT_OF_MEMORY, || counted_array("cuMipmappedArrayCreate", handle, estimate, true, real))
+    super::guard_driver(CUDA_ERROR_OUT_OF_MEMORY, |answer| counted_array("cuMipmappedArrayCreate", handle, estimate, true, answer.wrap(real)))
 }
 
 /// # Safety
@@ -154,7 +154,7 @@ pub unsafe extern "C" fn cuMipmappedArrayCreate(handle: *mut CUmipmappedArray, d
 #[no_mangle]
 pub unsafe extern "C" fn cuArrayDestroy(handle: CUarray) -> CUresult {
     let real = || crate::call_real!(cuArrayDestroy: fn(CUarray) -> CUresult, handle).unwrap_or(CUDA_ERROR_NOT_FOUND);
-    super::guard(CUDA_ERROR_INVALID_VALUE, || counted_destroy(handle, real))
+    super::guard_driver(CUDA_ERROR_INVALID_VALUE, |answer| counted_destroy(handle, answer.wrap(real)))
 }
 
 /// # Safety
@@ -162,7 +162,7 @@ pub unsafe extern "C" fn cuArrayDestroy(handle: CUarray) -> CUresult {
 #[no_mangle]
 pub unsafe extern "C" fn cuMipmappedArrayDestroy(handle: CUmipmappedArray) -> CUresult {
     let real = || crate::call_real!(cuMipmappedArrayDestroy: fn(CUmipmappedArray) -> CUresult, handle).unwrap_or(CUDA_ERROR_NOT_FOUND);
-    super::guard(CUDA_ERROR_INVALID_VALUE, || counted_destroy(handle, real))
+    super::guard_driver(CUDA_ERROR_INVALID_VALUE, |answer| counted_destroy(handle, answer.wrap(real)))
 }
 
 #[cfg(test)]

@@ -110,7 +110,7 @@ pub unsafe extern "C" fn cuCtxCreate_v2(pctx: *mut CUcontext, flags: c_uint, dev
     if pctx.is_null() {
         return real();
     }
-    super::guard(CUDA_ERROR_OUT_OF_MEMORY, || create_context("cuCtxCreate", pctx, dev, real))
+    super::guard_driver(CUDA_ERROR_OUT_OF_MEMORY, |answer| create_context("cuCtxCreate", pctx, dev, answer.wrap(real)))
 }
 
 /// # Safety
@@ -121,7 +121,7 @@ pub unsafe extern "C" fn cuCtxCreate(pctx: *mut CUcontext, flags: c_uint, dev: C
     if pctx.is_null() {
         return real();
     }
-    super::guard(CUDA_ERROR_OUT_OF_MEMORY, || create_context("cuCtxCreate", pctx, dev, real))
+    super::guard_driver(CUDA_ERROR_OUT_OF_MEMORY, |answer| create_context("cuCtxCreate", pctx, dev, answer.wrap(real)))
 }
 
 /// # Safety
@@ -135,7 +135,7 @@ pub unsafe extern "C" fn cuCtxCreate_v3(pctx: *mut CUcontext, params: *mut c_voi
     if pctx.is_null() {
         return real();
     }
-    super::guard(CUDA_ERROR_OUT_OF_MEMORY, || create_context("cuCtxCreate", pctx, dev, real))
+    super::guard_driver(CUDA_ERROR_OUT_OF_MEMORY, |answer| create_context("cuCtxCreate", pctx, dev, answer.wrap(real)))
 }
 
 /// # Safety
@@ -149,7 +149,7 @@ pub unsafe extern "C" fn cuCtxCreate_v4(pctx: *mut CUcontext, params: *mut c_voi
     if pctx.is_null() {
         return real();
     }
-    super::guard(CUDA_ERROR_OUT_OF_MEMORY, || create_context("cuCtxCreate", pctx, dev, real))
+    super::guard_driver(CUDA_ERROR_OUT_OF_MEMORY, |answer| create_context("cuCtxCreate", pctx, dev, answer.wrap(real)))
 }
 
 /// # Safety
@@ -157,7 +157,7 @@ pub unsafe extern "C" fn cuCtxCreate_v4(pctx: *mut CUcontext, params: *mut c_voi
 #[no_mangle]
 pub unsafe extern "C" fn cuCtxDestroy_v2(ctx: CUcontext) -> CUresult {
     let real = || crate::call_real!(cuCtxDestroy_v2: fn(CUcontext) -> CUresult, ctx).unwrap_or(CUDA_ERROR_NOT_FOUND);
-    super::guard(CUDA_ERROR_INVALID_VALUE, || destroy_context(ctx, real))
+    super::guard_driver(CUDA_ERROR_INVALID_VALUE, |answer| destroy_context(ctx, answer.wrap(real)))
 }
 
 /// # Safety
@@ -165,7 +165,7 @@ pub unsafe extern "C" fn cuCtxDestroy_v2(ctx: CUcontext) -> CUresult {
 #[no_mangle]
 pub unsafe extern "C" fn cuCtxDestroy(ctx: CUcontext) -> CUresult {
     let real = || crate::call_real!(cuCtxDestroy: fn(CUcontext) -> CUresult, ctx).unwrap_or(CUDA_ERROR_NOT_FOUND);
-    super::guard(CUDA_ERROR_INVALID_VALUE, || destroy_context(ctx, real))
+    super::guard_driver(CUDA_ERROR_INVALID_VALUE, |answer| destroy_context(ctx, answer.wrap(real)))
 }
 
 fn primary_active(ordinal: CUdevice) -> Option<bool> {
@@ -179,18 +179,18 @@ fn primary_active(ordinal: CUdevice) -> Option<bool> {
 #[no_mangle]
 pub unsafe extern "C" fn cuDevicePrimaryCtxRetain(pctx: *mut CUcontext, ordinal: CUdevice) -> CUresult {
     let real = || crate::call_real!(cuDevicePrimaryCtxRetain: fn(*mut CUcontext, CUdevice) -> CUresult, pctx, ordinal).unwrap_or(CUDA_ERROR_NOT_FOUND);
-    super::guard(CUDA_ERROR_OUT_OF_MEMORY, || match state::mode() {
-        Mode::Off => real(),
+    super::guard_driver(CUDA_ERROR_OUT_OF_MEMORY, |answer| match state::mode() {
+        Mode::Off => answer.of(real()),
         Mode::Closed(_) => CUDA_ERROR_OUT_OF_MEMORY,
         Mode::On(active) => {
-            let Ok(dev) = active.device(ordinal) else { return real() };
+            let Ok(dev) = active.device(ordinal) else { return answer.of(real()) };
             // Serialises this process's retains and releases, so exactly one retain counts
             // the creation of each primary context.
             let mut primary = active.primary.lock();
             if primary.contains_key(&ordinal) || primary_active(ordinal) == Some(true) {
-                return real();
+                return answer.of(real());
             }
-            match counted_creation(active, dev, "cuDevicePrimaryCtxRetain", real) {
+            match counted_creation(active, dev, "cuDevicePrimaryCtxRetain", answer.wrap(real)) {
                 Ok(bytes) => {
                     primary.insert(ordinal, bytes);
                     CUDA_SUCCESS
@@ -222,7 +222,7 @@ fn after_primary_release(ordinal: CUdevice, real: impl FnOnce() -> CUresult) -> 
 #[no_mangle]
 pub unsafe extern "C" fn cuDevicePrimaryCtxRelease_v2(ordinal: CUdevice) -> CUresult {
     let real = || crate::call_real!(cuDevicePrimaryCtxRelease_v2: fn(CUdevice) -> CUresult, ordinal).unwrap_or(CUDA_ERROR_NOT_FOUND);
-    super::guard(CUDA_ERROR_INVALID_VALUE, || after_primary_release(ordinal, real))
+    super::guard_driver(CUDA_ERROR_INVALID_VALUE, |answer| after_primary_release(ordinal, answer.wrap(real)))
 }
 
 /// # Safety
@@ -230,7 +230,7 @@ pub unsafe extern "C" fn cuDevicePrimaryCtxRelease_v2(ordinal: CUdevice) -> CUre
 #[no_mangle]
 pub unsafe extern "C" fn cuDevicePrimaryCtxRelease(ordinal: CUdevice) -> CUresult {
     let real = || crate::call_real!(cuDevicePrimaryCtxRelease: fn(CUdevice) -> CUresult, ordinal).unwrap_or(CUDA_ERROR_NOT_FOUND);
-    super::guard(CUDA_ERROR_INVALID_VALUE, || after_primary_release(ordinal, real))
+    super::guard_driver(CUDA_ERROR_INVALID_VALUE, |answer| after_primary_release(ordinal, answer.wrap(real)))
 }
 
 /// # Safety
@@ -238,7 +238,7 @@ pub unsafe extern "C" fn cuDevicePrimaryCtxRelease(ordinal: CUdevice) -> CUresul
 #[no_mangle]
 pub unsafe extern "C" fn cuDevicePrimaryCtxReset_v2(ordinal: CUdevice) -> CUresult {
     let real = || crate::call_real!(cuDevicePrimaryCtxReset_v2: fn(CUdevice) -> CUresult, ordinal).unwrap_or(CUDA_ERROR_NOT_FOUND);
-    super::guard(CUDA_ERROR_INVALID_VALUE, || after_primary_release(ordinal, real))
+    super::guard_driver(CUDA_ERROR_INVALID_VALUE, |answer| after_primary_release(ordinal, answer.wrap(real)))
 }
 
 /// # Safety
@@ -246,5 +246,5 @@ pub unsafe extern "C" fn cuDevicePrimaryCtxReset_v2(ordinal: CUdevice) -> CUresu
 #[no_mangle]
 pub unsafe extern "C" fn cuDevicePrimaryCtxReset(ordinal: CUdevice) -> CUresult {
     let real = || crate::call_real!(cuDevicePrimaryCtxReset: fn(CUdevice) -> CUresult, ordinal).unwrap_or(CUDA_ERROR_NOT_FOUND);
-    super::guard(CUDA_ERROR_INVALID_VALUE, || after_primary_release(ordinal, real))
+    super::guard_driver(CUDA_ERROR_INVALID_VALUE, |answer| after_primary_release(ordinal, answer.wrap(real)))
 }

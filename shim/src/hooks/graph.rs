@@ -216,7 +216,10 @@ macro_rules! graph_hooks {
         #[no_mangle]
         pub unsafe extern "C" fn $name($($arg: $ty),*) -> CUresult {
             let $real = || crate::call_real!($name: fn($($ty),*) -> CUresult $(, $arg)*).unwrap_or(CUDA_ERROR_NOT_FOUND);
-            super::guard(CUDA_ERROR_INVALID_VALUE, || $body)
+            super::guard_driver(CUDA_ERROR_INVALID_VALUE, |answer| {
+                let $real = answer.wrap($real);
+                $body
+            })
         }
     )* };
 }
@@ -248,8 +251,8 @@ fn wants_upload(params: *const CudaGraphInstantiateParams) -> bool {
 #[no_mangle]
 pub unsafe extern "C" fn cuDeviceGraphMemTrim(device: CUdevice) -> CUresult {
     let real = || crate::call_real!(cuDeviceGraphMemTrim: fn(CUdevice) -> CUresult, device).unwrap_or(CUDA_ERROR_NOT_FOUND);
-    super::guard(CUDA_ERROR_INVALID_VALUE, || {
-        let rc = real();
+    super::guard_driver(CUDA_ERROR_INVALID_VALUE, |answer| {
+        let rc = answer.of(real());
         if let Mode::On(active) = state::mode() {
             settle(active, &mut active.graphs.lock(), device, InFlight::default(), "cuDeviceGraphMemTrim");
         }
@@ -262,8 +265,8 @@ pub unsafe extern "C" fn cuDeviceGraphMemTrim(device: CUdevice) -> CUresult {
 #[no_mangle]
 pub unsafe extern "C" fn cuGraphExecDestroy(exec: CUgraphExec) -> CUresult {
     let real = || crate::call_real!(cuGraphExecDestroy: fn(CUgraphExec) -> CUresult, exec).unwrap_or(CUDA_ERROR_NOT_FOUND);
-    super::guard(CUDA_ERROR_INVALID_VALUE, || {
-        let rc = real();
+    super::guard_driver(CUDA_ERROR_INVALID_VALUE, |answer| {
+        let rc = answer.of(real());
         if let Mode::On(active) = state::mode() {
             if rc == CUDA_SUCCESS {
                 active.graphs.lock().execs.remove(&(exec as usize));

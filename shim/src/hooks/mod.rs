@@ -30,6 +30,60 @@ pub fn guard<R>(fallback: R, body: impl FnOnce() -> R) -> R {
     }
 }
 
+/// What the driver answered inside a hook, once it has: a panic after the driver acted
+/// (after a real free, say) must return the driver's answer, not a made-up error.
+#[derive(Default)]
+pub struct Answer(std::cell::Cell<Option<u32>>);
+
+/// A driver call's result whose code [`Answer`] records.
+pub trait DriverResult {
+    fn code(&self) -> u32;
+}
+
+impl DriverResult for u32 {
+    fn code(&self) -> u32 {
+        *self
+    }
+}
+
+/// An allocation's (result, pointer, bytes taken).
+impl DriverResult for (u32, u64, u64) {
+    fn code(&self) -> u32 {
+        self.0
+    }
+}
+
+impl Answer {
+    /// Records `rc` as the driver's answer and returns it.
+    pub fn of(&self, rc: u32) -> u32 {
+        self.0.set(Some(rc));
+        rc
+    }
+
+    /// `real`, recording what it returns.
+    pub fn wrap<'a, T: DriverResult>(&'a self, real: impl FnOnce() -> T + 'a) -> impl FnOnce() -> T + 'a {
+        move || {
+            let result = real();
+            self.0.set(Some(result.code()));
+            result
+        }
+    }
+}
+
+/// [`guard`] for a hook whose body calls the driver: a panic before the driver answered
+/// becomes `fallback`, one after it the driver's own answer.
+#[inline(always)]
+pub fn guard_driver(fallback: u32, body: impl FnOnce(&Answer) -> u32) -> u32 {
+    let answer = Answer::default();
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| body(&answer))) {
+        Ok(result) => result,
+        Err(_) => {
+            log_at!(Level::Error, "internal error in a driver hook (a bug in fgpu; please report it)");
+            answer.0.get().unwrap_or(fallback)
+        }
+    }
+}
+
 /// Raises a panic inside libfgpu.so and catches it the way [`guard`] does; returns 1 when it
 /// was caught. Proves, in the process it runs in, that the unwinder linked into the library
 /// works (`shim/build.rs` links GCC's static unwinder instead of `libgcc_s.so.1`).

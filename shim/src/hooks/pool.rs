@@ -107,7 +107,7 @@ fn grow_pool(active: &Active, dev: &crate::state::Dev, pool: CUmemoryPool, bytes
 #[no_mangle]
 pub unsafe extern "C" fn cuMemAllocAsync(dptr: *mut CUdeviceptr, bytesize: usize, stream: CUstream) -> CUresult {
     let real = || crate::call_real!(cuMemAllocAsync: fn(*mut CUdeviceptr, usize, CUstream) -> CUresult, dptr, bytesize, stream).unwrap_or(CUDA_ERROR_NOT_FOUND);
-    super::guard(CUDA_ERROR_OUT_OF_MEMORY, || pool_alloc(bytesize, None, real))
+    super::guard_driver(CUDA_ERROR_OUT_OF_MEMORY, |answer| pool_alloc(bytesize, None, answer.wrap(real)))
 }
 
 /// # Safety
@@ -115,7 +115,7 @@ pub unsafe extern "C" fn cuMemAllocAsync(dptr: *mut CUdeviceptr, bytesize: usize
 #[no_mangle]
 pub unsafe extern "C" fn cuMemAllocAsync_ptsz(dptr: *mut CUdeviceptr, bytesize: usize, stream: CUstream) -> CUresult {
     let real = || crate::call_real!(cuMemAllocAsync_ptsz: fn(*mut CUdeviceptr, usize, CUstream) -> CUresult, dptr, bytesize, stream).unwrap_or(CUDA_ERROR_NOT_FOUND);
-    super::guard(CUDA_ERROR_OUT_OF_MEMORY, || pool_alloc(bytesize, None, real))
+    super::guard_driver(CUDA_ERROR_OUT_OF_MEMORY, |answer| pool_alloc(bytesize, None, answer.wrap(real)))
 }
 
 /// # Safety
@@ -126,7 +126,7 @@ pub unsafe extern "C" fn cuMemAllocFromPoolAsync(dptr: *mut CUdeviceptr, bytesiz
         crate::call_real!(cuMemAllocFromPoolAsync: fn(*mut CUdeviceptr, usize, CUmemoryPool, CUstream) -> CUresult, dptr, bytesize, pool, stream)
             .unwrap_or(CUDA_ERROR_NOT_FOUND)
     };
-    super::guard(CUDA_ERROR_OUT_OF_MEMORY, || pool_alloc(bytesize, Some(pool), real))
+    super::guard_driver(CUDA_ERROR_OUT_OF_MEMORY, |answer| pool_alloc(bytesize, Some(pool), answer.wrap(real)))
 }
 
 /// # Safety
@@ -137,7 +137,7 @@ pub unsafe extern "C" fn cuMemAllocFromPoolAsync_ptsz(dptr: *mut CUdeviceptr, by
         crate::call_real!(cuMemAllocFromPoolAsync_ptsz: fn(*mut CUdeviceptr, usize, CUmemoryPool, CUstream) -> CUresult, dptr, bytesize, pool, stream)
             .unwrap_or(CUDA_ERROR_NOT_FOUND)
     };
-    super::guard(CUDA_ERROR_OUT_OF_MEMORY, || pool_alloc(bytesize, Some(pool), real))
+    super::guard_driver(CUDA_ERROR_OUT_OF_MEMORY, |answer| pool_alloc(bytesize, Some(pool), answer.wrap(real)))
 }
 
 /// Runs a call after which pools may have shrunk, then re-reads them.
@@ -173,7 +173,7 @@ pub unsafe extern "C" fn cuMemFreeAsync_ptsz(dptr: CUdeviceptr, stream: CUstream
 #[no_mangle]
 pub unsafe extern "C" fn cuMemPoolTrimTo(pool: CUmemoryPool, min_bytes_to_keep: usize) -> CUresult {
     let real = || crate::call_real!(cuMemPoolTrimTo: fn(CUmemoryPool, usize) -> CUresult, pool, min_bytes_to_keep).unwrap_or(CUDA_ERROR_NOT_FOUND);
-    super::guard(CUDA_ERROR_INVALID_VALUE, || then_refresh(real))
+    super::guard_driver(CUDA_ERROR_INVALID_VALUE, |answer| then_refresh(answer.wrap(real)))
 }
 
 /// # Safety
@@ -181,9 +181,9 @@ pub unsafe extern "C" fn cuMemPoolTrimTo(pool: CUmemoryPool, min_bytes_to_keep: 
 #[no_mangle]
 pub unsafe extern "C" fn cuMemPoolDestroy(pool: CUmemoryPool) -> CUresult {
     let real = || crate::call_real!(cuMemPoolDestroy: fn(CUmemoryPool) -> CUresult, pool).unwrap_or(CUDA_ERROR_NOT_FOUND);
-    super::guard(CUDA_ERROR_INVALID_VALUE, || {
-        let Mode::On(active) = state::mode() else { return real() };
-        let rc = real();
+    super::guard_driver(CUDA_ERROR_INVALID_VALUE, |answer| {
+        let Mode::On(active) = state::mode() else { return answer.of(real()) };
+        let rc = answer.of(real());
         if rc == CUDA_SUCCESS {
             let removed = active.pools.lock().remove(&(pool as usize));
             if let Some(counted) = removed {
@@ -201,7 +201,7 @@ pub unsafe extern "C" fn cuMemPoolDestroy(pool: CUmemoryPool) -> CUresult {
 #[no_mangle]
 pub unsafe extern "C" fn cuStreamSynchronize(stream: CUstream) -> CUresult {
     let real = || crate::call_real!(cuStreamSynchronize: fn(CUstream) -> CUresult, stream).unwrap_or(CUDA_ERROR_NOT_FOUND);
-    super::guard(CUDA_ERROR_INVALID_VALUE, || then_refresh(real))
+    super::guard_driver(CUDA_ERROR_INVALID_VALUE, |answer| then_refresh(answer.wrap(real)))
 }
 
 /// # Safety
@@ -209,7 +209,7 @@ pub unsafe extern "C" fn cuStreamSynchronize(stream: CUstream) -> CUresult {
 #[no_mangle]
 pub unsafe extern "C" fn cuStreamSynchronize_ptsz(stream: CUstream) -> CUresult {
     let real = || crate::call_real!(cuStreamSynchronize_ptsz: fn(CUstream) -> CUresult, stream).unwrap_or(CUDA_ERROR_NOT_FOUND);
-    super::guard(CUDA_ERROR_INVALID_VALUE, || then_refresh(real))
+    super::guard_driver(CUDA_ERROR_INVALID_VALUE, |answer| then_refresh(answer.wrap(real)))
 }
 
 /// # Safety
@@ -217,7 +217,7 @@ pub unsafe extern "C" fn cuStreamSynchronize_ptsz(stream: CUstream) -> CUresult 
 #[no_mangle]
 pub unsafe extern "C" fn cuEventSynchronize(event: CUevent) -> CUresult {
     let real = || crate::call_real!(cuEventSynchronize: fn(CUevent) -> CUresult, event).unwrap_or(CUDA_ERROR_NOT_FOUND);
-    super::guard(CUDA_ERROR_INVALID_VALUE, || then_refresh(real))
+    super::guard_driver(CUDA_ERROR_INVALID_VALUE, |answer| then_refresh(answer.wrap(real)))
 }
 
 /// # Safety
@@ -225,5 +225,5 @@ pub unsafe extern "C" fn cuEventSynchronize(event: CUevent) -> CUresult {
 #[no_mangle]
 pub unsafe extern "C" fn cuCtxSynchronize() -> CUresult {
     let real = || crate::call_real!(cuCtxSynchronize: fn() -> CUresult).unwrap_or(CUDA_ERROR_NOT_FOUND);
-    super::guard(CUDA_ERROR_INVALID_VALUE, || then_refresh(real))
+    super::guard_driver(CUDA_ERROR_INVALID_VALUE, |answer| then_refresh(answer.wrap(real)))
 }

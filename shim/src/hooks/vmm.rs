@@ -43,8 +43,8 @@ pub unsafe extern "C" fn cuMemCreate(handle: *mut CUmemGenericAllocationHandle, 
     if location.kind != CU_MEM_LOCATION_TYPE_DEVICE {
         return real();
     }
-    super::guard(CUDA_ERROR_OUT_OF_MEMORY, || match state::mode() {
-        Mode::Off => real(),
+    super::guard_driver(CUDA_ERROR_OUT_OF_MEMORY, |answer| match state::mode() {
+        Mode::Off => answer.of(real()),
         Mode::Closed(_) => CUDA_ERROR_OUT_OF_MEMORY,
         Mode::On(active) => {
             let dev = match active.device(location.id) {
@@ -55,7 +55,7 @@ pub unsafe extern "C" fn cuMemCreate(handle: *mut CUmemGenericAllocationHandle, 
                 return rc;
             }
             fgpu_core::crash_point!("vmm.reserved");
-            let rc = real();
+            let rc = answer.of(real());
             fgpu_core::crash_point!("vmm.created");
             if rc == CUDA_SUCCESS {
                 // SAFETY: on success the driver wrote the new handle.
@@ -85,9 +85,9 @@ fn drop_if_gone(active: &state::Active, handles: &mut Handles, id: CUmemGenericA
 #[no_mangle]
 pub unsafe extern "C" fn cuMemRelease(handle: CUmemGenericAllocationHandle) -> CUresult {
     let real = || crate::call_real!(cuMemRelease: fn(CUmemGenericAllocationHandle) -> CUresult, handle).unwrap_or(CUDA_ERROR_NOT_FOUND);
-    super::guard(CUDA_ERROR_INVALID_VALUE, || {
-        let Mode::On(active) = state::mode() else { return real() };
-        let rc = real();
+    super::guard_driver(CUDA_ERROR_INVALID_VALUE, |answer| {
+        let Mode::On(active) = state::mode() else { return answer.of(real()) };
+        let rc = answer.of(real());
         fgpu_core::crash_point!("vmm.released");
         if rc == CUDA_SUCCESS {
             let mut handles = active.vmm.lock();
@@ -108,9 +108,9 @@ pub unsafe extern "C" fn cuMemMap(ptr: CUdeviceptr, size: usize, offset: usize, 
         crate::call_real!(cuMemMap: fn(CUdeviceptr, usize, usize, CUmemGenericAllocationHandle, u64) -> CUresult, ptr, size, offset, handle, flags)
             .unwrap_or(CUDA_ERROR_NOT_FOUND)
     };
-    super::guard(CUDA_ERROR_INVALID_VALUE, || {
-        let Mode::On(active) = state::mode() else { return real() };
-        let rc = real();
+    super::guard_driver(CUDA_ERROR_INVALID_VALUE, |answer| {
+        let Mode::On(active) = state::mode() else { return answer.of(real()) };
+        let rc = answer.of(real());
         fgpu_core::crash_point!("vmm.mapped");
         if rc == CUDA_SUCCESS {
             let mut handles = active.vmm.lock();
@@ -128,9 +128,9 @@ pub unsafe extern "C" fn cuMemMap(ptr: CUdeviceptr, size: usize, offset: usize, 
 #[no_mangle]
 pub unsafe extern "C" fn cuMemUnmap(ptr: CUdeviceptr, size: usize) -> CUresult {
     let real = || crate::call_real!(cuMemUnmap: fn(CUdeviceptr, usize) -> CUresult, ptr, size).unwrap_or(CUDA_ERROR_NOT_FOUND);
-    super::guard(CUDA_ERROR_INVALID_VALUE, || {
-        let Mode::On(active) = state::mode() else { return real() };
-        let rc = real();
+    super::guard_driver(CUDA_ERROR_INVALID_VALUE, |answer| {
+        let Mode::On(active) = state::mode() else { return answer.of(real()) };
+        let rc = answer.of(real());
         fgpu_core::crash_point!("vmm.unmapped");
         if rc == CUDA_SUCCESS {
             let mut handles = active.vmm.lock();
