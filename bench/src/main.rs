@@ -33,6 +33,8 @@ Measures libfgpu.so against the simulated driver, without and with the shim:
   --startup-only     only the start-up rows
   --spawns N         spawns of each library in the start-up rows (default 500, quick 100)
   --preload NAME=FILE  one more library for the start-up rows (repeatable)
+  --pair-baseline FILE  another build of the shim (an earlier commit's libfgpu.so) timed in
+                     the same rounds as the alloc/free pair: an A/B of the pair's cost
 
 Build first: cargo build --release -p fgpu-bench -p fgpu-shim -p fgpu-sim-cuda -p fgpu-sim-nvml";
 
@@ -100,6 +102,8 @@ struct Options {
     spawns: Option<usize>,
     /// More libraries for the start-up rows, for comparisons: (name, file).
     extra: Vec<(String, PathBuf)>,
+    /// Another shim timed in the same rounds as the alloc/free pair.
+    pair_baseline: Option<PathBuf>,
 }
 
 /// A library preloaded into `/bin/true` in the start-up rows.
@@ -143,6 +147,10 @@ fn main() {
                     _ => fail(&format!("--preload wants NAME=FILE, got {spec:?}")),
                 },
                 None => fail("--preload needs NAME=FILE"),
+            },
+            Some("--pair-baseline") => match args.next() {
+                Some(file) => options.pair_baseline = Some(PathBuf::from(file)),
+                None => fail("--pair-baseline needs a file"),
             },
             Some("-h" | "--help") => {
                 println!("{USAGE}");
@@ -271,6 +279,11 @@ impl Setup {
     /// A command with a clean environment: no preload or fgpu setting inherited from
     /// whoever runs the benchmark, the same variables on both sides but `LD_PRELOAD`.
     fn command(&self, program: &Path, run_dir: &Path, shim: bool) -> Command {
+        self.command_preloading(program, run_dir, shim.then_some(self.shim.as_path()))
+    }
+
+    /// [`Setup::command`] with `preload` (any build of the shim) preloaded, or none.
+    fn command_preloading(&self, program: &Path, run_dir: &Path, preload: Option<&Path>) -> Command {
         let mut cmd = Command::new(program);
         cmd.env_clear();
         for (key, value) in std::env::vars_os() {
@@ -284,8 +297,8 @@ impl Setup {
             .env("FGPU_SIM_CONTEXT_OVERHEAD", "300M")
             .env("FGPU_LIMIT", LIMIT)
             .env("FGPU_LEDGER", run_dir.join("ledger"));
-        if shim {
-            cmd.env("LD_PRELOAD", &self.shim);
+        if let Some(library) = preload {
+            cmd.env("LD_PRELOAD", library);
         }
         cmd.stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -491,27 +504,42 @@ impl Samples {
 
 /// One process, alloc/free pairs for `ms`: nanoseconds of the thread's CPU time per pair
 /// (immune to being descheduled by other work), and wall-clock nanoseconds per pair.
-fn single(setup: &Setup, plan: &Plan) -> Result<(Samples, Samples), Error> {
+/// The alloc/free pair, one process: CPU time and wall time per pair, without and with the
+/// shim, and (`--pair-baseline`) with another build of the shim in the same rounds.
+fn single(setup: &Setup, plan: &Plan, baseline: Option<&Path>) -> Result<(Samples, Samples, Option<Samples>), Error> {
     let mut s = Samples::default();
     let mut wall = Samples::default();
+    let mut base = Samples::default();
     for round in 0..plan.single_rounds {
-        for shim in order(round) {
+        let mut sides: Vec<Option<&Path>> = order(round).iter().map(|&shim| shim.then_some(setup.shim.as_path())).collect();
+        if let Some(b) = baseline {
+            sides.insert(round % 3, Some(b));
+        }
+        for preload in sides {
             let dir = setup.run_dir()?;
             let child = setup
-                .command(&setup.alloc_pairs, &dir, shim)
+                .command_preloading(&setup.alloc_pairs, &dir, preload)
                 .args([ALLOC_SIZE.to_string(), plan.single_ms.to_string()])
                 .spawn()
                 .map_err(|e| format!("alloc_pairs: {e}"))?;
             let out = finish(child, "alloc_pairs")?;
             let f = fields(out.trim());
-            check_total(f("total_mem")?, shim, "alloc_pairs")?;
+            check_total(f("total_mem")?, preload.is_some(), "alloc_pairs")?;
             let pairs = f("pairs")? as f64;
-            s.push(shim, f("cpu_ns")? as f64 / pairs);
-            wall.push(shim, (f("end_ns")? - f("start_ns")?) as f64 / pairs);
+            let cpu = f("cpu_ns")? as f64 / pairs;
+            if preload.is_some() && preload != Some(setup.shim.as_path()) {
+                base.with.push(cpu);
+            } else {
+                if preload.is_none() {
+                    base.without.push(cpu);
+                }
+                s.push(preload.is_some(), cpu);
+                wall.push(preload.is_some(), (f("end_ns")? - f("start_ns")?) as f64 / pairs);
+            }
             let _ = std::fs::remove_dir_all(&dir);
         }
     }
-    Ok((s, wall))
+    Ok((s, wall, baseline.map(|_| base)))
 }
 
 /// One process, `ASYNC_THREADS` threads each allocating and freeing from the device's pool
@@ -921,7 +949,7 @@ fn run(plan: &'static Plan, release_dir: &Path, options: &Options) -> Result<Rep
     };
     let mut metrics = Vec::new();
     if !options.startup_only {
-        let (single, single_wall) = single(&setup, plan)?;
+        let (single, single_wall, baseline) = single(&setup, plan, options.pair_baseline.as_deref())?;
         let multi = multi(&setup, plan)?;
         metrics.push(metric(
             "alloc_free_pair_ns",
@@ -931,6 +959,16 @@ fn run(plan: &'static Plan, release_dir: &Path, options: &Options) -> Result<Rep
             Kind::AddedAtMost(TARGET_PAIR_ADDED_NS),
             "<= +50 ns",
         ));
+        if let Some(baseline) = baseline {
+            metrics.push(metric(
+                "alloc_free_pair_baseline_ns",
+                "  same, --pair-baseline build (info)",
+                "ns",
+                baseline,
+                Kind::Info,
+                "-",
+            ));
+        }
         metrics.push(metric(
             "alloc_free_pair_wall_ns",
             "  same, wall clock (info)",

@@ -30,6 +30,7 @@ use layout::*;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
 use std::sync::Mutex;
 pub use store::{Create, Sharing};
@@ -98,13 +99,18 @@ pub struct Ledger {
     /// OFD locks belong to the open file, which all threads share: these make the refill
     /// lock exclusive between threads too.
     refill: [Mutex<()>; MAX_DEVICES],
+    /// The last word this process wrote per device, in its own memory: a compare-and-swap
+    /// that starts from it needs no load of the shared line first (which would fetch the
+    /// line shared, then again to own it). Only a guess: a stale or torn one just fails the
+    /// swap, which answers the true value.
+    guesses: [[AtomicU64; 2]; MAX_DEVICES],
 }
 
 
 impl Ledger {
     /// Opens the ledger at `path`, creating its lock file and segment if needed.
     pub fn open(path: &Path, sharing: Sharing) -> Result<Ledger, LedgerError> {
-        Ok(Ledger { store: Store::open(path, sharing, Create::Yes)?, refill: Default::default() })
+        Ok(Ledger { store: Store::open(path, sharing, Create::Yes)?, refill: Default::default(), guesses: Default::default() })
     }
 
     /// A ledger named on purpose, shared by every user who can open it.
@@ -114,7 +120,7 @@ impl Ledger {
 
     /// Opens a ledger some process uses, without creating anything (for `fgpu status`).
     pub fn open_existing(path: &Path) -> Result<Ledger, LedgerError> {
-        Ok(Ledger { store: Store::open(path, Sharing::Shared, Create::No)?, refill: Default::default() })
+        Ok(Ledger { store: Store::open(path, Sharing::Shared, Create::No)?, refill: Default::default(), guesses: Default::default() })
     }
 
     /// [`Ledger::open_existing`] for processes of another IPC namespace (`ipc_ns`: their
@@ -320,14 +326,31 @@ impl Ledger {
     /// (reserved, credit), or `None` to leave it. Returns the word before and after.
     fn update(&self, id: SlotId, device: DeviceId, mut f: impl FnMut(Holding) -> Option<(u64, u64)>) -> Option<(Holding, Holding)> {
         let cell = self.holding_cell(id, device);
-        let mut current = cell.load(Acquire);
+        let guess = &self.guesses[device.0];
+        let mut current = guess[0].load(Relaxed) as u128 | (guess[1].load(Relaxed) as u128) << 64;
+        let mut verified = false;
         loop {
             let old = Holding::unpack(current);
-            let (reserved, credit) = f(old)?;
-            let new = old.then(reserved, credit);
-            match cell.compare_exchange_weak(current, new.pack(), AcqRel, Acquire) {
-                Ok(_) => return Some((old, new)),
-                Err(actual) => current = actual,
+            let Some((reserved, credit)) = f(old) else {
+                // Refused on a guess: look at the real word once before saying no.
+                if verified {
+                    return None;
+                }
+                current = cell.load(Acquire);
+                verified = true;
+                continue;
+            };
+            let new = old.then(reserved, credit).pack();
+            match cell.compare_exchange(current, new, AcqRel, Acquire) {
+                Ok(_) => {
+                    guess[0].store(new as u64, Relaxed);
+                    guess[1].store((new >> 64) as u64, Relaxed);
+                    return Some((old, Holding::unpack(new)));
+                }
+                Err(actual) => {
+                    current = actual;
+                    verified = true;
+                }
             }
         }
     }

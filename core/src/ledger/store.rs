@@ -96,6 +96,11 @@ impl Store {
     /// Opens the lock file at `path` and attaches its segment, creating either if needed
     /// (`create`).
     pub fn open(path: &Path, sharing: Sharing, create: Create) -> Result<Store, LedgerError> {
+        // The ledger's words are 16-byte atomics, built to use cmpxchg16b (.cargo/config.toml).
+        #[cfg(target_arch = "x86_64")]
+        if !std::arch::is_x86_feature_detected!("cmpxchg16b") {
+            return Err(LedgerError::Untrusted { path: path.to_path_buf(), why: "this CPU has no cmpxchg16b instruction, which the ledger's 16-byte atomics need".into() });
+        }
         let file = open_lock_file(path, sharing, create)?;
         lock::ofd_lock_timed(file.as_fd(), INIT_LOCK).map_err(io_err(path, "lock"))?;
         let found = find_or_create(&file, path, sharing, create);

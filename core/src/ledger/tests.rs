@@ -407,3 +407,19 @@ fn a_file_an_older_fgpu_still_uses_is_refused() {
     drop(holder);
     Ledger::open_or_create(&dir.ledger()).unwrap();
 }
+
+#[test]
+#[ignore]
+fn time_reserve_release_pairs() {
+    let dir = TempDir::new("timing");
+    let (ledger, me, device) = member(&dir.ledger(), 8 << 30);
+    for _ in 0..3 {
+        let n = 5_000_000u64;
+        let t = std::time::Instant::now();
+        for _ in 0..n {
+            ledger.reserve(me, device, MIB, 8 << 30).unwrap();
+            ledger.release(me, device, MIB);
+        }
+        eprintln!("pair {:.1} ns", t.elapsed().as_nanos() as f64 / n as f64);
+    }
+}
