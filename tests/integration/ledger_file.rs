@@ -132,3 +132,38 @@ fn users_do_not_share_a_default_ledger() {
     assert!(run.stderr().contains("/tmp/fgpu-4242") && run.stderr().contains("belongs to uid 0"), "{run}");
     root_job.finish();
 }
+
+#[test]
+fn a_full_disk_leaves_no_trap_for_other_users() {
+    // The ledger's file holds no data, only locks and a 40-byte hint: on a full file system
+    // root's process still caps (the data is in shared memory), and the file it leaves is
+    // one that every user can lock, not an empty 0644 file that refuses them later.
+    if !prerequisite(is_root() && tool("unshare") && tool("setpriv"), "root, unshare(1) and setpriv(1) for a full file system and a second user") {
+        return;
+    }
+    let env = Env::new("full-disk");
+    let full = env.dir.join("full");
+    std::fs::create_dir(&full).unwrap();
+    let ledger = full.join("ledger");
+    let client = reachable_client("cuclient");
+    let script = format!(
+        "set -e; mount -t tmpfs -o size=64k fgpu-test {full}; dd if=/dev/zero of={full}/filler bs=4k 2>/dev/null || true; \
+         {client} init primary alloc 1G; stat -c 'mode=%a size=%s' {ledger}; \
+         setpriv --reuid 65534 --regid 65534 --clear-groups -- {client} init primary alloc 1G",
+        full = full.display(),
+        client = client.display(),
+        ledger = ledger.display()
+    );
+    let run = env
+        .command("unshare")
+        .args(["--mount", "sh", "-c", &script])
+        .env("LD_PRELOAD", &reachable().shim)
+        .env("LD_LIBRARY_PATH", &reachable().sim_lib_dir)
+        .env("FGPU_LIMIT", "8G")
+        .env("FGPU_LEDGER", &ledger)
+        .run();
+    assert!(run.output.status.success(), "{run}");
+    let rcs: Vec<String> = run.lines("alloc").iter().map(|l| field(l, "rc").unwrap()).collect();
+    assert_eq!(rcs, ["0", "0"], "root on a full disk, then another user, both capped and granted\n{run}");
+    assert!(run.stdout().contains("mode=666"), "the file is open to every user of the ledger\n{run}");
+}
