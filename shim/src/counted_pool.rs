@@ -3,9 +3,14 @@
 //! the driver calls that make it grow.
 //!
 //! Before such a call the growth it may cause is reserved in the ledger and recorded as in
-//! flight; after it the pool is read again. What the ledger holds for the pool is always
-//! `last read + growth in flight`: a call that finished but has not settled yet may be in
-//! both (counted twice for a moment, never once too few), and each settlement corrects it.
+//! flight; after it the pool is read again. What the ledger holds for the pool is
+//! `last + growth in flight`, an upper bound on what the pool holds: the pool grows only
+//! through calls in flight, each by no more than it reserved. A settlement while other
+//! calls are still in flight cannot tell which of them the reading already includes, so it
+//! keeps the lower of the two bounds it has (the old count, or the reading plus what is
+//! still in flight): the count never rises past what was reserved, so settling never passes
+//! the cap. Once nothing is in flight the reading is taken as it is (memory the pool took
+//! some other way, if any, is counted then).
 
 use crate::abi::cuda::CUdevice;
 
@@ -62,7 +67,12 @@ impl CountedPool {
         let before = self.counted();
         self.growth_in_flight -= done.growth.min(self.growth_in_flight);
         self.requests_in_flight -= done.request.min(self.requests_in_flight);
-        self.last = reserved.unwrap_or(self.last + done.growth);
+        let bound = self.last + done.growth;
+        self.last = match reserved {
+            None => bound,
+            Some(read) if self.growth_in_flight == 0 => read,
+            Some(read) => read.min(bound),
+        };
         (before, self.counted())
     }
 }
@@ -81,14 +91,29 @@ mod tests {
         let b_growth = pool.growth_for(4 * MIB, 0, 0, u64::MAX, 2 * MIB);
         let b = pool.begin(b_growth, 4 * MIB);
         assert_eq!((a_growth, b_growth, pool.counted()), (10 * MIB, 4 * MIB, 14 * MIB));
-        // A finishes first; the pool now holds both (B's driver call also ran): counted
-        // twice for a moment, never less than the pool.
-        assert_eq!(pool.finish(a, Some(14 * MIB)), (14 * MIB, 18 * MIB));
-        assert_eq!(pool.finish(b, Some(14 * MIB)), (18 * MIB, 14 * MIB));
+        // A finishes first; the pool now holds both (B's driver call also ran). The count
+        // stays at what was reserved (never rising past it while B is in flight), and B's
+        // settlement brings it to the reading.
+        assert_eq!(pool.finish(a, Some(14 * MIB)), (14 * MIB, 14 * MIB));
+        assert_eq!(pool.finish(b, Some(14 * MIB)), (14 * MIB, 14 * MIB));
         // With 4 MiB free in the pool and a 4 MiB request running, a new one must grow it.
         let c = pool.begin(0, 4 * MIB);
         assert_eq!(pool.growth_for(4 * MIB, 18 * MIB, 14 * MIB, u64::MAX, 2 * MIB), 4 * MIB);
         assert_eq!(pool.finish(c, None), (14 * MIB, 14 * MIB));
+        // Nothing in flight: a reading above the count is memory taken some other way,
+        // counted as it is.
+        assert_eq!(pool.finish(InFlight::default(), Some(20 * MIB)), (14 * MIB, 20 * MIB));
+    }
+
+    #[test]
+    fn a_settlement_while_others_run_never_counts_more_than_was_reserved() {
+        let mut pool = CountedPool::new(0);
+        let a = pool.begin(10 * MIB, 10 * MIB);
+        let b = pool.begin(6 * MIB, 6 * MIB);
+        // Both grew the pool (16 MiB); B settles first, A still in flight. Reading + A's
+        // growth would be 26: the count keeps the 16 it had.
+        assert_eq!(pool.finish(b, Some(16 * MIB)), (16 * MIB, 16 * MIB));
+        assert_eq!(pool.finish(a, Some(16 * MIB)), (16 * MIB, 16 * MIB));
     }
 
     #[test]

@@ -160,6 +160,15 @@ fn soak_kills_while_a_survivor_lives() {
                 if let Some(live) = driver_live_usage(&sim) {
                     driver_peak = driver_peak.max(live);
                     driver_samples += 1;
+                    if live > 8 * GIB && std::env::var_os("FGPU_SOAK_DEBUG").is_some() {
+                        let procs = sim.processes();
+                        let snap = ledger.snapshot(None);
+                        eprintln!("OVER: live {live}");
+                        for p in procs {
+                            let l = snap.processes.iter().find(|q| q.pid == p.pid);
+                            eprintln!("  pid {} sim {} ledger {:?}", p.pid, p.per_device_used[0], l.map(|q| (q.used[0], q.reserved[0], q.alive)));
+                        }
+                    }
                 }
                 stranded_peak = stranded_peak.max(stranded(&ledger));
                 repairs[accesses_to_repair(&ledger).min(3) as usize] += 1;
