@@ -121,12 +121,15 @@ fn accesses_to_repair(ledger: &fgpu_core::ledger::Ledger) -> u32 {
 }
 
 /// What the simulated driver holds for live processes at one instant: the sum over live
-/// processes, kept only if the driver's own counter did not move while it was taken (a
-/// sum read while memory moves from one process to another could count it twice).
+/// processes, taken twice, kept only if both sums agree and the driver's own counter did
+/// not move meanwhile (a sum read while memory moves from one process to another could
+/// count it twice).
 fn driver_live_usage(sim: &fgpu_sim_state::SimState) -> Option<u64> {
     let before = sim.device_used_counter(0);
     let live = sim.device_used(0);
-    (sim.device_used_counter(0) == before).then_some(live)
+    let between = sim.device_used_counter(0);
+    let again = sim.device_used(0);
+    (before == between && sim.device_used_counter(0) == before && live == again).then_some(live)
 }
 
 /// The soak of docs/reliability.md: 8 workers of 4 threads churn through cuMemAlloc,
