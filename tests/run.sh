@@ -104,6 +104,7 @@ else
     echo "FAILED SUITE: cannot build the wheel"
 fi
 
+suite "cargo clippy -D warnings (with the unsafe rules of Cargo.toml's [workspace.lints])" cargo clippy --release --workspace --all-targets -- -D warnings
 suite "cargo test (unit + integration against the simulated driver)" cargo test --release --workspace --no-fail-fast
 if [ "${FGPU_SKIP_IMAGES:-0}" != 1 ]; then
     suite "container images (images/test.sh)" bash images/test.sh

@@ -362,8 +362,12 @@ unsafe fn process_list<T>(
                     return rc;
                 }
             } else {
-                // SAFETY: the driver initialised the first n entries.
-                unsafe { entries.set_len(n as usize) };
+                // A driver that answers with more entries than the buffer holds is not
+                // believed past the buffer.
+                let n = (n as usize).min(entries.capacity());
+                // SAFETY: n is at most the capacity (bounded just above), and the driver
+                // initialised the first n entries of the buffer it was given.
+                unsafe { entries.set_len(n) };
                 let map = host_pid_map(&snapshot);
                 entries
                     .iter()
