@@ -393,7 +393,8 @@ fn status_all_finds_a_ledger_in_another_mount_and_pid_namespace() {
     std::fs::create_dir_all(&private).unwrap();
     let ledger = private.join("ledger");
     // In its own mount namespace the process keeps its ledger on a tmpfs nobody else sees,
-    // in its own PID namespace it is PID 1's child.
+    // in its own PID namespace it is PID 1's child, and in its own IPC namespace (as in any
+    // container) the ledger's shared memory has an id only that namespace knows.
     let script = format!(
         "mount -t tmpfs fgpu-test {p} && FGPU_LEDGER={l} exec {c} init primary alloc 256M hold",
         p = private.display(),
@@ -402,7 +403,7 @@ fn status_all_finds_a_ledger_in_another_mount_and_pid_namespace() {
     );
     let mut hidden = env
         .command("unshare")
-        .args(["--mount", "--pid", "--fork", "--mount-proc", "--kill-child", "sh", "-c", &script])
+        .args(["--mount", "--pid", "--ipc", "--fork", "--mount-proc", "--kill-child", "sh", "-c", &script])
         .shim()
         .limit("1G")
         .spawn();
@@ -425,6 +426,7 @@ fn status_all_finds_a_ledger_in_another_mount_and_pid_namespace() {
     assert_ne!(p["pid_in_namespace"].as_u64().unwrap(), host_pid, "the PID inside the namespace differs\n{run}");
     assert_eq!(p["host_pid"].as_u64(), Some(host_pid), "{run}");
     assert!(l["mapped_by"].as_array().unwrap().iter().any(|m| m.as_u64() == Some(host_pid)), "{run}");
+    assert!(l["id"].as_str().unwrap().starts_with("ipc:"), "{run}");
     let comm = std::fs::read_to_string(format!("/proc/{host_pid}/comm")).unwrap();
     assert_eq!(comm.trim(), "cuclient", "the PID shown is the host's PID of the process");
 

@@ -127,6 +127,16 @@ pub fn reachable() -> &'static Reachable {
     static REACHABLE: OnceLock<Reachable> = OnceLock::new();
     REACHABLE.get_or_init(|| {
         use std::os::unix::fs::PermissionsExt;
+        // Left by earlier test runs (a static is never dropped): removed once their run is over.
+        if let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) {
+            for entry in entries.flatten() {
+                let name = entry.file_name().to_string_lossy().into_owned();
+                let Some(pid) = name.strip_prefix("fgpu-it-reachable-").and_then(|p| p.parse::<u32>().ok()) else { continue };
+                if pid != std::process::id() && !Path::new(&format!("/proc/{pid}")).exists() {
+                    let _ = std::fs::remove_dir_all(entry.path());
+                }
+            }
+        }
         let dir = std::env::temp_dir().join(format!("fgpu-it-reachable-{}", std::process::id()));
         let sim = dir.join("sim-driver");
         std::fs::create_dir_all(&sim).unwrap();
