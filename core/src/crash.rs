@@ -39,8 +39,7 @@ pub fn point(name: &str) {
     }
     let Some(target) = target() else { return };
     if target.name == name && HITS.fetch_add(1, Ordering::SeqCst) + 1 == target.nth {
-        // SAFETY: models kill(2) of the calling process with SIGKILL; it does not return.
-        unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+        crate::sys::kill_self();
     }
 }
 

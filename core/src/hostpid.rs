@@ -13,7 +13,7 @@
 //! container, even in a nested namespace, is visible there), and its user as root.
 
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::Path;
 
 /// The directory `fgpu service` listens in; containers mount it read-only at the same path.
@@ -40,16 +40,8 @@ pub fn decode_reply(bytes: &[u8]) -> Option<u32> {
 
 /// The credentials of a connected Unix socket's peer (`SO_PEERCRED`): PID as the caller's
 /// PID namespace sees it (0 when it cannot), and user.
-pub fn peer_credentials(fd: &impl AsRawFd) -> io::Result<(u32, u32)> {
-    // SAFETY: all-zero bytes are a valid ucred.
-    let mut cred: libc::ucred = unsafe { std::mem::zeroed() };
-    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
-    // SAFETY: models getsockopt(2) SO_PEERCRED into a ucred of the size passed.
-    let rc = unsafe { libc::getsockopt(fd.as_raw_fd(), libc::SOL_SOCKET, libc::SO_PEERCRED, (&mut cred as *mut libc::ucred).cast(), &mut len) };
-    if rc != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok((cred.pid.max(0) as u32, cred.uid))
+pub fn peer_credentials(fd: &impl AsFd) -> io::Result<(u32, u32)> {
+    crate::sys::peer_credentials(fd.as_fd())
 }
 
 /// A question sent to the service, whose answer is read later without waiting.
@@ -70,30 +62,7 @@ pub enum Answer {
 impl Request {
     /// Connects to the service at `path` without blocking. `Err` says why there is none.
     pub fn send(path: &Path) -> Result<Request, String> {
-        use std::os::unix::ffi::OsStrExt;
-        let bytes = path.as_os_str().as_bytes();
-        // SAFETY: all-zero bytes are a valid sockaddr_un.
-        let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
-        if bytes.len() >= addr.sun_path.len() {
-            return Err(format!("{}: path too long for a socket", path.display()));
-        }
-        addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
-        for (dst, src) in addr.sun_path.iter_mut().zip(bytes) {
-            *dst = *src as libc::c_char;
-        }
-        // SAFETY: models socket(2); the result is checked and owned below.
-        let fd = unsafe { libc::socket(libc::AF_UNIX, libc::SOCK_STREAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC, 0) };
-        if fd < 0 {
-            return Err(format!("socket: {}", io::Error::last_os_error()));
-        }
-        // SAFETY: `fd` is a new descriptor that nothing else owns.
-        let socket = unsafe { OwnedFd::from_raw_fd(fd) };
-        let len = std::mem::size_of::<libc::sockaddr_un>() as libc::socklen_t;
-        // SAFETY: models connect(2) with a valid sockaddr_un of the length passed.
-        let rc = unsafe { libc::connect(socket.as_raw_fd(), (&addr as *const libc::sockaddr_un).cast(), len) };
-        if rc != 0 {
-            return Err(format!("{}: {}", path.display(), io::Error::last_os_error()));
-        }
+        let socket = crate::sys::unix_connect_nonblocking(path).map_err(|e| format!("{}: {e}", path.display()))?;
         let (pid, uid) = peer_credentials(&socket).map_err(|e| format!("{}: {e}", path.display()))?;
         if uid != 0 {
             return Err(format!("{}: the service runs as uid {uid}, not root; not trusted", path.display()));
@@ -107,18 +76,18 @@ impl Request {
     /// Reads the answer if it has come, without blocking.
     pub fn poll(&self) -> Answer {
         let mut buf = [0u8; REPLY];
-        // SAFETY: models recv(2) into a buffer of the length passed; MSG_DONTWAIT never blocks.
-        let n = unsafe { libc::recv(self.socket.as_raw_fd(), buf.as_mut_ptr().cast(), REPLY, libc::MSG_DONTWAIT | libc::MSG_PEEK) };
-        if n < 0 {
-            let e = io::Error::last_os_error();
-            return match e.raw_os_error() {
-                Some(libc::EAGAIN) | Some(libc::EINTR) => Answer::Pending,
-                _ => Answer::Failed(format!("reading the service's answer: {e}")),
-            };
-        }
-        match (n as usize).cmp(&REPLY) {
+        let n = match crate::sys::peek_nonblocking(self.socket.as_fd(), &mut buf) {
+            Ok(n) => n,
+            Err(e) => {
+                return match e.raw_os_error() {
+                    Some(libc::EAGAIN) | Some(libc::EINTR) => Answer::Pending,
+                    _ => Answer::Failed(format!("reading the service's answer: {e}")),
+                };
+            }
+        };
+        match n.cmp(&REPLY) {
             std::cmp::Ordering::Less if n > 0 => Answer::Pending,
-            _ => match decode_reply(&buf[..n as usize]) {
+            _ => match decode_reply(&buf[..n]) {
                 Some(pid) => Answer::HostPid(pid),
                 None => Answer::Failed("the service gave no valid answer".into()),
             },

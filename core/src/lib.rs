@@ -6,6 +6,11 @@
 //! * [`pidns`]: PID namespaces and host PIDs.
 //! * [`hostpid`]: host PIDs for processes in containers, from the host's `fgpu service`.
 //! * [`log`]: one-line diagnostics.
+//! * [`sys`]: every system call the crate makes, as safe functions. Unsafe code is allowed
+//!   only there, in the ledger's mapping of its shared memory (`ledger/mod.rs`,
+//!   `ledger/store.rs`) and in its byte-range locks (`ledger/lock.rs`).
+
+#![deny(unsafe_code)]
 
 pub mod config;
 #[cfg(feature = "crash-points")]
@@ -18,8 +23,11 @@ macro_rules! crash_point {
     ($name:literal) => {};
 }
 pub mod hostpid;
+#[allow(unsafe_code)]
 pub mod ledger;
 pub mod limit;
 pub mod log;
 pub mod pidns;
+#[allow(unsafe_code)]
+pub mod sys;
 pub mod uuid;

@@ -69,11 +69,7 @@ pub fn emit_under(threshold: Level, level: Level, message: std::fmt::Arguments<'
 
 fn write_line(message: std::fmt::Arguments<'_>) {
     let line = format!("fgpu: {message}\n");
-    // SAFETY: fd 2 is a plain integer; write(2) reads `line.len()` bytes from a live buffer.
-    // A closed or broken stderr just makes write fail, which we ignore on purpose.
-    unsafe {
-        libc::write(2, line.as_ptr().cast(), line.len());
-    }
+    crate::sys::write_stderr(line.as_bytes());
 }
 
 #[macro_export]
@@ -114,10 +110,7 @@ impl RateLimit {
 
 /// CLOCK_MONOTONIC in nanoseconds (system-wide, the same in every process and container).
 pub fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: clock_gettime writes one timespec into the valid local `ts`.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+    crate::sys::monotonic_ns()
 }
 
 #[cfg(test)]

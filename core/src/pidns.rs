@@ -44,10 +44,7 @@ fn parse_first_nspid(status: &str) -> Option<u32> {
 
 /// The calling thread's command name (at most 15 bytes), without touching the filesystem.
 pub fn comm() -> [u8; 16] {
-    let mut name = [0u8; 16];
-    // SAFETY: PR_GET_NAME writes at most 16 bytes, NUL included, into the 16-byte buffer.
-    unsafe { libc::prctl(libc::PR_GET_NAME, name.as_mut_ptr()) };
-    name
+    crate::sys::thread_name()
 }
 
 #[cfg(test)]

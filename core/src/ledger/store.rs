@@ -67,9 +67,9 @@ unsafe impl Sync for Store {}
 
 impl Drop for Store {
     fn drop(&mut self) {
-        // SAFETY: models shmdt(2) of the address shmat returned; no reference into the
-        // segment outlives `self` (accessors borrow the Ledger that owns the Store).
-        unsafe { libc::shmdt(self.base.as_ptr().cast()) };
+        // SAFETY: `base` came from shm_attach and is detached only here; no reference into
+        // the segment outlives `self` (accessors borrow the Ledger that owns the Store).
+        unsafe { crate::sys::shm_detach(self.base) };
     }
 }
 
@@ -84,8 +84,7 @@ pub fn identity(file: &File) -> io::Result<(u64, u64)> {
 }
 
 pub fn euid() -> u32 {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    unsafe { libc::geteuid() }
+    crate::sys::geteuid()
 }
 
 fn ns_inode(kind: &str) -> u64 {
@@ -283,13 +282,7 @@ fn candidate_segments() -> Vec<(i32, u64)> {
         .collect()
 }
 
-fn shm_stat(shmid: i32) -> Option<libc::shmid_ds> {
-    // SAFETY: all-zero bytes are a valid shmid_ds.
-    let mut ds: libc::shmid_ds = unsafe { std::mem::zeroed() };
-    // SAFETY: models shmctl(2) IPC_STAT into a valid, exclusively borrowed shmid_ds.
-    let rc = unsafe { libc::shmctl(shmid, libc::IPC_STAT, &mut ds) };
-    (rc == 0).then_some(ds)
-}
+use crate::sys::shm_stat;
 
 /// Attaches `shmid` if it is a segment of our size holding a ledger of this version, and,
 /// for a per-user ledger, made by this user.
@@ -301,12 +294,7 @@ fn attach_checked(shmid: i32, sharing: Sharing) -> Option<NonNull<u8>> {
     if sharing == Sharing::User && (ds.shm_perm.cuid != euid() || ds.shm_perm.uid != euid()) {
         return None;
     }
-    // SAFETY: models shmat(2) with a kernel-chosen address; the result is checked.
-    let ptr = unsafe { libc::shmat(shmid, std::ptr::null(), 0) };
-    if ptr as isize == -1 {
-        return None;
-    }
-    let base = NonNull::new(ptr.cast::<u8>())?;
+    let base = crate::sys::shm_attach(shmid, false).ok()?;
     let header = header_at(base);
     let ok = header.magic.load(Acquire) == MAGIC
         && header.version.load(Relaxed) == VERSION
@@ -331,8 +319,8 @@ fn attach_if_ours(shmid: i32, me: (u64, u64), sharing: Sharing) -> Option<NonNul
 }
 
 fn detach(base: NonNull<u8>) {
-    // SAFETY: models shmdt(2) of an address shmat returned; no reference into it remains.
-    unsafe { libc::shmdt(base.as_ptr().cast()) };
+    // SAFETY: callers pass an attachment of their own that nothing refers to any more.
+    unsafe { crate::sys::shm_detach(base) };
 }
 
 fn write_hint(file: &File, shmid: i32, header: &Header, ipcns: u64) {
@@ -348,38 +336,24 @@ fn write_hint(file: &File, shmid: i32, header: &Header, ipcns: u64) {
 }
 
 fn random_id() -> [u64; 2] {
-    let mut bytes = [0u8; 16];
-    // The system call, not glibc's wrapper: released builds target glibc 2.17, which has none.
-    // SAFETY: models getrandom(2) writing at most 16 bytes into a 16-byte buffer.
-    let n = unsafe { libc::syscall(libc::SYS_getrandom, bytes.as_mut_ptr(), 16usize, 0u32) };
-    if n != 16 {
+    let bytes = crate::sys::random_16().unwrap_or_else(|| {
         let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
-        bytes = (t ^ (std::process::id() as u128) << 64).to_le_bytes();
-    }
+        (t ^ (std::process::id() as u128) << 64).to_le_bytes()
+    });
     [u64::from_le_bytes(bytes[..8].try_into().unwrap()), u64::from_le_bytes(bytes[8..].try_into().unwrap())]
 }
 
 fn create_segment(path: &Path, sharing: Sharing, me: (u64, u64), ipcns: u64) -> Result<(i32, NonNull<u8>), LedgerError> {
     let mode = if sharing == Sharing::User { 0o600 } else { 0o666 };
-    // SAFETY: models shmget(2) creating a new private segment; the result is checked.
-    let shmid = unsafe { libc::shmget(libc::IPC_PRIVATE, SEGMENT_SIZE, libc::IPC_CREAT | libc::IPC_EXCL | mode) };
-    if shmid < 0 {
-        let source = io::Error::last_os_error();
-        return Err(match source.raw_os_error() {
-            Some(libc::ENOSPC) | Some(libc::ENOMEM) => LedgerError::NoSpace { path: path.to_path_buf(), need: SEGMENT_SIZE },
-            _ => LedgerError::Io { path: path.to_path_buf(), op: "create its shared memory", source },
-        });
-    }
-    // SAFETY: models shmat(2) of the segment just made; the result is checked.
-    let ptr = unsafe { libc::shmat(shmid, std::ptr::null(), 0) };
+    let shmid = crate::sys::shm_create(SEGMENT_SIZE, mode).map_err(|source| match source.raw_os_error() {
+        Some(libc::ENOSPC) | Some(libc::ENOMEM) => LedgerError::NoSpace { path: path.to_path_buf(), need: SEGMENT_SIZE },
+        _ => LedgerError::Io { path: path.to_path_buf(), op: "create its shared memory", source },
+    })?;
+    let attached = crate::sys::shm_attach(shmid, false);
     // Marked for removal at once: the kernel frees it when the last process detaches, so a
     // ledger never outlives its processes. Linux lets others attach it by id until then.
-    // SAFETY: models shmctl(2) IPC_RMID on a segment this process created.
-    unsafe { libc::shmctl(shmid, libc::IPC_RMID, std::ptr::null_mut()) };
-    if ptr as isize == -1 {
-        return Err(LedgerError::Io { path: path.to_path_buf(), op: "attach its shared memory", source: io::Error::last_os_error() });
-    }
-    let base = NonNull::new(ptr.cast::<u8>()).expect("shmat returned null");
+    crate::sys::shm_remove(shmid);
+    let base = attached.map_err(|source| LedgerError::Io { path: path.to_path_buf(), op: "attach its shared memory", source })?;
     let header = header_at(base);
     header.version.store(VERSION, Relaxed);
     header.max_devices.store(MAX_DEVICES as u32, Relaxed);
@@ -445,12 +419,7 @@ pub fn segment_path(shmid: i32) -> Option<PathBuf> {
     if ds.shm_segsz != SEGMENT_SIZE {
         return None;
     }
-    // SAFETY: models shmat(2) read-only with a kernel-chosen address; the result is checked.
-    let ptr = unsafe { libc::shmat(shmid, std::ptr::null(), libc::SHM_RDONLY) };
-    if ptr as isize == -1 {
-        return None;
-    }
-    let base = NonNull::new(ptr.cast::<u8>())?;
+    let base = crate::sys::shm_attach(shmid, true).ok()?;
     let header = header_at(base);
     let path = (header.magic.load(Acquire) == MAGIC && header.version.load(Relaxed) == VERSION)
         .then(|| PathBuf::from(std::ffi::OsStr::from_bytes(&header_path(header))));
@@ -476,11 +445,8 @@ pub fn in_ipc_namespace<T: Send>(ns: &Path, f: impl FnOnce() -> T + Send) -> io:
     std::thread::scope(|scope| {
         scope
             .spawn(|| {
-                // SAFETY: models setns(2) of the calling thread into an IPC namespace
-                // through an open namespace file; the thread ends after `f`.
-                if unsafe { libc::setns(std::os::fd::AsRawFd::as_raw_fd(&file), libc::CLONE_NEWIPC) } != 0 {
-                    return Err(io::Error::last_os_error());
-                }
+                // The thread ends after `f`: the namespace goes with it.
+                crate::sys::enter_ipc_namespace(file.as_fd())?;
                 Ok(f())
             })
             .join()

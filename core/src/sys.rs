@@ -1,0 +1,162 @@
+//! Every system call fgpu-core makes, as safe functions: the one place (with the ledger's
+//! mapping in `ledger/` and its byte-range locks in `ledger/lock.rs`) that may use `unsafe`.
+//! Each function names the C call it models; the rest of the crate is `#![deny(unsafe_code)]`.
+
+use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::ptr::NonNull;
+
+/// `geteuid(2)`.
+pub fn geteuid() -> u32 {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() }
+}
+
+/// `clock_gettime(2)` of `CLOCK_MONOTONIC`, in nanoseconds.
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes one timespec into the valid local `ts`.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// `write(2)` of `bytes` to standard error; errors (a closed stderr) are ignored on purpose.
+pub fn write_stderr(bytes: &[u8]) {
+    // SAFETY: fd 2 is a plain integer; write(2) reads `bytes.len()` bytes from a live buffer.
+    unsafe { libc::write(2, bytes.as_ptr().cast(), bytes.len()) };
+}
+
+/// `prctl(PR_GET_NAME)`: the calling thread's command name, NUL-padded.
+pub fn thread_name() -> [u8; 16] {
+    let mut name = [0u8; 16];
+    // SAFETY: PR_GET_NAME writes at most 16 bytes, NUL included, into the 16-byte buffer.
+    unsafe { libc::prctl(libc::PR_GET_NAME, name.as_mut_ptr()) };
+    name
+}
+
+/// `getrandom(2)` (the system call: glibc 2.17, which release builds target, has no
+/// wrapper), 16 bytes; `None` if the kernel could not give them.
+pub fn random_16() -> Option<[u8; 16]> {
+    let mut bytes = [0u8; 16];
+    // SAFETY: models getrandom(2) writing at most 16 bytes into a 16-byte buffer.
+    let n = unsafe { libc::syscall(libc::SYS_getrandom, bytes.as_mut_ptr(), 16usize, 0u32) };
+    (n == 16).then_some(bytes)
+}
+
+/// `kill(getpid(), SIGKILL)`: dies at once, as `kill -9` would.
+pub fn kill_self() {
+    // SAFETY: models kill(2) of the calling process with SIGKILL; it does not return.
+    unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+}
+
+/// `setns(2)` of the calling thread into the IPC namespace open at `ns`.
+pub fn enter_ipc_namespace(ns: BorrowedFd<'_>) -> io::Result<()> {
+    // SAFETY: models setns(2) with an open namespace file; it affects only this thread.
+    if unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWIPC) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+// ---- System V shared memory ----
+
+/// `shmctl(IPC_STAT)`: the segment's description, if it exists and may be looked at.
+pub fn shm_stat(shmid: i32) -> Option<libc::shmid_ds> {
+    // SAFETY: all-zero bytes are a valid shmid_ds.
+    let mut ds: libc::shmid_ds = unsafe { std::mem::zeroed() };
+    // SAFETY: models shmctl(2) IPC_STAT into a valid, exclusively borrowed shmid_ds.
+    let rc = unsafe { libc::shmctl(shmid, libc::IPC_STAT, &mut ds) };
+    (rc == 0).then_some(ds)
+}
+
+/// `shmget(IPC_PRIVATE, size, IPC_CREAT | IPC_EXCL | mode)`: a new segment's id.
+pub fn shm_create(size: usize, mode: i32) -> io::Result<i32> {
+    // SAFETY: models shmget(2) creating a new private segment; the result is checked.
+    let shmid = unsafe { libc::shmget(libc::IPC_PRIVATE, size, libc::IPC_CREAT | libc::IPC_EXCL | mode) };
+    if shmid < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(shmid)
+}
+
+/// `shmctl(IPC_RMID)`: the kernel frees the segment when its last attachment goes.
+pub fn shm_remove(shmid: i32) {
+    // SAFETY: models shmctl(2) IPC_RMID, which takes no buffer.
+    unsafe { libc::shmctl(shmid, libc::IPC_RMID, std::ptr::null_mut()) };
+}
+
+/// `shmat(2)` at an address the kernel chooses, read-write or read-only.
+pub fn shm_attach(shmid: i32, read_only: bool) -> io::Result<NonNull<u8>> {
+    let flags = if read_only { libc::SHM_RDONLY } else { 0 };
+    // SAFETY: models shmat(2) with a kernel-chosen address; the result is checked below.
+    let ptr = unsafe { libc::shmat(shmid, std::ptr::null(), flags) };
+    if ptr as isize == -1 {
+        return Err(io::Error::last_os_error());
+    }
+    NonNull::new(ptr.cast::<u8>()).ok_or_else(|| io::Error::other("shmat returned a null address"))
+}
+
+/// `shmdt(2)`.
+///
+/// # Safety
+/// `base` was returned by [`shm_attach`] and is not detached yet, and no reference into the
+/// segment is used afterwards.
+pub unsafe fn shm_detach(base: NonNull<u8>) {
+    // SAFETY: models shmdt(2) of an address shmat returned (the caller's contract).
+    unsafe { libc::shmdt(base.as_ptr().cast()) };
+}
+
+// ---- Unix sockets ----
+
+/// `getsockopt(SO_PEERCRED)`: the peer's PID as this process's PID namespace sees it (0 when
+/// it cannot) and its user.
+pub fn peer_credentials(fd: BorrowedFd<'_>) -> io::Result<(u32, u32)> {
+    // SAFETY: all-zero bytes are a valid ucred.
+    let mut cred: libc::ucred = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: models getsockopt(2) SO_PEERCRED into a ucred of the size passed.
+    let rc = unsafe { libc::getsockopt(fd.as_raw_fd(), libc::SOL_SOCKET, libc::SO_PEERCRED, (&mut cred as *mut libc::ucred).cast(), &mut len) };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok((cred.pid.max(0) as u32, cred.uid))
+}
+
+/// `socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC)` + `connect(2)` to `path`.
+pub fn unix_connect_nonblocking(path: &std::path::Path) -> io::Result<OwnedFd> {
+    use std::os::unix::ffi::OsStrExt;
+    let bytes = path.as_os_str().as_bytes();
+    // SAFETY: all-zero bytes are a valid sockaddr_un.
+    let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+    if bytes.len() >= addr.sun_path.len() {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, "path too long for a socket"));
+    }
+    addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
+    for (dst, src) in addr.sun_path.iter_mut().zip(bytes) {
+        *dst = *src as libc::c_char;
+    }
+    // SAFETY: models socket(2); the result is checked and owned below.
+    let fd = unsafe { libc::socket(libc::AF_UNIX, libc::SOCK_STREAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` is a new descriptor that nothing else owns.
+    let socket = unsafe { OwnedFd::from_raw_fd(fd) };
+    let len = std::mem::size_of::<libc::sockaddr_un>() as libc::socklen_t;
+    // SAFETY: models connect(2) with a valid sockaddr_un of the length passed.
+    let rc = unsafe { libc::connect(socket.as_raw_fd(), (&addr as *const libc::sockaddr_un).cast(), len) };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(socket)
+}
+
+/// `recv(MSG_DONTWAIT | MSG_PEEK)`: what has arrived, without waiting or consuming it.
+pub fn peek_nonblocking(fd: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<usize> {
+    // SAFETY: models recv(2) into a buffer of the length passed; MSG_DONTWAIT never blocks.
+    let n = unsafe { libc::recv(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), libc::MSG_DONTWAIT | libc::MSG_PEEK) };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(n as usize)
+}
