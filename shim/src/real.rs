@@ -73,7 +73,7 @@ macro_rules! symbols {
     };
 }
 
-use crate::hooks::{alloc, array, context, dlsym as dl, graph, info, nvml, pool, procaddr, vmm};
+use crate::hooks::{alloc, array, context, dlsym as dl, graph, info, module, nvml, pool, procaddr, vmm};
 
 symbols! {
     hooked {
@@ -135,6 +135,12 @@ symbols! {
         Cuda cuGraphUpload_ptsz => graph::cuGraphUpload_ptsz;
         Cuda cuDeviceGraphMemTrim => graph::cuDeviceGraphMemTrim;
         Cuda cuGraphExecDestroy => graph::cuGraphExecDestroy;
+        Cuda cuModuleLoad => module::cuModuleLoad;
+        Cuda cuModuleLoadData => module::cuModuleLoadData;
+        Cuda cuModuleLoadDataEx => module::cuModuleLoadDataEx;
+        Cuda cuModuleLoadFatBinary => module::cuModuleLoadFatBinary;
+        Cuda cuLibraryLoadData => module::cuLibraryLoadData;
+        Cuda cuLibraryLoadFromFile => module::cuLibraryLoadFromFile;
         Nvml nvmlDeviceGetMemoryInfo => nvml::nvmlDeviceGetMemoryInfo;
         Nvml nvmlDeviceGetMemoryInfo_v2 => nvml::nvmlDeviceGetMemoryInfo_v2;
         Nvml nvmlDeviceGetComputeRunningProcesses => nvml::nvmlDeviceGetComputeRunningProcesses;

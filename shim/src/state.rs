@@ -322,6 +322,7 @@ impl Active {
     /// `CUDA_ERROR_OUT_OF_MEMORY` returned.
     pub fn reserve(&self, dev: &Dev, bytes: u64, call: &str) -> Result<(), CUresult> {
         let slot = self.slot().ok_or(CUDA_ERROR_OUT_OF_MEMORY)?;
+        crate::hooks::untracked::before_reserving(self, bytes);
         let refusal = match self.ledger.reserve(slot, dev.id, bytes, dev.limit) {
             Ok(()) => return Ok(()),
             Err(refusal) => refusal,

@@ -5,7 +5,8 @@
 //!
 //! The real driver knows every process's host PID. The simulated one learns a namespaced
 //! process's host PID when a process of the host's namespace looks at its state; here a
-//! thread of the test does that, standing in for the kernel driver (docs/simulator.md).
+//! thread of the test does that, standing in for the kernel driver (docs/simulator.md), and
+//! the clients wait 300 ms after creating their context so that it has.
 
 use fgpu_tests::*;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
@@ -140,20 +141,56 @@ fn nvml_lists_answer_for_the_containers_processes_in_a_pid_namespace() {
 }
 
 #[test]
-fn without_the_service_one_line_says_what_cannot_be_counted() {
+fn without_the_service_the_process_is_matched_in_nvmls_list() {
     if !can_unshare() {
         return;
     }
-    let env = Env::new("hostpid-none");
+    let env = Env::new("hostpid-match");
     let _watch = DriverWatch::start(&env);
     let cuclient = client("cuclient");
-    let script = format!("{} init primary module 1G ctxsync info alloc 7000M", cuclient.display());
+    // Alone on the GPU, the only process NVML lists that holds at least this one's count is
+    // this one: the module is counted right after its load, before the next allocation.
+    let script = format!("{} init primary sleep 300 module 1G alloc 7000M info", cuclient.display());
+    let run = in_pid_namespace(&env, &script, None);
+    assert!(run.output.status.success(), "{run}");
+    assert_eq!(run.rc("alloc"), 2, "the module's 1 GiB counted, 7000 MiB refused\n{run}");
+    assert_eq!(run.field("info", "free"), (8 * GIB - 300 * MIB - GIB).to_string(), "{run}");
+    assert!(!run.stderr().contains("host PID is unknown"), "{run}");
+}
+
+#[test]
+fn without_the_service_an_ambiguous_look_says_so_and_a_later_one_matches() {
+    if !can_unshare() {
+        return;
+    }
+    let env = Env::new("hostpid-ambiguous");
+    let _watch = DriverWatch::start(&env);
+    // Another tenant (another ledger, in the host's namespace) holds 2 GiB on the GPU: at the
+    // first look after the module load, two processes could be this one.
+    let mut other = env.client(&["init", "primary", "alloc", "2G", "hold"]).shim().limit("8G").env("FGPU_LEDGER", env.dir.join("other")).spawn();
+    other.wait_for("holding");
+    let cuclient = client("cuclient");
+    // Then this process allocates 512 MiB: only its own entry in NVML moves by that much,
+    // and the next look (a synchronisation, past the 500 ms interval) matches and counts.
+    let script = format!("{} init primary sleep 300 module 1G alloc 512M sleep 600 ctxsync info", cuclient.display());
     let run = in_pid_namespace(&env, &script, None);
     assert!(run.output.status.success(), "{run}");
     let stderr = run.stderr();
     let warnings: Vec<&str> = stderr.lines().filter(|l| l.contains("host PID is unknown")).collect();
-    assert_eq!(warnings.len(), 1, "exactly one line says why module memory goes uncounted\n{run}");
+    assert_eq!(warnings.len(), 1, "one line says what could not be counted yet\n{run}");
     assert!(warnings[0].contains("fgpu service"), "and what fixes it\n{run}");
+    assert_eq!(run.field("info", "free"), (8 * GIB - 300 * MIB - GIB - 512 * MIB).to_string(), "matched later: the module counted\n{run}");
     let doctor = in_pid_namespace(&env, &format!("{} doctor --json", fgpu_bin().display()), None);
     assert!(doctor.stdout().contains("Host PIDs are unknown here"), "{doctor}");
+    other.finish();
+}
+
+#[test]
+fn a_module_counts_before_the_next_allocation() {
+    // In the host's namespace: no synchronisation or cuMemGetInfo between the load and the
+    // allocation, and the module's memory still counts (it is looked for right after the load).
+    let env = Env::new("module-at-once");
+    let run = env.client(&["init", "primary", "module", "1G", "alloc", "7000M", "alloc", "6800M"]).shim().limit("8G").success();
+    let rcs: Vec<String> = run.lines("alloc").iter().map(|l| field(l, "rc").unwrap()).collect();
+    assert_eq!(rcs, ["2", "0"], "8 GiB - 300 MiB - 1 GiB leaves 6892 MiB\n{run}");
 }

@@ -127,6 +127,12 @@ pub fn variant_for(base: &str, version: c_int, per_thread_stream: bool) -> Optio
         "cuGraphUpload" => Some(stream(cuGraphUpload, cuGraphUpload_ptsz)),
         "cuDeviceGraphMemTrim" => Some(cuDeviceGraphMemTrim),
         "cuGraphExecDestroy" => Some(cuGraphExecDestroy),
+        "cuModuleLoad" => Some(cuModuleLoad),
+        "cuModuleLoadData" => Some(cuModuleLoadData),
+        "cuModuleLoadDataEx" => Some(cuModuleLoadDataEx),
+        "cuModuleLoadFatBinary" => Some(cuModuleLoadFatBinary),
+        "cuLibraryLoadData" => Some(cuLibraryLoadData),
+        "cuLibraryLoadFromFile" => Some(cuLibraryLoadFromFile),
         _ => None,
     }
 }

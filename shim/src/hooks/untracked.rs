@@ -3,7 +3,8 @@
 //! `cuLibraryLoad*`, kernels loaded lazily at their first launch, the default since CUDA
 //! 12.2), and whatever else the driver keeps for the process.
 //!
-//! At most every [`INTERVAL_NS`], at `cuMemGetInfo` and at synchronisation points, this
+//! Right after module and library loads (`module.rs`), and at most every [`INTERVAL_NS`] at
+//! `cuMemGetInfo`, synchronisation points and reservations of 64 MiB or more, this
 //! process's usage as NVML reports it (by host PID) is compared with what the ledger counts
 //! for it; what NVML shows beyond that is counted too, as context memory (it shows in
 //! `fgpu status` under the context, in every "used" figure, and holds later allocations to
@@ -17,6 +18,7 @@
 //! same figure). What was added goes back with the last context of the process on that
 //! device.
 
+use crate::host_pid::Match;
 use crate::hooks::nvml::query;
 use crate::state::{Active, Dev};
 use fgpu_core::log::{self, Level};
@@ -52,10 +54,36 @@ pub fn count_untracked(active: &Active) {
     if now.saturating_sub(last) < INTERVAL_NS || active.last_untracked_check.compare_exchange(last, now, Relaxed, Relaxed).is_err() {
         return;
     }
+    check(active, last);
+}
+
+/// [`count_untracked`] at once: after a module or library load, whose memory is what this
+/// counts.
+pub fn count_untracked_now(active: &Active) {
+    let last = active.last_untracked_check.swap(log::monotonic_ns(), Relaxed);
+    check(active, last);
+}
+
+/// Before a large reservation: what the driver took unannounced must count before more is
+/// granted (at most every [`INTERVAL_NS`]).
+pub fn before_reserving(active: &Active, bytes: u64) {
+    if bytes >= LARGE {
+        count_untracked(active);
+    }
+}
+
+/// Reservations from this size on look at NVML first (at most every [`INTERVAL_NS`]).
+const LARGE: u64 = 64 << 20;
+
+fn check(active: &Active, last: u64) {
     let Some(slot) = active.slot_if_joined() else { return };
-    let Some(pid) = query::own_host_pid() else {
-        warn_unattributable(active);
-        return;
+    let pid = match query::own_host_pid() {
+        Some(pid) => pid,
+        None => match match_without_service(active, slot) {
+            Match::HostPid(pid) => pid,
+            Match::Ambiguous => return warn_unattributable(active),
+            Match::Nothing => return,
+        },
     };
     for dev in active.registered_devices() {
         if !compare(active, dev, slot, pid) {
@@ -107,6 +135,29 @@ pub fn forget_if_no_context(active: &Active, ordinal: i32) {
     if let Some(extra) = active.untracked.lock().remove(&ordinal) {
         super::context::forget(active, ordinal, extra);
     }
+}
+
+/// No service answers: find this process in NVML's list by what it holds (`host_pid.rs`).
+fn match_without_service(active: &Active, slot: fgpu_core::ledger::SlotId) -> Match {
+    if active.host_pid.failure().is_none() {
+        return Match::Nothing; // the service may still answer
+    }
+    let snapshot = active.ledger.snapshot(Some(slot));
+    let claimed: Vec<u32> = snapshot.processes.iter().filter(|p| p.slot != slot).filter_map(|p| p.host_pid).collect();
+    let mut outcome = Match::Nothing;
+    for dev in active.registered_devices() {
+        let Some(listed) = query::handle_for(&dev.uuid).and_then(query::compute_processes) else { continue };
+        let listed: Vec<(u32, u64)> = listed.into_iter().map(|p| (p.pid, p.used_gpu_memory)).collect();
+        match active.host_pid.match_nvml(&listed, active.ledger.slot_used(slot, dev.id), &claimed) {
+            Match::HostPid(pid) => {
+                active.ledger.set_host_pid(slot, pid);
+                return Match::HostPid(pid);
+            }
+            Match::Ambiguous => outcome = Match::Ambiguous,
+            Match::Nothing => {}
+        }
+    }
+    outcome
 }
 
 /// Without a host PID NVML's figure for this process cannot be found: say so once, with

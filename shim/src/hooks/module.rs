@@ -1,0 +1,110 @@
+//! Module and library loads (`cuModuleLoad*`, `cuLibraryLoad*`): the driver takes device
+//! memory for their code and data without saying how much. The load is not refused (its
+//! size is unknown beforehand), but what NVML shows this process holding beyond the ledger
+//! is counted right after it (`untracked.rs`), not at the next synchronisation, so the
+//! next allocation already sees it.
+
+use crate::abi::cuda::*;
+use crate::state::{self, Mode};
+use std::ffi::{c_char, c_uint, c_void};
+
+/// Runs a load, then counts what it took.
+fn counted_load(real: impl FnOnce() -> CUresult) -> CUresult {
+    let rc = real();
+    if rc == CUDA_SUCCESS {
+        if let Mode::On(active) = state::mode() {
+            super::untracked::count_untracked_now(active);
+        }
+    }
+    rc
+}
+
+/// # Safety
+/// `cuModuleLoad` contract.
+#[no_mangle]
+pub unsafe extern "C" fn cuModuleLoad(module: *mut *mut c_void, fname: *const c_char) -> CUresult {
+    let real = || crate::call_real!(cuModuleLoad: fn(*mut *mut c_void, *const c_char) -> CUresult, module, fname).unwrap_or(CUDA_ERROR_NOT_FOUND);
+    super::guard_driver(CUDA_ERROR_INVALID_VALUE, |answer| counted_load(answer.wrap(real)))
+}
+
+/// # Safety
+/// `cuModuleLoadData` contract.
+#[no_mangle]
+pub unsafe extern "C" fn cuModuleLoadData(module: *mut *mut c_void, image: *const c_void) -> CUresult {
+    let real = || crate::call_real!(cuModuleLoadData: fn(*mut *mut c_void, *const c_void) -> CUresult, module, image).unwrap_or(CUDA_ERROR_NOT_FOUND);
+    super::guard_driver(CUDA_ERROR_INVALID_VALUE, |answer| counted_load(answer.wrap(real)))
+}
+
+/// # Safety
+/// `cuModuleLoadDataEx` contract.
+#[no_mangle]
+pub unsafe extern "C" fn cuModuleLoadDataEx(
+    module: *mut *mut c_void,
+    image: *const c_void,
+    num_options: c_uint,
+    options: *mut c_uint,
+    option_values: *mut *mut c_void,
+) -> CUresult {
+    let real = || {
+        crate::call_real!(
+            cuModuleLoadDataEx: fn(*mut *mut c_void, *const c_void, c_uint, *mut c_uint, *mut *mut c_void) -> CUresult,
+            module, image, num_options, options, option_values
+        )
+        .unwrap_or(CUDA_ERROR_NOT_FOUND)
+    };
+    super::guard_driver(CUDA_ERROR_INVALID_VALUE, |answer| counted_load(answer.wrap(real)))
+}
+
+/// # Safety
+/// `cuModuleLoadFatBinary` contract.
+#[no_mangle]
+pub unsafe extern "C" fn cuModuleLoadFatBinary(module: *mut *mut c_void, fat_cubin: *const c_void) -> CUresult {
+    let real = || crate::call_real!(cuModuleLoadFatBinary: fn(*mut *mut c_void, *const c_void) -> CUresult, module, fat_cubin).unwrap_or(CUDA_ERROR_NOT_FOUND);
+    super::guard_driver(CUDA_ERROR_INVALID_VALUE, |answer| counted_load(answer.wrap(real)))
+}
+
+/// # Safety
+/// `cuLibraryLoadData` contract (CUDA 12.0+).
+#[no_mangle]
+pub unsafe extern "C" fn cuLibraryLoadData(
+    library: *mut *mut c_void,
+    code: *const c_void,
+    jit_options: *mut c_uint,
+    jit_option_values: *mut *mut c_void,
+    num_jit_options: c_uint,
+    library_options: *mut c_uint,
+    library_option_values: *mut *mut c_void,
+    num_library_options: c_uint,
+) -> CUresult {
+    let real = || {
+        crate::call_real!(
+            cuLibraryLoadData: fn(*mut *mut c_void, *const c_void, *mut c_uint, *mut *mut c_void, c_uint, *mut c_uint, *mut *mut c_void, c_uint) -> CUresult,
+            library, code, jit_options, jit_option_values, num_jit_options, library_options, library_option_values, num_library_options
+        )
+        .unwrap_or(CUDA_ERROR_NOT_FOUND)
+    };
+    super::guard_driver(CUDA_ERROR_INVALID_VALUE, |answer| counted_load(answer.wrap(real)))
+}
+
+/// # Safety
+/// `cuLibraryLoadFromFile` contract (CUDA 12.0+).
+#[no_mangle]
+pub unsafe extern "C" fn cuLibraryLoadFromFile(
+    library: *mut *mut c_void,
+    file_name: *const c_char,
+    jit_options: *mut c_uint,
+    jit_option_values: *mut *mut c_void,
+    num_jit_options: c_uint,
+    library_options: *mut c_uint,
+    library_option_values: *mut *mut c_void,
+    num_library_options: c_uint,
+) -> CUresult {
+    let real = || {
+        crate::call_real!(
+            cuLibraryLoadFromFile: fn(*mut *mut c_void, *const c_char, *mut c_uint, *mut *mut c_void, c_uint, *mut c_uint, *mut *mut c_void, c_uint) -> CUresult,
+            library, file_name, jit_options, jit_option_values, num_jit_options, library_options, library_option_values, num_library_options
+        )
+        .unwrap_or(CUDA_ERROR_NOT_FOUND)
+    };
+    super::guard_driver(CUDA_ERROR_INVALID_VALUE, |answer| counted_load(answer.wrap(real)))
+}
