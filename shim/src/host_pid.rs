@@ -112,15 +112,16 @@ impl HostPid {
         if counted == 0 {
             return Match::Nothing; // nothing on the device yet: every process would fit
         }
-        let candidates: Vec<(u32, u64)> = listed
-            .iter()
-            .copied()
-            .filter(|(pid, used)| *pid != 0 && !claimed.contains(pid) && used.saturating_add(MATCH_SLACK) >= counted)
-            .collect();
+        let unclaimed: Vec<(u32, u64)> = listed.iter().copied().filter(|(pid, _)| *pid != 0 && !claimed.contains(pid)).collect();
+        let candidates: Vec<(u32, u64)> = unclaimed.iter().copied().filter(|(_, used)| used.saturating_add(MATCH_SLACK) >= counted).collect();
+        // With nobody else unaccounted for on the device, the one process left is this one;
+        // otherwise only a history of moving together can tell (NVML may show less than
+        // the ledger counts, managed memory for one, which could rule this process out).
+        let alone = unclaimed.len() == 1;
         let mut last = self.last_look.lock();
-        let several = candidates.len() > 1;
+        let several = !candidates.is_empty() && unclaimed.len() > 1;
         let found = match candidates.as_slice() {
-            [(pid, _)] => Some(*pid),
+            [(pid, _)] if alone => Some(*pid),
             [] => None,
             _ => last.as_ref().and_then(|(before, seen)| {
                 // Which candidates moved with this process's count since the last look?
@@ -164,11 +165,16 @@ mod tests {
     const MIB: u64 = 1 << 20;
 
     #[test]
-    fn the_only_candidate_left_is_this_process() {
+    fn the_only_process_left_is_this_process() {
         let h = HostPid::default();
-        // 4242 belongs to another process of the ledger; 17 holds less than this one counts.
-        let listed = [(4242, 900 * MIB), (17, 10 * MIB), (31337, 1324 * MIB)];
+        // 4242 belongs to another process of the ledger.
+        let listed = [(4242, 900 * MIB), (31337, 1324 * MIB)];
         assert_eq!(h.match_nvml(&listed, 1324 * MIB, &[4242]), Match::HostPid(31337));
+        // Another process the ledger does not know, even one that holds less, leaves only
+        // history to tell.
+        let h = HostPid::default();
+        let listed = [(17, 10 * MIB), (31337, 1324 * MIB)];
+        assert_eq!(h.match_nvml(&listed, 1324 * MIB, &[]), Match::Ambiguous);
     }
 
     #[test]
