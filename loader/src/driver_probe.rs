@@ -129,16 +129,23 @@ fn c_buffer_to_string(buf: &[c_char]) -> String {
     String::from_utf8_lossy(&bytes).into_owned()
 }
 
+/// Opens a driver library, recording in `probe` whether it loaded (or why not).
+fn open_library(name: &std::ffi::CStr, probe: &mut LibraryProbe) -> Option<Library> {
+    match Library::open(name) {
+        Ok(lib) => {
+            probe.loaded = true;
+            Some(lib)
+        }
+        Err(e) => {
+            probe.error = Some(e);
+            None
+        }
+    }
+}
+
 fn probe_cuda() -> LibraryProbe {
     let mut p = LibraryProbe::default();
-    let lib = match Library::open(c"libcuda.so.1") {
-        Ok(lib) => lib,
-        Err(e) => {
-            p.error = Some(e);
-            return p;
-        }
-    };
-    p.loaded = true;
+    let Some(lib) = open_library(c"libcuda.so.1", &mut p) else { return p };
     // SAFETY: each type is the prototype cuda.h gives the function named; every pointer
     // passed is to a live local.
     unsafe {
@@ -168,14 +175,7 @@ fn probe_cuda() -> LibraryProbe {
 
 fn probe_nvml(devices: &mut Vec<ProbedDevice>) -> LibraryProbe {
     let mut p = LibraryProbe::default();
-    let lib = match Library::open(c"libnvidia-ml.so.1") {
-        Ok(lib) => lib,
-        Err(e) => {
-            p.error = Some(e);
-            return p;
-        }
-    };
-    p.loaded = true;
+    let Some(lib) = open_library(c"libnvidia-ml.so.1", &mut p) else { return p };
     // SAFETY: each type is the prototype nvml.h gives the function named; buffers are sized
     // as NVML documents and passed with their length; other pointers are to live locals.
     unsafe {
