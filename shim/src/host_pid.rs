@@ -34,7 +34,16 @@ pub struct HostPid {
     query: Mutex<Query>,
     /// The last look at NVML while matching: this process's count, and each candidate's
     /// usage.
-    last_look: Mutex<Option<(u64, Vec<(u32, u64)>)>>,
+    last_look: Mutex<Option<Look>>,
+}
+
+/// One look at NVML while matching.
+#[derive(Debug)]
+struct Look {
+    /// What the ledger counted for this process.
+    counted: u64,
+    /// Each candidate's (host PID, used bytes).
+    candidates: Vec<(u32, u64)>,
 }
 
 /// What a look at NVML's list told.
@@ -123,7 +132,7 @@ impl HostPid {
         let found = match candidates.as_slice() {
             [(pid, _)] if alone => Some(*pid),
             [] => None,
-            _ => last.as_ref().and_then(|(before, seen)| {
+            _ => last.as_ref().and_then(|Look { counted: before, candidates: seen }| {
                 // Which candidates moved with this process's count since the last look?
                 let change = counted as i128 - *before as i128;
                 if change.unsigned_abs() < 4 * MATCH_SLACK as u128 {
@@ -138,7 +147,7 @@ impl HostPid {
                 }
             }),
         };
-        *last = Some((counted, candidates));
+        *last = Some(Look { counted, candidates });
         match found {
             Some(pid) => {
                 self.known.store(pid, Ordering::Release);
