@@ -1,11 +1,13 @@
 //! fgpu-core: the policy and the ledger of fgpu, with no driver in sight.
 //!
 //! * [`limit`]: what `FGPU_LIMIT` and the config file's `limit` mean.
+//! * [`compute`]: the compute share (`FGPU_COMPUTE`): its bucket, chunks and NVML samples.
 //! * [`config`]: where a process's cap, ledger and log level come from.
 //! * [`ledger`]: the shared-memory record of who holds what, per GPU.
 //! * [`pidns`]: PID namespaces and host PIDs.
 //! * [`log`]: one-line diagnostics.
 
+pub mod compute;
 pub mod config;
 #[cfg(feature = "crash-points")]
 pub mod crash;
