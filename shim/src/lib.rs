@@ -6,6 +6,8 @@
 //!   memory info, NVML).
 //! * [`real`]: finds the real driver functions without going through our own hooks.
 //! * [`state`]: this process's configuration, ledger slot and devices.
+//! * [`compute`]: the compute share: launches admitted in chunks against the ledger's bucket,
+//!   measured by NVML or by the process's own events.
 //! * [`config`]: the configuration as the shim takes it (device keys checked against NVML).
 //! * [`allocs`]: its live allocations, found again at free time without a lock.
 //! * [`counted_pool`]: driver-side pools (stream-ordered, graph) counted as what they reserve.
@@ -25,6 +27,7 @@
 
 pub mod abi;
 pub mod allocs;
+pub mod compute;
 pub mod config;
 pub mod counted_pool;
 pub mod hooks;

@@ -9,6 +9,7 @@ pub mod context;
 pub mod dlsym;
 pub mod graph;
 pub mod info;
+pub mod launch;
 pub mod nvml;
 pub mod pool;
 pub mod procaddr;
