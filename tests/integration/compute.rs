@@ -250,3 +250,17 @@ fn without_its_host_pid_a_process_is_held_below_its_share_until_the_ledger_knows
     assert!((after - 30.0).abs() <= TOLERANCE, "measured by NVML once the host PID is known: {after:.2}\n{w:?}");
     drop(process);
 }
+
+/// A bad FGPU_COMPUTE fails closed as a bad FGPU_LIMIT does: one line naming the value, and
+/// no context (so no kernel) in the process.
+#[test]
+fn a_bad_share_fails_closed_with_one_line() {
+    let env = Env::new("compute-bad");
+    for bad in ["30", "150%", "GPU-zz=10%", "lots"] {
+        let run = env.client(&["init", "primary"]).shim().env("FGPU_COMPUTE", bad).run();
+        assert_eq!(run.rc("primary"), 2, "CUDA_ERROR_OUT_OF_MEMORY for the context\n{run}");
+        let lines: Vec<String> = run.stderr().lines().filter(|l| l.starts_with("fgpu:")).map(String::from).collect();
+        assert_eq!(lines.len(), 1, "one line\n{run}");
+        assert!(lines[0].contains(&format!("FGPU_COMPUTE={bad:?} is not a valid compute share")), "{run}");
+    }
+}
