@@ -14,16 +14,19 @@ use std::process::{Child, Command, Stdio};
 use std::time::Instant;
 
 const USAGE: &str = "\
-usage: fgpu-bench [--quick] [--json] [--release-dir DIR]
+usage: fgpu-bench [--quick] [--json] [--launches-only] [--release-dir DIR]
 
 Measures libfgpu.so against the simulated driver, without and with the shim:
   alloc/free pair, 1 process   ns per cuMemAlloc+cuMemFree through cuGetProcAddress
   alloc/free, 4 processes      total pairs/s of 4 processes at once
   /bin/true start-up           wall time of a spawn, shim preloaded or not
   first-call initialisation    first cuDeviceTotalMem after cuInit (the shim builds its state)
+  kernel launch                ns per cuLaunchKernel: without the shim, with it and no
+                               compute share, with it and FGPU_COMPUTE=50% (under the share)
 
   --quick            fewer and shorter runs (a few seconds; proves it works)
   --json             one JSON document on stdout instead of the table
+  --launches-only    only the kernel launch rows
   --release-dir DIR  where libfgpu.so and the simulated driver are
                      (default: the directory of this executable)
 
@@ -32,6 +35,9 @@ Build first: cargo build --release -p fgpu-bench -p fgpu-shim -p fgpu-sim-cuda -
 const ALLOC_PAIRS_C: &str = include_str!("../clients/alloc_pairs.c");
 const FIRST_CALL_C: &str = include_str!("../clients/first_call.c");
 const EMPTY_PRELOAD_C: &str = include_str!("../clients/empty_preload.c");
+const LAUNCHES_C: &str = include_str!("../clients/launches.c");
+/// The compute share the launch row runs under: far above what its 1 ns kernels use.
+const SHARE: &str = "50%";
 
 /// The cap the shim runs with, and the simulated GPU's memory: far apart, so a client can
 /// tell from the total it sees whether the shim was in effect.
@@ -48,6 +54,8 @@ const TARGET_PAIR_ADDED_NS: f64 = 50.0;
 const TARGET_MULTI_RATIO: f64 = 0.90;
 const TARGET_STARTUP_RATIO: f64 = 1.05;
 const TARGET_INIT_ADDED_US: f64 = 1000.0;
+/// Issue 15: "a launch costs at most +50 ns over no shim" (under the share, and without one).
+const TARGET_LAUNCH_ADDED_NS: f64 = 50.0;
 
 struct Plan {
     name: &'static str,
@@ -57,6 +65,9 @@ struct Plan {
     multi_ms: u64,
     startup_spawns: usize,
     init_runs: usize,
+    launch_rounds: usize,
+    launch_warmup_ms: u64,
+    launch_ms: u64,
 }
 
 const FULL: Plan = Plan {
@@ -67,6 +78,9 @@ const FULL: Plan = Plan {
     multi_ms: 600,
     startup_spawns: 500,
     init_runs: 60,
+    launch_rounds: 8,
+    launch_warmup_ms: 1500,
+    launch_ms: 400,
 };
 const QUICK: Plan = Plan {
     name: "quick",
@@ -76,6 +90,9 @@ const QUICK: Plan = Plan {
     multi_ms: 200,
     startup_spawns: 100,
     init_runs: 15,
+    launch_rounds: 2,
+    launch_warmup_ms: 800,
+    launch_ms: 150,
 };
 
 type Error = String;
@@ -83,12 +100,14 @@ type Error = String;
 fn main() {
     let mut quick = false;
     let mut json_out = false;
+    let mut launches_only = false;
     let mut release_dir: Option<PathBuf> = None;
     let mut args = std::env::args_os().skip(1);
     while let Some(arg) = args.next() {
         match arg.to_str() {
             Some("--quick") => quick = true,
             Some("--json") => json_out = true,
+            Some("--launches-only") => launches_only = true,
             Some("--release-dir") => match args.next() {
                 Some(dir) => release_dir = Some(PathBuf::from(dir)),
                 None => fail("--release-dir needs a directory"),
@@ -107,7 +126,7 @@ fn main() {
             .unwrap_or_else(|| PathBuf::from("target/release"))
     });
     let plan = if quick { &QUICK } else { &FULL };
-    match run(plan, &release_dir) {
+    match run(plan, &release_dir, launches_only) {
         Ok(report) => {
             if json_out {
                 println!(
@@ -136,6 +155,7 @@ struct Setup {
     alloc_pairs: PathBuf,
     first_call: PathBuf,
     empty_preload: PathBuf,
+    launches: PathBuf,
     tmp: TempDir,
     runs: std::cell::Cell<u64>,
 }
@@ -169,6 +189,7 @@ impl Setup {
         std::fs::create_dir_all(&clients).map_err(|e| format!("{}: {e}", clients.display()))?;
         let alloc_pairs = compile(&clients, "alloc_pairs", ALLOC_PAIRS_C, &["-ldl"])?;
         let first_call = compile(&clients, "first_call", FIRST_CALL_C, &["-ldl"])?;
+        let launches = compile(&clients, "launches", LAUNCHES_C, &["-ldl"])?;
         let empty_preload = compile(
             &clients,
             "libfgpu_bench_empty.so",
@@ -195,6 +216,7 @@ impl Setup {
             alloc_pairs,
             first_call,
             empty_preload,
+            launches,
             tmp,
             runs: std::cell::Cell::new(0),
         })
@@ -558,6 +580,68 @@ fn init(setup: &Setup, plan: &Plan) -> Result<Init, Error> {
 // ---------------------------------------------------------------------------------------
 // Statistics and the report.
 
+/// What the launch rows measured.
+struct Launches {
+    /// In one process with the shim and no compute share: the driver's own cuLaunchKernel
+    /// (without) against the one the program gets, the shim's (with).
+    plain: Samples,
+    /// The same with FGPU_COMPUTE=50%, far above what the 1 ns kernels use.
+    shared: Samples,
+    /// The same pair in a process without the shim (both pointers are the driver's): what
+    /// the method reads when there is nothing to find.
+    control: Samples,
+    /// Whole processes: no shim (without) against the shim with a share (with), all
+    /// launches of each.
+    processes: Samples,
+}
+
+/// Kernel launches (`bench/clients/launches.c`): nanoseconds of the thread's CPU time per
+/// launch. Three processes a round, their order rotating: no shim, the shim without a
+/// compute share, the shim with one. Each alternates bursts of launches through the
+/// driver's own cuLaunchKernel and through the program's (the shim's), so the shim's cost
+/// is read inside one process, paired burst by burst. The side with a share runs with
+/// `FGPU_LOG=debug`, whose one line at its first launch proves the limiter was in effect.
+fn launches(setup: &Setup, plan: &Plan) -> Result<Launches, Error> {
+    let mut out = Launches { plain: Samples::default(), shared: Samples::default(), control: Samples::default(), processes: Samples::default() };
+    for round in 0..plan.launch_rounds {
+        let mut sides = [0usize, 1, 2];
+        sides.rotate_left(round % 3);
+        let mut whole = [0f64; 3];
+        for side in sides {
+            let dir = setup.run_dir()?;
+            let mut cmd = setup.command(&setup.launches, &dir, side > 0);
+            cmd.args([plan.launch_warmup_ms.to_string(), plan.launch_ms.to_string()]);
+            if side == 2 {
+                cmd.env("FGPU_COMPUTE", SHARE).env("FGPU_LOG", "debug");
+            }
+            let output = cmd.output().map_err(|e| format!("launches: {e}"))?;
+            let stdout = String::from_utf8_lossy(&output.stdout);
+            let stderr = String::from_utf8_lossy(&output.stderr);
+            if !output.status.success() {
+                return Err(format!("launches failed ({}):\n{stdout}{stderr}", output.status));
+            }
+            if side == 2 && !stderr.contains(&format!("compute share {SHARE}")) {
+                return Err(format!("launches with FGPU_COMPUTE={SHARE}: the limiter did not say it was in effect:\n{stderr}"));
+            }
+            let f = fields(stdout.trim());
+            check_total(f("total_mem")?, side > 0, "launches")?;
+            let n = f("launches")? as f64;
+            let pair = match side {
+                0 => &mut out.control,
+                1 => &mut out.plain,
+                _ => &mut out.shared,
+            };
+            pair.push(false, f("direct_cpu_ns")? as f64 / n);
+            pair.push(true, f("hooked_cpu_ns")? as f64 / n);
+            whole[side] = f("cpu_ns")? as f64 / (2.0 * n);
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+        out.processes.push(false, whole[0]);
+        out.processes.push(true, whole[2]);
+    }
+    Ok(out)
+}
+
 fn median(v: &[f64]) -> f64 {
     quantile(v, 0.5)
 }
@@ -674,18 +758,65 @@ struct Report {
     load: (f64, f64),
 }
 
-fn run(plan: &'static Plan, release_dir: &Path) -> Result<Report, Error> {
+fn run(plan: &'static Plan, release_dir: &Path, launches_only: bool) -> Result<Report, Error> {
     let started = Instant::now();
     let load_before = loadavg();
     let setup = Setup::new(release_dir)?;
     let cpus = std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(1);
+    let launched = launches(&setup, plan)?;
+    let launch_metrics = vec![
+        Metric {
+            key: "launch_no_share_ns",
+            label: "kernel launch, no compute share",
+            unit: "ns",
+            samples: launched.plain,
+            kind: Kind::AddedAtMost(TARGET_LAUNCH_ADDED_NS),
+            target: "<= +50 ns",
+        },
+        Metric {
+            key: "launch_under_share_ns",
+            label: "kernel launch, under a 50% share",
+            unit: "ns",
+            samples: launched.shared,
+            kind: Kind::AddedAtMost(TARGET_LAUNCH_ADDED_NS),
+            target: "<= +50 ns",
+        },
+        Metric {
+            key: "launch_control_ns",
+            label: "  same pair without the shim (info)",
+            unit: "ns",
+            samples: launched.control,
+            kind: Kind::Info,
+            target: "-",
+        },
+        Metric {
+            key: "launch_processes_ns",
+            label: "  whole processes, share vs no shim (info)",
+            unit: "ns",
+            samples: launched.processes,
+            kind: Kind::Info,
+            target: "-",
+        },
+    ];
+    if launches_only {
+        return Ok(Report {
+            plan: plan.name,
+            date: utc_date(),
+            machine: machine(),
+            cpus,
+            metrics: launch_metrics,
+            startup_quiet: true,
+            seconds: started.elapsed().as_secs_f64(),
+            load: (load_before, loadavg()),
+        });
+    }
     let (single, single_wall) = single(&setup, plan)?;
     let multi = multi(&setup, plan)?;
     let start = startup(&setup, plan)?;
     let init = init(&setup, plan)?;
-    let metrics = vec![
+    let mut metrics = vec![
         Metric {
             key: "alloc_free_pair_ns",
             label: "alloc/free pair, 1 process",
@@ -751,6 +882,7 @@ fn run(plan: &'static Plan, release_dir: &Path) -> Result<Report, Error> {
             target: "-",
         },
     ];
+    metrics.extend(launch_metrics);
     Ok(Report {
         plan: plan.name,
         date: utc_date(),

@@ -34,7 +34,7 @@ pub const CHUNK_GPU_NS: u64 = 5_000_000;
 
 /// Most launches in one chunk: kernels so short that thousands fit in [`CHUNK_GPU_NS`]
 /// still end a chunk (and record its events) at least this often.
-pub const MAX_CHUNK_LAUNCHES: u32 = 4096;
+pub const MAX_CHUNK_LAUNCHES: u32 = 16384;
 
 /// Most estimated GPU time a process keeps queued beyond what has completed (chunks
 /// admitted whose end marker has not completed). At least one chunk is always allowed.

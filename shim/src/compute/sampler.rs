@@ -29,8 +29,11 @@ use std::time::Duration;
 
 /// How often the sampler wakes.
 const TICK: Duration = Duration::from_millis(5);
-/// How often NVML is asked (a fraction of its shortest sample period, 1/6 s).
-const NVML_EVERY_NS: u64 = 40_000_000;
+/// NVML is asked this long after the end of the next sample period it should have, by
+/// the period learned so far (its timestamps), and again this often while that period is
+/// late; never more often than that.
+const NVML_AFTER_PERIOD_NS: u64 = 10_000_000;
+const NVML_RETRY_NS: u64 = 30_000_000;
 
 /// What NVML measures of this process on one device.
 pub struct NvmlState {
@@ -40,7 +43,8 @@ pub struct NvmlState {
     /// CLOCK_REALTIME - CLOCK_MONOTONIC at the last question (NVML stamps samples in CPU
     /// time; the limiter's clock is CLOCK_MONOTONIC).
     offset_ns: i64,
-    last_poll: u64,
+    /// When to ask next (CLOCK_MONOTONIC ns).
+    next_poll: u64,
 }
 
 impl NvmlState {
@@ -99,7 +103,7 @@ fn poll(limiter: &Limiter, share: &DevShare, now: u64) {
             start_measuring(limiter, share, book, now);
         }
         match &book.nvml {
-            Some(state) if now.saturating_sub(state.last_poll) >= NVML_EVERY_NS => Some((state.handle, state.book.ask_after())),
+            Some(state) if now >= state.next_poll => Some((state.handle, state.book.ask_after())),
             _ => None,
         }
     };
@@ -115,11 +119,13 @@ fn poll(limiter: &Limiter, share: &DevShare, now: u64) {
         let mut registry = limiter.registry.lock();
         let book = registry.book(share.ordinal);
         let Some(state) = book.nvml.as_mut() else { return };
-        state.last_poll = now;
         state.offset_ns = offset;
         let used = match answer {
             Ok(samples) => state.book.ingest(&samples, &[state.host_pid], now_us),
-            Err(SamplesError::Transient(_)) => return,
+            Err(SamplesError::Transient(_)) => {
+                state.next_poll = now + NVML_RETRY_NS;
+                return;
+            }
             Err(SamplesError::Unavailable(rc)) => {
                 log_at!(Level::Info, "NVML gives no per-process utilisation for {} (NVML error {rc}); the compute share is measured by this process's events", format_gpu_uuid(&share.uuid));
                 book.nvml = None;
@@ -128,6 +134,9 @@ fn poll(limiter: &Limiter, share: &DevShare, now: u64) {
             }
         };
         book.measured_since += used;
+        // The next period should end one period after the newest one answered for.
+        let expected = state.covered_mono().unwrap_or(now).saturating_add(state.book.period_us() * 1000 + NVML_AFTER_PERIOD_NS);
+        state.next_poll = expected.max(now + NVML_RETRY_NS);
         used
     };
     share.charge(limiter, used, now);
@@ -146,5 +155,5 @@ fn start_measuring(limiter: &Limiter, share: &DevShare, book: &mut DevBook, now:
     let offset = realtime_ns() - now as i64;
     let start_us = ((now as i64 + offset) / 1000).max(0) as u64;
     log_at!(Level::Debug, "the compute share on {uuid} is measured by NVML (host PID {pid})");
-    book.nvml = Some(NvmlState { handle: handle as usize, book: UtilisationBook::new(start_us), host_pid: pid, offset_ns: offset, last_poll: 0 });
+    book.nvml = Some(NvmlState { handle: handle as usize, book: UtilisationBook::new(start_us), host_pid: pid, offset_ns: offset, next_poll: 0 });
 }
