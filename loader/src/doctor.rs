@@ -93,6 +93,20 @@ fn describe_amount(a: Amount) -> String {
     }
 }
 
+/// "30% of the GPU's time on every GPU".
+fn describe_share(share: &fgpu_core::compute::ShareSpec) -> String {
+    let spec = &share.spec;
+    let time = |a: Amount| match a {
+        Amount::Percent(p) => format!("{p}% of the GPU's time"),
+        Amount::Bytes(b) => format_bytes(b),
+    };
+    let mut parts: Vec<String> = spec.per_device.iter().zip(&spec.keys).map(|((_, a), key)| format!("{} on {key}", time(*a))).collect();
+    if let Some(d) = spec.default {
+        parts.push(format!("{} on every {}GPU", time(d), if spec.per_device.is_empty() { "" } else { "other " }));
+    }
+    parts.join(", ")
+}
+
 /// "8 GiB on every GPU", "16 GiB on gpu-1a2b, 4 GiB on every other GPU".
 pub fn describe_spec(spec: &LimitSpec) -> String {
     let mut parts: Vec<String> = spec.per_device.iter().zip(&spec.keys).map(|((_, a), key)| format!("{} on {key}", describe_amount(*a))).collect();
@@ -186,11 +200,17 @@ pub fn assess(f: &Facts) -> Vec<Finding> {
     }
     match &config {
         Err(e) => out.push(finding("cap", Level::Fail, format!("The cap is not valid, so none applies: {e}"), Some(config_advice(e)))),
-        Ok(config) if !config.is_capped() => out.push(finding(
+        Ok(config) if !config.is_active() => out.push(finding(
             "cap",
             Level::Fail,
-            format!("No cap is configured: FGPU_LIMIT is not set and {CONFIG_PATH} sets no limit."),
+            format!("No cap is configured: FGPU_LIMIT and FGPU_COMPUTE are not set and {CONFIG_PATH} sets no limit or compute share."),
             Some(format!("Use `fgpu run --limit 8G -- COMMAND`, or export FGPU_LIMIT=8G with the shim preloaded, or write `limit = 8G` to {CONFIG_PATH} (owned by root, mode 644).")),
+        )),
+        Ok(config) if !config.is_capped() => out.push(finding(
+            "cap",
+            if preloaded { Level::Info } else { Level::Fail },
+            format!("No memory cap is configured, only a compute share{}.", if preloaded { "" } else { ", and libfgpu.so is not preloaded here, so nothing enforces it" }),
+            None,
         )),
         Ok(config) => {
             let from = match config.limit_source() {
@@ -228,6 +248,17 @@ pub fn assess(f: &Facts) -> Vec<Finding> {
                     }
                 }
             }
+        }
+    }
+
+    // 3b. The compute share.
+    if let Ok(config) = &config {
+        let specs = [(&config.file_compute, CONFIG_PATH.to_string()), (&config.env_compute, "FGPU_COMPUTE in the environment".to_string())];
+        let given: Vec<String> = specs.iter().filter_map(|(spec, from)| spec.as_ref().map(|s| format!("{} (from {from})", describe_share(s)))).collect();
+        if !given.is_empty() {
+            let level = if preloaded { Level::Ok } else { Level::Fail };
+            let both = if given.len() == 2 { "; on each GPU the smaller applies" } else { "" };
+            out.push(finding("compute", level, format!("A compute share is configured: {}{both}. It is a ceiling on the part of each GPU's time the kernels of this ledger's processes occupy together (docs/compute.md).", given.join(" and ")), None));
         }
     }
 
@@ -548,6 +579,20 @@ mod tests {
         assert!(assess(&f).iter().any(|x| x.message.contains("capped at 200 GiB, more than the GPU has")));
         assert!(all.iter().any(|x| x.message.contains("CUDA driver API 12.8")));
         assert!(all.iter().any(|x| x.message.contains("driver 570.1")));
+    }
+
+    #[test]
+    fn a_compute_share_alone_is_a_configuration_and_is_described() {
+        let mut f = good_facts();
+        f.config = Ok(Config { env_limit: None, env_compute: Some(fgpu_core::compute::parse_share("30%").unwrap()), ..f.config.unwrap() });
+        assert!(fails(&f).is_empty(), "{:?}", fails(&f));
+        let all = assess(&f);
+        let compute = all.iter().find(|x| x.check == "compute").unwrap();
+        assert_eq!(compute.level, Level::Ok);
+        assert!(compute.message.contains("30% of the GPU's time on every GPU (from FGPU_COMPUTE in the environment)"), "{}", compute.message);
+        assert!(all.iter().any(|x| x.check == "cap" && x.message.contains("No memory cap is configured, only a compute share")));
+        f.preloads.clear();
+        assert!(fails(&f).iter().any(|(c, _)| *c == "compute"), "{:?}", fails(&f));
     }
 
     #[test]
