@@ -3,6 +3,7 @@
 //! limiter's own figures. Each workload runs `tests/clients/compute_load.c`; a "container"
 //! is the processes that share one ledger. Windows are 10 s, as the table says.
 
+use fgpu_sim_state::timeline::SAMPLE_PERIOD_NS;
 use fgpu_sim_state::{now_ns, BusyWindow};
 use fgpu_tests::*;
 use std::path::{Path, PathBuf};
@@ -156,6 +157,28 @@ fn an_uncapped_container_beside_one_at_30_percent_gets_at_least_65() {
     assert_near("capped at 30 %", share(&w, &[&a]), 30.0, &detail);
     let other = share(&w, &[&b]);
     assert!(other >= 65.0, "the uncapped container gets at least 65 %: {other:.2}\n{detail}");
+
+    // pynvml inside the capped container (the shim, its share, its ledger): the device's
+    // utilisation is the device's (both containers'), the per-process samples are its own.
+    let Some(python) = python_with("pynvml") else { return };
+    let sim = env.sim();
+    let periods = 12;
+    let t0 = (now_ns() / SAMPLE_PERIOD_NS + 1) * SAMPLE_PERIOD_NS;
+    let t1 = t0 + periods * SAMPLE_PERIOD_NS;
+    std::thread::sleep(Duration::from_nanos(t1 - now_ns()) + Duration::from_millis(50));
+    let run = env
+        .command(&python)
+        .arg(workspace().join("tests/python/nvml_utilisation.py"))
+        .args([sim.timestamp_us(t0).to_string(), sim.timestamp_us(t1).to_string(), periods.to_string()])
+        .shim()
+        .env("FGPU_COMPUTE", "30%")
+        .env("FGPU_LEDGER", ledger(&env, "a"))
+        .success();
+    let out: serde_json::Value = serde_json::from_str(run.stdout().trim()).unwrap_or_else(|e| panic!("{e}\n{run}"));
+    assert!(out["gpu_util"].as_u64().unwrap() >= 95, "nvmlDeviceGetUtilizationRates is the device's own\n{run}");
+    let mine = out["sm_mean"][a.pid().to_string()].as_f64().unwrap_or_else(|| panic!("no samples of the container's process\n{run}"));
+    assert!((mine - 30.0).abs() <= 5.0, "its own samples say about 30 %: {mine}\n{run}");
+    assert!(out["sm_mean"].get(b.pid().to_string()).is_none(), "the other container's samples are hidden\n{run}");
 }
 
 /// Every launch entry point, reached through cuGetProcAddress, dlsym on a handle and linked
