@@ -602,7 +602,12 @@ struct Launches {
 /// is read inside one process, paired burst by burst. The side with a share runs with
 /// `FGPU_LOG=debug`, whose one line at its first launch proves the limiter was in effect.
 fn launches(setup: &Setup, plan: &Plan) -> Result<Launches, Error> {
-    let mut out = Launches { plain: Samples::default(), shared: Samples::default(), control: Samples::default(), processes: Samples::default() };
+    let mut out = Launches {
+        plain: Samples::default(),
+        shared: Samples::default(),
+        control: Samples::default(),
+        processes: Samples::default(),
+    };
     for round in 0..plan.launch_rounds {
         let mut sides = [0usize, 1, 2];
         sides.rotate_left(round % 3);
@@ -610,7 +615,10 @@ fn launches(setup: &Setup, plan: &Plan) -> Result<Launches, Error> {
         for side in sides {
             let dir = setup.run_dir()?;
             let mut cmd = setup.command(&setup.launches, &dir, side > 0);
-            cmd.args([plan.launch_warmup_ms.to_string(), plan.launch_ms.to_string()]);
+            cmd.args([
+                plan.launch_warmup_ms.to_string(),
+                plan.launch_ms.to_string(),
+            ]);
             if side == 2 {
                 cmd.env("FGPU_COMPUTE", SHARE).env("FGPU_LOG", "debug");
             }
@@ -618,7 +626,10 @@ fn launches(setup: &Setup, plan: &Plan) -> Result<Launches, Error> {
             let stdout = String::from_utf8_lossy(&output.stdout);
             let stderr = String::from_utf8_lossy(&output.stderr);
             if !output.status.success() {
-                return Err(format!("launches failed ({}):\n{stdout}{stderr}", output.status));
+                return Err(format!(
+                    "launches failed ({}):\n{stdout}{stderr}",
+                    output.status
+                ));
             }
             if side == 2 && !stderr.contains(&format!("compute share {SHARE}")) {
                 return Err(format!("launches with FGPU_COMPUTE={SHARE}: the limiter did not say it was in effect:\n{stderr}"));

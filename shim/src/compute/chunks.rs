@@ -225,11 +225,6 @@ impl Registry {
         self.book(ordinal).estimate(unit)
     }
 
-    /// Whether any chunk of the device is waiting on NVML (the sampler polls only then).
-    pub fn awaiting(&self, ordinal: CUdevice) -> bool {
-        self.chunks.iter().any(|c| c.ordinal == ordinal)
-    }
-
     /// Looks at every chunk: open ones that sit idle are revoked, ended ones whose marker
     /// completed are measured, and those whose work is fully accounted for are settled.
     /// `covered(ordinal)` is the CLOCK_MONOTONIC time up to which NVML has measured the

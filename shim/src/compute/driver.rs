@@ -57,7 +57,7 @@ pub fn elapsed_ns(start: CUevent, end: CUevent) -> Option<u64> {
     let mut ms: c_float = 0.0;
     let rc = crate::call_real!(cuEventElapsedTime_v2: fn(*mut c_float, CUevent, CUevent) -> CUresult, &mut ms, start, end)
         .or_else(|| crate::call_real!(cuEventElapsedTime: fn(*mut c_float, CUevent, CUevent) -> CUresult, &mut ms, start, end))?;
-    (rc == CUDA_SUCCESS && ms.is_finite() && ms >= 0.0).then(|| (ms as f64 * 1e6) as u64)
+    (rc == CUDA_SUCCESS && ms.is_finite() && ms >= 0.0).then_some((ms as f64 * 1e6) as u64)
 }
 
 /// `CUresult cuEventDestroy_v2(CUevent hEvent)` (returns at once even if the event is still

@@ -76,15 +76,6 @@ impl DevShare {
             let _ = clock.fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| Some(charge(v, now, gpu_ns, *share)));
         }
     }
-
-    /// The share this process is held to (the smaller).
-    pub fn effective(&self) -> u64 {
-        self.buckets_shares().min().unwrap_or(fgpu_core::compute::PPM)
-    }
-
-    fn buckets_shares(&self) -> impl Iterator<Item = u64> + '_ {
-        self.ledger_share.into_iter().chain(self.own.as_ref().map(|(s, _)| *s))
-    }
 }
 
 /// One per process, leaked.
