@@ -15,7 +15,7 @@ use std::time::Instant;
 
 const USAGE: &str = "\
 usage: fgpu-bench [--quick] [--json] [--release-dir DIR] [--shipped FILE]
-                  [--startup-only] [--spawns N] [--preload NAME=FILE]...
+                  [--startup-only] [--launches-only] [--spawns N] [--preload NAME=FILE]...
 
 Measures libfgpu.so against the simulated driver, without and with the shim:
   alloc/free pair, 1 process   ns per cuMemAlloc+cuMemFree through cuGetProcAddress
@@ -23,9 +23,12 @@ Measures libfgpu.so against the simulated driver, without and with the shim:
   /bin/true start-up           wall time of a spawn with the local build, the shipped
                                build(s) and an empty library preloaded, in one run
   first-call initialisation    first cuDeviceTotalMem after cuInit (the shim builds its state)
+  kernel launch                ns per cuLaunchKernel: without the shim, with it and no
+                               compute share, with it and FGPU_COMPUTE=50% (under the share)
 
   --quick            fewer and shorter runs (a few seconds; proves it works)
   --json             one JSON document on stdout instead of the table
+  --launches-only    only the kernel launch rows
   --release-dir DIR  where libfgpu.so and the simulated driver are
                      (default: the directory of this executable)
   --shipped FILE     the release build to compare in the start-up rows (default: every
@@ -42,6 +45,9 @@ const ALLOC_PAIRS_C: &str = include_str!("../clients/alloc_pairs.c");
 const ASYNC_THREADS_C: &str = include_str!("../clients/async_threads.c");
 const FIRST_CALL_C: &str = include_str!("../clients/first_call.c");
 const EMPTY_PRELOAD_C: &str = include_str!("../clients/empty_preload.c");
+const LAUNCHES_C: &str = include_str!("../clients/launches.c");
+/// The compute share the launch row runs under: far above what its 1 ns kernels use.
+const SHARE: &str = "50%";
 
 /// The cap the shim runs with, and the simulated GPU's memory: far apart, so a client can
 /// tell from the total it sees whether the shim was in effect.
@@ -61,6 +67,8 @@ const TARGET_MULTI_RATIO: f64 = 0.90;
 const TARGET_ASYNC_RATIO: f64 = 0.90;
 const TARGET_STARTUP_RATIO: f64 = 1.05;
 const TARGET_INIT_ADDED_US: f64 = 1000.0;
+/// Issue 15: "a launch costs at most +50 ns over no shim" (under the share, and without one).
+const TARGET_LAUNCH_ADDED_NS: f64 = 50.0;
 
 struct Plan {
     name: &'static str,
@@ -70,6 +78,9 @@ struct Plan {
     multi_ms: u64,
     startup_spawns: usize,
     init_runs: usize,
+    launch_rounds: usize,
+    launch_warmup_ms: u64,
+    launch_ms: u64,
 }
 
 const FULL: Plan = Plan {
@@ -80,6 +91,9 @@ const FULL: Plan = Plan {
     multi_ms: 600,
     startup_spawns: 500,
     init_runs: 60,
+    launch_rounds: 8,
+    launch_warmup_ms: 1500,
+    launch_ms: 400,
 };
 const QUICK: Plan = Plan {
     name: "quick",
@@ -89,6 +103,9 @@ const QUICK: Plan = Plan {
     multi_ms: 200,
     startup_spawns: 100,
     init_runs: 15,
+    launch_rounds: 2,
+    launch_warmup_ms: 800,
+    launch_ms: 150,
 };
 
 type Error = String;
@@ -99,6 +116,8 @@ struct Options {
     /// The release build to compare in the start-up rows; default: what `dist/` holds.
     shipped: Option<PathBuf>,
     startup_only: bool,
+    /// Only the kernel launch rows.
+    launches_only: bool,
     spawns: Option<usize>,
     /// More libraries for the start-up rows, for comparisons: (name, file).
     extra: Vec<(String, PathBuf)>,
@@ -135,6 +154,7 @@ fn main() {
                 None => fail("--shipped needs a file"),
             },
             Some("--startup-only") => options.startup_only = true,
+            Some("--launches-only") => options.launches_only = true,
             Some("--spawns") => match args.next().and_then(|n| n.to_str()?.parse().ok()) {
                 Some(n) if n > 0 => options.spawns = Some(n),
                 _ => fail("--spawns needs a positive number"),
@@ -196,6 +216,7 @@ struct Setup {
     async_threads: PathBuf,
     first_call: PathBuf,
     empty_preload: PathBuf,
+    launches: PathBuf,
     /// The shipped build(s) and any `--preload` libraries, beside the local `shim`.
     preloads: Vec<Preload>,
     tmp: TempDir,
@@ -232,6 +253,7 @@ impl Setup {
         let alloc_pairs = compile(&clients, "alloc_pairs", ALLOC_PAIRS_C, &["-ldl"])?;
         let async_threads = compile(&clients, "async_threads", ASYNC_THREADS_C, &["-ldl", "-lpthread"])?;
         let first_call = compile(&clients, "first_call", FIRST_CALL_C, &["-ldl"])?;
+        let launches = compile(&clients, "launches", LAUNCHES_C, &["-ldl"])?;
         let empty_preload = compile(
             &clients,
             "libfgpu_bench_empty.so",
@@ -261,6 +283,7 @@ impl Setup {
             async_threads,
             first_call,
             empty_preload,
+            launches,
             preloads,
             tmp,
             runs: std::cell::Cell::new(0),
@@ -807,6 +830,79 @@ fn init(setup: &Setup, plan: &Plan) -> Result<Init, Error> {
 // ---------------------------------------------------------------------------------------
 // Statistics and the report.
 
+/// What the launch rows measured.
+struct Launches {
+    /// In one process with the shim and no compute share: the driver's own cuLaunchKernel
+    /// (without) against the one the program gets, the shim's (with).
+    plain: Samples,
+    /// The same with FGPU_COMPUTE=50%, far above what the 1 ns kernels use.
+    shared: Samples,
+    /// The same pair in a process without the shim (both pointers are the driver's): what
+    /// the method reads when there is nothing to find.
+    control: Samples,
+    /// Whole processes: no shim (without) against the shim with a share (with), all
+    /// launches of each.
+    processes: Samples,
+}
+
+/// Kernel launches (`bench/clients/launches.c`): nanoseconds of the thread's CPU time per
+/// launch. Three processes a round, their order rotating: no shim, the shim without a
+/// compute share, the shim with one. Each alternates bursts of launches through the
+/// driver's own cuLaunchKernel and through the program's (the shim's), so the shim's cost
+/// is read inside one process, paired burst by burst. The side with a share runs with
+/// `FGPU_LOG=debug`, whose one line at its first launch proves the limiter was in effect.
+fn launches(setup: &Setup, plan: &Plan) -> Result<Launches, Error> {
+    let mut out = Launches {
+        plain: Samples::default(),
+        shared: Samples::default(),
+        control: Samples::default(),
+        processes: Samples::default(),
+    };
+    for round in 0..plan.launch_rounds {
+        let mut sides = [0usize, 1, 2];
+        sides.rotate_left(round % 3);
+        let mut whole = [0f64; 3];
+        for side in sides {
+            let dir = setup.run_dir()?;
+            let mut cmd = setup.command(&setup.launches, &dir, side > 0);
+            cmd.args([
+                plan.launch_warmup_ms.to_string(),
+                plan.launch_ms.to_string(),
+            ]);
+            if side == 2 {
+                cmd.env("FGPU_COMPUTE", SHARE).env("FGPU_LOG", "debug");
+            }
+            let output = cmd.output().map_err(|e| format!("launches: {e}"))?;
+            let stdout = String::from_utf8_lossy(&output.stdout);
+            let stderr = String::from_utf8_lossy(&output.stderr);
+            if !output.status.success() {
+                return Err(format!(
+                    "launches failed ({}):\n{stdout}{stderr}",
+                    output.status
+                ));
+            }
+            if side == 2 && !stderr.contains(&format!("compute share {SHARE}")) {
+                return Err(format!("launches with FGPU_COMPUTE={SHARE}: the limiter did not say it was in effect:\n{stderr}"));
+            }
+            let f = fields(stdout.trim());
+            check_total(f("total_mem")?, side > 0, "launches")?;
+            let n = f("launches")? as f64;
+            let pair = match side {
+                0 => &mut out.control,
+                1 => &mut out.plain,
+                _ => &mut out.shared,
+            };
+            pair.push(false, f("direct_cpu_ns")? as f64 / n);
+            pair.push(true, f("hooked_cpu_ns")? as f64 / n);
+            whole[side] = f("cpu_ns")? as f64 / (2.0 * n);
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+        out.processes.push(false, whole[0]);
+        out.processes.push(true, whole[2]);
+    }
+    Ok(out)
+}
+
 fn median(v: &[f64]) -> f64 {
     quantile(v, 0.5)
 }
@@ -947,6 +1043,32 @@ fn run(plan: &'static Plan, release_dir: &Path, options: &Options) -> Result<Rep
         kind,
         target,
     };
+    let mut launch_rows = Vec::new();
+    if !options.startup_only {
+        let launched = launches(&setup, plan)?;
+        let rows = [
+            ("launch_no_share_ns", "kernel launch, no compute share", launched.plain, Kind::AddedAtMost(TARGET_LAUNCH_ADDED_NS), "<= +50 ns"),
+            ("launch_under_share_ns", "kernel launch, under a 50% share", launched.shared, Kind::AddedAtMost(TARGET_LAUNCH_ADDED_NS), "<= +50 ns"),
+            ("launch_control_ns", "  same pair without the shim (info)", launched.control, Kind::Info, "-"),
+            ("launch_processes_ns", "  whole processes, share vs no shim (info)", launched.processes, Kind::Info, "-"),
+        ];
+        for (key, label, samples, kind, target) in rows {
+            launch_rows.push(metric(key, label, "ns", samples, kind, target));
+        }
+    }
+    if options.launches_only {
+        return Ok(Report {
+            plan: "kernel launches only",
+            date: utc_date(),
+            machine: machine(),
+            cpus,
+            metrics: launch_rows,
+            startup_quiet: true,
+            startup_faults: Vec::new(),
+            seconds: started.elapsed().as_secs_f64(),
+            load: (load_before, loadavg()),
+        });
+    }
     let mut metrics = Vec::new();
     if !options.startup_only {
         let (single, single_wall, baseline) = single(&setup, plan, options.pair_baseline.as_deref())?;
@@ -1076,6 +1198,7 @@ fn run(plan: &'static Plan, release_dir: &Path, options: &Options) -> Result<Rep
             "-",
         ));
     }
+    metrics.extend(launch_rows);
     let startup_faults = start
         .names
         .iter()

@@ -5,11 +5,12 @@
 //! 1. The root-owned file [`CONFIG_PATH`] (`key = value` lines; `#` starts a comment). It is
 //!    honoured only if owned by root and not writable by group or others. Images use it to
 //!    bake a cap in that the workload cannot raise.
-//! 2. The environment: `FGPU_LIMIT`, `FGPU_LEDGER`, `FGPU_LOG`. `FGPU_LIMIT` can lower the
-//!    file's cap, never raise it: per device the smaller of the two applies. When the file
-//!    sets a limit, `FGPU_LEDGER` is ignored: the file (or the default) names the ledger, so
-//!    no process can leave the container's shared cap for a ledger of its own. `FGPU_LOG`
-//!    replaces the file's `log`.
+//! 2. The environment: `FGPU_LIMIT`, `FGPU_COMPUTE`, `FGPU_LEDGER`, `FGPU_LOG`. `FGPU_LIMIT`
+//!    can lower the file's cap, never raise it: per device the smaller of the two applies;
+//!    `FGPU_COMPUTE` likewise for the file's compute share. When the file sets a limit or a
+//!    compute share, `FGPU_LEDGER` is ignored: the file (or the default) names the ledger,
+//!    so no process can leave the container's shared cap for a ledger of its own.
+//!    `FGPU_LOG` replaces the file's `log`.
 //!
 //! What decides what is granted (a limit, the ledger, the file itself) fails closed when it
 //! cannot be read. A log level does not decide anything: one that is not a level is ignored
@@ -18,6 +19,7 @@
 //!
 //! Reading is split from the OS ([`Sources`]) so the rules are unit-tested.
 
+use crate::compute::{parse_share, ShareSpec};
 use crate::limit::{parse_limit, AmbiguousKey, LimitError, LimitSpec};
 use crate::log::Level;
 use std::path::PathBuf;
@@ -67,6 +69,7 @@ impl LedgerOrigin {
 }
 
 pub const ENV_LIMIT: &str = "FGPU_LIMIT";
+pub const ENV_COMPUTE: &str = "FGPU_COMPUTE";
 pub const ENV_LEDGER: &str = "FGPU_LEDGER";
 pub const ENV_LOG: &str = "FGPU_LOG";
 
@@ -76,7 +79,11 @@ pub enum ConfigError {
     BadLimitEnv { var: &'static str, value: String, reason: LimitError },
     #[error("{path}:{line}: limit {value:?} is not valid: {reason}")]
     BadLimitFile { path: String, line: usize, value: String, reason: LimitError },
-    #[error("{path}:{line}: {text:?} is not a `key = value` line with key limit, ledger or log")]
+    #[error("{var}={value:?} is not a valid compute share: {reason}")]
+    BadComputeEnv { var: &'static str, value: String, reason: LimitError },
+    #[error("{path}:{line}: compute {value:?} is not valid: {reason}")]
+    BadComputeFile { path: String, line: usize, value: String, reason: LimitError },
+    #[error("{path}:{line}: {text:?} is not a `key = value` line with key limit, compute, ledger or log")]
     BadLine { path: String, line: usize, text: String },
     #[error("{path} is not owned by root or is writable by group/others; refusing to trust its cap (fix: chown root:root and chmod 644)")]
     Untrusted { path: String },
@@ -102,6 +109,9 @@ pub enum LimitSource {
 pub struct Config {
     pub file_limit: Option<LimitSpec>,
     pub env_limit: Option<LimitSpec>,
+    /// The compute share (`compute =` in the file, `FGPU_COMPUTE`); see `compute.rs`.
+    pub file_compute: Option<ShareSpec>,
+    pub env_compute: Option<ShareSpec>,
     /// The ledger this process uses, and what named it. Everything that shows a ledger
     /// (`fgpu status`, `doctor`, the exporter) takes it from here, as the shim does.
     pub ledger: PathBuf,
@@ -113,9 +123,31 @@ pub struct Config {
 }
 
 impl Config {
-    /// Whether any cap is configured at all. Without one the shim stays out of the way.
+    /// Whether a memory cap is configured.
     pub fn is_capped(&self) -> bool {
         self.file_limit.is_some() || self.env_limit.is_some()
+    }
+
+    /// Whether a compute share is configured.
+    pub fn has_compute(&self) -> bool {
+        self.file_compute.is_some() || self.env_compute.is_some()
+    }
+
+    /// Whether the shim has anything to do: a memory cap or a compute share. Without either
+    /// it stays out of the way.
+    pub fn is_active(&self) -> bool {
+        self.is_capped() || self.has_compute()
+    }
+
+    /// The compute share for one device, in parts per million of its time: the smaller of
+    /// the file's and the environment's; `None` when neither names the device.
+    pub fn share_for(&self, uuid: &str) -> Option<u64> {
+        let file = self.file_compute.as_ref().and_then(|s| s.share_for(uuid));
+        let env = self.env_compute.as_ref().and_then(|s| s.share_for(uuid));
+        match (file, env) {
+            (Some(f), Some(e)) => Some(f.min(e)),
+            (f, e) => f.or(e),
+        }
     }
 
     pub fn limit_source(&self) -> Option<LimitSource> {
@@ -143,9 +175,14 @@ impl Config {
     /// `devices` is only called when some key is a prefix; its error says why the list
     /// cannot be had, and makes such a key an error too.
     pub fn check_device_keys(&self, devices: impl FnOnce() -> Result<Vec<String>, String>) -> Result<(), ConfigError> {
-        let limits = [(&self.file_limit, CONFIG_PATH), (&self.env_limit, ENV_LIMIT)];
+        let limits = [
+            (self.file_limit.as_ref(), CONFIG_PATH),
+            (self.env_limit.as_ref(), ENV_LIMIT),
+            (self.file_compute.as_ref().map(|s| &s.spec), CONFIG_PATH),
+            (self.env_compute.as_ref().map(|s| &s.spec), ENV_COMPUTE),
+        ];
         let with_prefixes: Vec<(&LimitSpec, &str)> =
-            limits.iter().filter_map(|(spec, name)| spec.as_ref().map(|s| (s, *name))).filter(|(s, _)| s.has_prefix_keys()).collect();
+            limits.iter().filter_map(|(spec, name)| spec.map(|s| (s, *name))).filter(|(s, _)| s.has_prefix_keys()).collect();
         if with_prefixes.is_empty() {
             return Ok(());
         }
@@ -179,6 +216,8 @@ impl Config {
         let mut config = Config {
             file_limit: None,
             env_limit: None,
+            file_compute: None,
+            env_compute: None,
             ledger: default_ledger(sources.euid()),
             ledger_origin: LedgerOrigin::Default,
             log: Level::Warn,
@@ -201,10 +240,14 @@ impl Config {
             })?;
             config.env_limit = Some(spec);
         }
-        // A cap baked into the file also fixes the ledger: a workload that could name its own
-        // ledger would get a fresh, empty share of the cap and escape the container's.
+        if let Some(value) = sources.env(ENV_COMPUTE) {
+            let spec = parse_share(&value).map_err(|reason| ConfigError::BadComputeEnv { var: ENV_COMPUTE, value: value.clone(), reason })?;
+            config.env_compute = Some(spec);
+        }
+        // A cap or share baked into the file also fixes the ledger: a workload that could name
+        // its own ledger would get a fresh, empty share of the cap and escape the container's.
         if let Some(value) = sources.env(ENV_LEDGER) {
-            if !value.is_empty() && config.file_limit.is_none() {
+            if !value.is_empty() && config.file_limit.is_none() && config.file_compute.is_none() {
                 config.ledger = PathBuf::from(value);
                 config.ledger_origin = LedgerOrigin::Env;
             }
@@ -258,6 +301,15 @@ fn apply_file(config: &mut Config, path: &str, text: &str, bad_logs: &mut Vec<St
                     reason,
                 })?;
                 config.file_limit = Some(spec);
+            }
+            "compute" => {
+                let spec = parse_share(value).map_err(|reason| ConfigError::BadComputeFile {
+                    path: path.to_string(),
+                    line: index + 1,
+                    value: value.to_string(),
+                    reason,
+                })?;
+                config.file_compute = Some(spec);
             }
             "ledger" if !value.is_empty() => {
                 config.ledger = PathBuf::from(value);
@@ -458,6 +510,41 @@ mod tests {
         load(&[(ENV_LIMIT, "GPU-f350df69-dd23-9511-0000-000000000001=2G")], None).unwrap().check_device_keys(never).unwrap();
         let err = load(&[(ENV_LIMIT, "GPU-f3=2G,*=1G")], None).unwrap().check_device_keys(|| Err("NVML cannot be loaded".into())).unwrap_err();
         assert!(matches!(&err, ConfigError::UncheckedKey { key, .. } if key == "GPU-f3"), "{err}");
+    }
+
+    #[test]
+    fn a_compute_share_from_the_file_and_the_environment() {
+        let file = Some(("compute = 50%\nledger = /var/lib/fgpu/ledger\n", true));
+        let config = load(&[], file).unwrap();
+        assert!(config.has_compute() && config.is_active() && !config.is_capped());
+        assert_eq!(config.share_for("GPU-1"), Some(500_000));
+        // The environment lowers, never raises; per device the smaller applies.
+        assert_eq!(load(&[(ENV_COMPUTE, "30%")], file).unwrap().share_for("GPU-1"), Some(300_000));
+        assert_eq!(load(&[(ENV_COMPUTE, "90%")], file).unwrap().share_for("GPU-1"), Some(500_000));
+        let mixed = load(&[(ENV_COMPUTE, "GPU-1=10%")], file).unwrap();
+        assert_eq!((mixed.share_for("GPU-1"), mixed.share_for("GPU-2")), (Some(100_000), Some(500_000)));
+        // FGPU_COMPUTE alone turns the shim on; a share in the file pins the ledger.
+        let alone = load(&[(ENV_COMPUTE, "25%")], None).unwrap();
+        assert!(alone.is_active() && !alone.is_capped());
+        assert_eq!(alone.share_for("MIG-abc"), Some(250_000));
+        let pinned = load(&[(ENV_LEDGER, "/tmp/mine")], Some(("compute = 50%", true))).unwrap();
+        assert_eq!(pinned.ledger_origin, LedgerOrigin::Default);
+        assert!(!load(&[], None).unwrap().is_active());
+    }
+
+    #[test]
+    fn a_bad_compute_share_fails_closed_naming_it() {
+        let err = load(&[(ENV_COMPUTE, "30")], None).unwrap_err();
+        assert_eq!(err.to_string(), r#"FGPU_COMPUTE="30" is not a valid compute share: "30" is not a share of the GPU's time: write a percentage such as 30%"#);
+        let err = load(&[(ENV_COMPUTE, "150%")], None).unwrap_err();
+        assert!(err.to_string().starts_with(r#"FGPU_COMPUTE="150%" is not a valid compute share"#), "{err}");
+        let err = load(&[], Some(("limit = 8G\ncompute = half\n", true))).unwrap_err();
+        assert!(matches!(err, ConfigError::BadComputeFile { line: 2, .. }), "{err}");
+        assert!(err.to_string().starts_with(r#"/etc/fgpu/fgpu.conf:2: compute "half" is not valid"#), "{err}");
+        // Ambiguous device keys are checked for the share as for the cap.
+        let gpus = || Ok(vec!["GPU-f350df69-dd23-9511-0000-000000000001".to_string(), "GPU-fb306127-4b39-44e9-0000-000000000004".to_string()]);
+        let err = load(&[(ENV_COMPUTE, "GPU-f=20%")], None).unwrap().check_device_keys(gpus).unwrap_err();
+        assert!(err.to_string().starts_with(r#"FGPU_COMPUTE: device key "GPU-f" is ambiguous"#), "{err}");
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! fgpu-core: the policy and the ledger of fgpu, with no driver in sight.
 //!
 //! * [`limit`]: what `FGPU_LIMIT` and the config file's `limit` mean.
+//! * [`compute`]: the compute share (`FGPU_COMPUTE`): its bucket, chunks and NVML samples.
 //! * [`config`]: where a process's cap, ledger and log level come from.
 //! * [`ledger`]: the shared-memory record of who holds what, per GPU.
 //! * [`pidns`]: PID namespaces and host PIDs.
@@ -12,6 +13,7 @@
 
 #![deny(unsafe_code)]
 
+pub mod compute;
 pub mod config;
 #[cfg(feature = "crash-points")]
 pub mod crash;

@@ -43,6 +43,8 @@ pub enum LimitError {
     BadKey(String),
     #[error("device {0:?} is given twice")]
     DuplicateKey(String),
+    #[error("{0:?} is not a share of the GPU's time: write a percentage such as 30%")]
+    NotPercent(String),
 }
 
 /// An amount of device memory, absolute or relative to the device's physical memory.
@@ -95,6 +97,12 @@ impl LimitSpec {
             .map(|i| self.per_device[i].1)
             .or(self.default)
             .map(|amount| amount.resolve(total))
+    }
+
+    /// The amount as written for the device with this UUID string (the longest matching
+    /// key, else `*`), or `None` when this spec does not name that device.
+    pub fn amount_for(&self, uuid: &str) -> Option<Amount> {
+        self.deciding_entry(uuid).map(|i| self.per_device[i].1).or(self.default)
     }
 
     /// The index of the per-device entry that decides for `uuid`: the longest matching key.

@@ -10,6 +10,7 @@ use std::path::PathBuf;
 const ROOT_HELP: &str = "\
 Examples:
   fgpu run --limit 8G -- python train.py      run a job capped at 8 GiB per GPU
+  fgpu run --compute 30% -- python train.py   ... held to 30 % of each GPU's time
   fgpu status                                 who holds what under the cap in effect here
   sudo fgpu status --all                      every capped process on the machine
   fgpu doctor                                 why a cap does or does not apply here
@@ -52,6 +53,7 @@ Examples:
   fgpu run --limit 50% -- ./simulate --steps 1000
   fgpu run --limit 4G --device GPU-1a2b3c4d=16G -- torchrun --nproc-per-node 2 train.py
   fgpu run --limit 8G --ledger /shared/team-a.ledger -- ./job    (share one cap across runs)
+  fgpu run --limit 8G --compute 30% -- python train.py   (8 GiB and 30 % of each GPU's time)
 
 The command and every process it starts share one cap: each `fgpu run` gets a fresh
 ledger of its own (a private directory under $XDG_RUNTIME_DIR or $TMPDIR), removed when
@@ -65,11 +67,11 @@ Exit status: the command's. If it is killed by a signal, fgpu kills itself with 
 signal (a shell then reports 128+N). 125: fgpu itself failed; 126: the command cannot be
 executed; 127: the command was not found; 2: usage error.";
 
-/// Run a command with its GPU memory capped.
+/// Run a command with its GPU memory capped, its share of GPU time, or both.
 #[derive(Debug, Args)]
 #[command(after_help = RUN_HELP)]
-// At least one of --limit and --device; the usage line shows the choice.
-#[command(group(ArgGroup::new("cap").required(true).multiple(true).args(["limit", "device"])))]
+// At least one of --limit, --device and --compute; the usage line shows the choice.
+#[command(group(ArgGroup::new("cap").required(true).multiple(true).args(["limit", "device", "compute"])))]
 pub struct RunArgs {
     /// The cap for every GPU: a size (8G, 512M, 8GiB, 8589934592), a percentage of each
     /// GPU's memory (50%), or per device (GPU-1a2b=8G,*=4G). Sizes are binary: 8G = 8 GiB.
@@ -80,6 +82,12 @@ pub struct RunArgs {
     /// Overrides --limit for that GPU.
     #[arg(long, short = 'd', value_name = "UUID=SIZE", value_parser = parse_device_arg)]
     pub device: Vec<DeviceArg>,
+
+    /// The share of each GPU's time the command's kernels may occupy, together: a
+    /// percentage (30%), or per device (GPU-1a2b=30%,*=50%). A ceiling: it holds whether
+    /// or not others wait for the GPU. Sets FGPU_COMPUTE.
+    #[arg(long, short = 'c', value_name = "SHARE", value_parser = parse_compute_arg)]
+    pub compute: Option<LimitArg>,
 
     /// Share this ledger file instead of a fresh private one: every run naming the same
     /// file shares one cap. The file is kept when the command ends.
@@ -109,6 +117,11 @@ pub struct DeviceArg {
 
 fn parse_limit_arg(text: &str) -> Result<LimitArg, String> {
     parse_limit(text).map_err(|e| e.to_string())?;
+    Ok(LimitArg { text: text.trim().to_string() })
+}
+
+fn parse_compute_arg(text: &str) -> Result<LimitArg, String> {
+    fgpu_core::compute::parse_share(text).map_err(|e| e.to_string())?;
     Ok(LimitArg { text: text.trim().to_string() })
 }
 
@@ -491,10 +504,20 @@ mod tests {
     }
 
     #[test]
-    fn run_usage_shows_limit_or_device() {
+    fn run_usage_shows_limit_device_or_compute() {
         let mut cli = Cli::command();
         let usage = cli.find_subcommand_mut("run").unwrap().render_usage().to_string();
-        assert!(usage.contains("<--limit <LIMIT>|--device <UUID=SIZE>>"), "{usage}");
+        assert!(usage.contains("<--limit <LIMIT>|--device <UUID=SIZE>|--compute <SHARE>>"), "{usage}");
+    }
+
+    #[test]
+    fn compute_takes_a_share_and_names_a_bad_one() {
+        let cli = parse(&["run", "--compute", "30%", "--", "true"]).unwrap();
+        let Command::Run(run) = cli.command else { panic!() };
+        assert_eq!(run.compute.unwrap().text, "30%");
+        assert!(run.limit.is_none());
+        let err = parse(&["run", "--compute", "8G", "--", "true"]).unwrap_err().to_string();
+        assert!(err.contains("--compute") && err.contains("not a share of the GPU's time"), "{err}");
     }
 
     #[test]

@@ -95,6 +95,20 @@ fn describe_amount(a: Amount) -> String {
     }
 }
 
+/// "30% of the GPU's time on every GPU".
+fn describe_share(share: &fgpu_core::compute::ShareSpec) -> String {
+    let spec = &share.spec;
+    let time = |a: Amount| match a {
+        Amount::Percent(p) => format!("{p}% of the GPU's time"),
+        Amount::Bytes(b) => format_bytes(b),
+    };
+    let mut parts: Vec<String> = spec.per_device.iter().zip(&spec.keys).map(|((_, a), key)| format!("{} on {key}", time(*a))).collect();
+    if let Some(d) = spec.default {
+        parts.push(format!("{} on every {}GPU", time(d), if spec.per_device.is_empty() { "" } else { "other " }));
+    }
+    parts.join(", ")
+}
+
 /// "8 GiB on every GPU", "16 GiB on gpu-1a2b, 4 GiB on every other GPU".
 pub fn describe_spec(spec: &LimitSpec) -> String {
     let mut parts: Vec<String> = spec.per_device.iter().zip(&spec.keys).map(|((_, a), key)| format!("{} on {key}", describe_amount(*a))).collect();
@@ -188,11 +202,17 @@ pub fn assess(f: &Facts) -> Vec<Finding> {
     }
     match &config {
         Err(e) => out.push(finding("cap", Level::Fail, format!("The cap is not valid, so none applies: {e}"), Some(config_advice(e)))),
-        Ok(config) if !config.is_capped() => out.push(finding(
+        Ok(config) if !config.is_active() => out.push(finding(
             "cap",
             Level::Fail,
-            format!("No cap is configured: FGPU_LIMIT is not set and {CONFIG_PATH} sets no limit."),
+            format!("No cap is configured: FGPU_LIMIT and FGPU_COMPUTE are not set and {CONFIG_PATH} sets no limit or compute share."),
             Some(format!("Use `fgpu run --limit 8G -- COMMAND`, or export FGPU_LIMIT=8G with the shim preloaded, or write `limit = 8G` to {CONFIG_PATH} (owned by root, mode 644).")),
+        )),
+        Ok(config) if !config.is_capped() => out.push(finding(
+            "cap",
+            if preloaded { Level::Info } else { Level::Fail },
+            format!("No memory cap is configured, only a compute share{}.", if preloaded { "" } else { ", and libfgpu.so is not preloaded here, so nothing enforces it" }),
+            None,
         )),
         Ok(config) => {
             let from = match config.limit_source() {
@@ -230,6 +250,17 @@ pub fn assess(f: &Facts) -> Vec<Finding> {
                     }
                 }
             }
+        }
+    }
+
+    // 3b. The compute share.
+    if let Ok(config) = &config {
+        let specs = [(&config.file_compute, CONFIG_PATH.to_string()), (&config.env_compute, "FGPU_COMPUTE in the environment".to_string())];
+        let given: Vec<String> = specs.iter().filter_map(|(spec, from)| spec.as_ref().map(|s| format!("{} (from {from})", describe_share(s)))).collect();
+        if !given.is_empty() {
+            let level = if preloaded { Level::Ok } else { Level::Fail };
+            let both = if given.len() == 2 { "; on each GPU the smaller applies" } else { "" };
+            out.push(finding("compute", level, format!("A compute share is configured: {}{both}. It is a ceiling on the part of each GPU's time the kernels of this ledger's processes occupy together (docs/compute.md).", given.join(" and ")), None));
         }
     }
 
@@ -559,7 +590,7 @@ mod tests {
             glibc: Some("2.36".into()),
             shim_trial: Some(Ok(())),
             preloads: vec![PreloadEntry { path: "/usr/lib/fgpu/libfgpu.so".into(), source: "LD_PRELOAD", exists: true, is_fgpu: true, interposes: false }],
-            config: Ok(Config { file_limit: None, env_limit: Some(parse_limit("8G").unwrap()), ledger: "/tmp/fgpu-0/ledger".into(), ledger_origin: fgpu_core::config::LedgerOrigin::Default, log: fgpu_core::log::Level::Warn, warnings: vec![] }),
+            config: Ok(Config { file_limit: None, env_limit: Some(parse_limit("8G").unwrap()), file_compute: None, env_compute: None, ledger: "/tmp/fgpu-0/ledger".into(), ledger_origin: fgpu_core::config::LedgerOrigin::Default, log: fgpu_core::log::Level::Warn, warnings: vec![] }),
             driver: Ok(DriverProbe {
                 cuda: LibraryProbe { loaded: true, cuda_version: Some(12080), device_count: Some(1), ..Default::default() },
                 nvml: LibraryProbe { loaded: true, driver_version: Some("570.1".into()), device_count: Some(1), ..Default::default() },
@@ -593,6 +624,20 @@ mod tests {
     }
 
     #[test]
+    fn a_compute_share_alone_is_a_configuration_and_is_described() {
+        let mut f = good_facts();
+        f.config = Ok(Config { env_limit: None, env_compute: Some(fgpu_core::compute::parse_share("30%").unwrap()), ..f.config.unwrap() });
+        assert!(fails(&f).is_empty(), "{:?}", fails(&f));
+        let all = assess(&f);
+        let compute = all.iter().find(|x| x.check == "compute").unwrap();
+        assert_eq!(compute.level, Level::Ok);
+        assert!(compute.message.contains("30% of the GPU's time on every GPU (from FGPU_COMPUTE in the environment)"), "{}", compute.message);
+        assert!(all.iter().any(|x| x.check == "cap" && x.message.contains("No memory cap is configured, only a compute share")));
+        f.preloads.clear();
+        assert!(fails(&f).iter().any(|(c, _)| *c == "compute"), "{:?}", fails(&f));
+    }
+
+    #[test]
     fn each_failure_is_named() {
         let mut f = good_facts();
         f.shim = Err(ShimError::NotFound(vec!["/a/libfgpu.so".into()]));
@@ -617,7 +662,7 @@ mod tests {
         assert!(failed.iter().any(|(c, m)| *c == "cap" && m.contains("does not apply")), "{failed:?}");
 
         let mut f = good_facts();
-        f.config = Ok(Config { file_limit: None, env_limit: None, ledger: "/x".into(), ledger_origin: fgpu_core::config::LedgerOrigin::Env, log: fgpu_core::log::Level::Warn, warnings: vec![] });
+        f.config = Ok(Config { file_limit: None, env_limit: None, file_compute: None, env_compute: None, ledger: "/x".into(), ledger_origin: fgpu_core::config::LedgerOrigin::Env, log: fgpu_core::log::Level::Warn, warnings: vec![] });
         assert!(fails(&f).iter().any(|(c, m)| *c == "cap" && m.contains("No cap")));
 
         let mut f = good_facts();

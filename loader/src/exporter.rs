@@ -19,8 +19,11 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::{Registry, Unit};
 use std::collections::HashMap;
+use std::sync::atomic::AtomicU64;
 
 type Labels = Vec<(String, String)>;
+type FloatGauge = Gauge<f64, AtomicU64>;
+type FloatCounter = Counter<f64, AtomicU64>;
 
 pub const OPENMETRICS_CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
@@ -61,6 +64,21 @@ fn counter(registry: &mut Registry, name: &str, help: &str) -> Family<Labels, Co
     family
 }
 
+fn float_gauge(registry: &mut Registry, name: &str, help: &str, unit: Option<Unit>) -> Family<Labels, FloatGauge> {
+    let family = Family::<Labels, FloatGauge>::default();
+    match unit {
+        Some(unit) => registry.register_with_unit(name, help, unit, family.clone()),
+        None => registry.register(name, help, family.clone()),
+    }
+    family
+}
+
+fn float_counter(registry: &mut Registry, name: &str, help: &str, unit: Unit) -> Family<Labels, FloatCounter> {
+    let family = Family::<Labels, FloatCounter>::default();
+    registry.register_with_unit(name, help, unit, family.clone());
+    family
+}
+
 fn as_i64(v: u64) -> i64 {
     i64::try_from(v).unwrap_or(i64::MAX)
 }
@@ -79,6 +97,10 @@ pub fn registry(report: &StatusReport, state: &mut ExporterState) -> Registry {
     let processes = gauge(&mut r, "fgpu_processes", "Live processes holding memory on the GPU", None);
     let process_used = gauge(&mut r, "fgpu_process_memory_used", "Memory one process holds on the GPU, its CUDA context included", Some(Unit::Bytes));
     let process_context = gauge(&mut r, "fgpu_process_context_memory", "The part of a process's memory that is its CUDA context", Some(Unit::Bytes));
+    let compute_share = float_gauge(&mut r, "fgpu_compute_share_ratio", "The ledger's compute share: the most of the GPU's time its kernels may occupy (0-1); absent when it has none", None);
+    let compute_used = float_gauge(&mut r, "fgpu_compute_used_ratio", "The part of the GPU's time the ledger's kernels took over the last 2 s, as its processes measured it (0-1)", None);
+    let compute_seconds = float_counter(&mut r, "fgpu_compute_used", "GPU time the ledger's kernels took, as measured", Unit::Seconds);
+    let compute_waited = float_counter(&mut r, "fgpu_compute_throttled", "Time launches of the ledger's processes waited for the compute share, all threads together", Unit::Seconds);
 
     for (ledger, label) in report.ledgers.iter().zip(ledger_labels(report)) {
         let base: Labels = vec![("ledger".into(), label.clone())];
@@ -98,6 +120,14 @@ pub fn registry(report: &StatusReport, state: &mut ExporterState) -> Registry {
             total.get_or_create(&labels).set(as_i64(d.total_bytes));
             refusals.get_or_create(&labels).inc_by(d.refusals);
             processes.get_or_create(&labels).set(d.processes as i64);
+            if let Some(share) = d.compute_share {
+                compute_share.get_or_create(&labels).set(share);
+                compute_seconds.get_or_create(&labels).inc_by(d.compute_seconds);
+                compute_waited.get_or_create(&labels).inc_by(d.compute_wait_seconds);
+                if let Some(used) = d.compute_used {
+                    compute_used.get_or_create(&labels).set(used);
+                }
+            }
             for p in &ledger.processes {
                 for pd in p.devices.iter().filter(|pd| pd.index == d.index) {
                     let mut labels = labels.clone();
@@ -192,6 +222,10 @@ mod tests {
                 total_bytes: 80 << 30,
                 refusals: 4,
                 processes: 1,
+                compute_share: Some(0.3),
+                compute_used: Some(0.295),
+                compute_seconds: 12.5,
+                compute_wait_seconds: 40.25,
             }],
             processes: vec![ProcessReport {
                 pid: Some(42),
@@ -217,6 +251,10 @@ mod tests {
         assert!(body.contains(r#"fgpu_memory_used_bytes{ledger="/tmp/.fgpu-ledger (8:1:10)",gpu="0",UUID="GPU-11111111-2222-3333-4444-555555555555"} 3221225472"#), "{body}");
         assert!(body.contains(r#"fgpu_allocation_refusals_total{ledger="/tmp/.fgpu-ledger (8:1:11)",gpu="0",UUID="GPU-11111111-2222-3333-4444-555555555555"} 4"#), "{body}");
         assert!(body.contains(r#"pid="42",host_pid="",name="py\"thon"} 3221225472"#), "{body}");
+        assert!(body.contains(r#"fgpu_compute_share_ratio{ledger="/tmp/.fgpu-ledger (8:1:10)",gpu="0",UUID="GPU-11111111-2222-3333-4444-555555555555"} 0.3"#), "{body}");
+        assert!(body.contains(r#"fgpu_compute_used_ratio{ledger="/tmp/.fgpu-ledger (8:1:10)",gpu="0",UUID="GPU-11111111-2222-3333-4444-555555555555"} 0.295"#), "{body}");
+        assert!(body.contains("# TYPE fgpu_compute_used_seconds_total counter"), "{body}");
+        assert!(body.contains(r#"fgpu_compute_throttled_seconds_total{ledger="/tmp/.fgpu-ledger (8:1:11)",gpu="0",UUID="GPU-11111111-2222-3333-4444-555555555555"} 40.25"#), "{body}");
         let om = encode(&registry(&report, &mut state), true);
         assert!(om.ends_with("# EOF\n"), "{om}");
         assert!(om.contains("# UNIT fgpu_memory_cap_bytes bytes"), "{om}");

@@ -5,7 +5,8 @@
 //! added; `schema` changes if one is removed or changes meaning.
 
 use crate::ledgers::Target;
-use fgpu_core::ledger::{Ledger, LedgerError, ProcessView, Snapshot};
+use fgpu_core::ledger::compute::ComputeView;
+use fgpu_core::ledger::{DeviceId, Ledger, LedgerError, ProcessView, Snapshot};
 use fgpu_core::limit::format_bytes;
 use serde::Serialize;
 use std::fmt::Write as _;
@@ -51,7 +52,7 @@ pub struct LedgerReport {
     pub reclaimed: Vec<ProcessReport>,
 }
 
-#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct DeviceReport {
     /// Index of the device in this ledger (not a CUDA or NVML index).
     pub index: usize,
@@ -65,6 +66,28 @@ pub struct DeviceReport {
     pub refusals: u64,
     /// Live processes holding memory on this device.
     pub processes: usize,
+    /// The ledger's compute share of this GPU's time (0..1), null when it has none.
+    pub compute_share: Option<f64>,
+    /// The share of the GPU's time the ledger's kernels took over the last measured window
+    /// (2 s, as measured by its processes through NVML or their events), null when nobody
+    /// measured lately.
+    pub compute_used: Option<f64>,
+    /// GPU time the ledger's kernels took in all, as measured (seconds).
+    pub compute_seconds: f64,
+    /// Time launches of the ledger's processes waited for the share, all threads (seconds).
+    pub compute_wait_seconds: f64,
+}
+
+impl DeviceReport {
+    /// Adds what the ledger holds of the device's compute share.
+    pub fn with_compute(mut self, view: &ComputeView) -> DeviceReport {
+        let ppm = fgpu_core::compute::PPM as f64;
+        self.compute_share = (view.share_ppm != 0).then(|| view.share_ppm as f64 / ppm);
+        self.compute_used = view.recent_ppm.map(|u| u as f64 / ppm);
+        self.compute_seconds = view.used_ns as f64 / 1e9;
+        self.compute_wait_seconds = view.waited_ns as f64 / 1e9;
+        self
+    }
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
@@ -153,6 +176,10 @@ impl LedgerReport {
                 total_bytes: d.total_memory,
                 refusals: d.refusals,
                 processes: live.iter().filter(|p| p.used.get(d.id.0).copied().unwrap_or(0) > 0).count(),
+                compute_share: None,
+                compute_used: None,
+                compute_seconds: 0.0,
+                compute_wait_seconds: 0.0,
             })
             .collect();
         report
@@ -170,6 +197,11 @@ pub fn read(target: &Target) -> LedgerReport {
             ledger.reclaim_dead(None);
             let after = ledger.snapshot(None);
             let mut report = LedgerReport::from_snapshots(target, &before, &after);
+            let now = fgpu_core::log::monotonic_ns();
+            report.devices = report.devices.into_iter().map(|d| {
+                let view = ledger.compute_view(DeviceId(d.index), now);
+                d.with_compute(&view)
+            }).collect();
             report.error = ledger.file_problem();
             report
         }
@@ -258,6 +290,17 @@ fn render_ledger(out: &mut String, l: &LedgerReport, width: usize) {
             format_bytes(d.peak_bytes),
             d.refusals
         );
+        if let Some(share) = d.compute_share {
+            let used = d.compute_used.map(|u| format!("{:.1}% of the GPU's time used (last 2 s)", u * 100.0)).unwrap_or_else(|| "use not measured lately".into());
+            let _ = writeln!(
+                out,
+                "    {} compute share {}: {used}, {:.1} s in all, launches waited {:.1} s",
+                bar((d.compute_used.unwrap_or(0.0) * 1e6) as u64, (share * 1e6) as u64, bar_width),
+                fgpu_core::compute::format_share((share * 1e6).round() as u64),
+                d.compute_seconds,
+                d.compute_wait_seconds
+            );
+        }
     }
     if l.processes.is_empty() {
         out.push_str("  No process is using the ledger.\n");

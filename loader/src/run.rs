@@ -3,7 +3,7 @@
 
 use crate::cli::{DeviceArg, LimitArg, RunArgs};
 use crate::shimpath;
-use fgpu_core::config::{ENV_LEDGER, ENV_LIMIT};
+use fgpu_core::config::{ENV_COMPUTE, ENV_LEDGER, ENV_LIMIT};
 use fgpu_core::ledger::Ledger;
 use fgpu_core::limit::parse_limit;
 use std::ffi::{OsStr, OsString};
@@ -26,12 +26,12 @@ pub enum Fate {
     Signaled(i32),
 }
 
-/// The value of `FGPU_LIMIT` for `--limit` and `--device` together. Device entries come
-/// first; `--limit`'s plain size becomes the `*` entry. Fails, naming the argument, when a
-/// device is given twice.
-pub fn limit_value(limit: Option<&LimitArg>, devices: &[DeviceArg]) -> Result<String, String> {
+/// The value of `FGPU_LIMIT` for `--limit` and `--device` together (`None`: neither was
+/// given, as with `--compute` alone). Device entries come first; `--limit`'s plain size
+/// becomes the `*` entry. Fails, naming the argument, when a device is given twice.
+pub fn limit_value(limit: Option<&LimitArg>, devices: &[DeviceArg]) -> Result<Option<String>, String> {
     if devices.is_empty() {
-        return limit.map(|l| l.text.clone()).ok_or_else(|| "--limit or --device is required".to_string());
+        return Ok(limit.map(|l| l.text.clone()));
     }
     let mut entries: Vec<String> = devices.iter().map(|d| format!("{}={}", d.key, d.amount)).collect();
     if let Some(limit) = limit {
@@ -43,7 +43,7 @@ pub fn limit_value(limit: Option<&LimitArg>, devices: &[DeviceArg]) -> Result<St
     }
     let value = entries.join(",");
     parse_limit(&value).map_err(|e| format!("--device and --limit together give FGPU_LIMIT={value:?}, which is not valid: {e}"))?;
-    Ok(value)
+    Ok(Some(value))
 }
 
 /// `LD_PRELOAD` for the child: the shim first, then what was there, minus other copies of
@@ -273,8 +273,13 @@ pub fn run(args: RunArgs) -> i32 {
     command
         .args(rest)
         .env("LD_PRELOAD", preload_value(&shim, std::env::var_os("LD_PRELOAD").as_deref()))
-        .env(ENV_LIMIT, &limit)
         .env(ENV_LEDGER, &ledger);
+    if let Some(limit) = &limit {
+        command.env(ENV_LIMIT, limit);
+    }
+    if let Some(compute) = &args.compute {
+        command.env(ENV_COMPUTE, &compute.text);
+    }
 
     crate::signals::install_forwarding();
     let mut child = match command.spawn() {
@@ -323,13 +328,13 @@ mod tests {
 
     #[test]
     fn limit_and_devices_combine() {
-        assert_eq!(limit_value(Some(&limit("8G")), &[]).unwrap(), "8G");
-        assert_eq!(limit_value(Some(&limit("8G")), &[device("GPU-1a", "16G")]).unwrap(), "GPU-1a=16G,*=8G");
-        assert_eq!(limit_value(None, &[device("GPU-1a", "16G"), device("GPU-2b", "50%")]).unwrap(), "GPU-1a=16G,GPU-2b=50%");
-        assert_eq!(limit_value(Some(&limit("GPU-3=1G,*=2G")), &[device("GPU-1a", "16G")]).unwrap(), "GPU-1a=16G,GPU-3=1G,*=2G");
+        assert_eq!(limit_value(Some(&limit("8G")), &[]).unwrap().unwrap(), "8G");
+        assert_eq!(limit_value(Some(&limit("8G")), &[device("GPU-1a", "16G")]).unwrap().unwrap(), "GPU-1a=16G,*=8G");
+        assert_eq!(limit_value(None, &[device("GPU-1a", "16G"), device("GPU-2b", "50%")]).unwrap().unwrap(), "GPU-1a=16G,GPU-2b=50%");
+        assert_eq!(limit_value(Some(&limit("GPU-3=1G,*=2G")), &[device("GPU-1a", "16G")]).unwrap().unwrap(), "GPU-1a=16G,GPU-3=1G,*=2G");
         let err = limit_value(Some(&limit("GPU-1a=1G")), &[device("GPU-1a", "16G")]).unwrap_err();
         assert!(err.contains("--device") && err.contains("given twice"), "{err}");
-        assert!(limit_value(None, &[]).is_err());
+        assert_eq!(limit_value(None, &[]), Ok(None), "--compute alone sets no memory cap");
     }
 
     #[test]

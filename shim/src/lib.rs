@@ -9,6 +9,8 @@
 //! * [`real`]: finds the real driver functions without going through our own hooks.
 //! * [`state`]: this process's configuration, ledger slot and devices.
 //! * [`host_pid`]: this process's host PID, from the kernel or the host's `fgpu service`.
+//! * [`compute`]: the compute share: launches admitted in chunks against the ledger's bucket,
+//!   measured by NVML or by the process's own events.
 //! * [`config`]: the configuration as the shim takes it (device keys checked against NVML).
 //! * [`allocs`]: its live allocations, found again at free time without a lock.
 //! * [`counted_pool`]: driver-side pools (stream-ordered, graph) counted as what they reserve.
@@ -28,6 +30,7 @@
 
 pub mod abi;
 pub mod allocs;
+pub mod compute;
 pub mod config;
 pub mod counted_pool;
 pub mod hooks;

@@ -73,7 +73,7 @@ macro_rules! symbols {
     };
 }
 
-use crate::hooks::{alloc, array, context, dlsym as dl, graph, info, module, nvml, pool, procaddr, vmm};
+use crate::hooks::{alloc, array, context, dlsym as dl, graph, info, launch, module, nvml, pool, procaddr, vmm};
 
 symbols! {
     hooked {
@@ -141,6 +141,12 @@ symbols! {
         Cuda cuModuleLoadFatBinary => module::cuModuleLoadFatBinary;
         Cuda cuLibraryLoadData => module::cuLibraryLoadData;
         Cuda cuLibraryLoadFromFile => module::cuLibraryLoadFromFile;
+        Cuda cuLaunchKernel => launch::cuLaunchKernel;
+        Cuda cuLaunchKernel_ptsz => launch::cuLaunchKernel_ptsz;
+        Cuda cuLaunchKernelEx => launch::cuLaunchKernelEx;
+        Cuda cuLaunchKernelEx_ptsz => launch::cuLaunchKernelEx_ptsz;
+        Cuda cuLaunchCooperativeKernel => launch::cuLaunchCooperativeKernel;
+        Cuda cuLaunchCooperativeKernel_ptsz => launch::cuLaunchCooperativeKernel_ptsz;
         Nvml nvmlDeviceGetMemoryInfo => nvml::nvmlDeviceGetMemoryInfo;
         Nvml nvmlDeviceGetMemoryInfo_v2 => nvml::nvmlDeviceGetMemoryInfo_v2;
         Nvml nvmlDeviceGetComputeRunningProcesses => nvml::nvmlDeviceGetComputeRunningProcesses;
@@ -174,6 +180,18 @@ symbols! {
         Cuda cuGraphGetNodes;
         Cuda cuGraphNodeGetType;
         Cuda cuGraphMemAllocNodeGetParams;
+        Cuda cuCtxGetCurrent;
+        Cuda cuEventCreate;
+        Cuda cuEventRecord;
+        Cuda cuEventRecord_ptsz;
+        Cuda cuEventQuery;
+        Cuda cuEventElapsedTime;
+        Cuda cuEventElapsedTime_v2;
+        Cuda cuEventDestroy;
+        Cuda cuEventDestroy_v2;
+        Cuda cuStreamIsCapturing;
+        Cuda cuStreamIsCapturing_ptsz;
+        Cuda cuThreadExchangeStreamCaptureMode;
         Nvml nvmlInit_v2;
         Nvml nvmlDeviceGetCount_v2;
         Nvml nvmlDeviceGetHandleByIndex_v2;
@@ -318,7 +336,7 @@ macro_rules! prototypes {
 #[allow(non_camel_case_types)]
 pub mod proto {
     use crate::abi::cuda::{CUdevice, CUgraph, CUgraphNode, CUresult};
-    use crate::abi::nvml::{NvmlDevice, NvmlMemory, NvmlReturn};
+    use crate::abi::nvml::{NvmlDevice, NvmlMemory, NvmlProcessUtilizationSample, NvmlReturn};
     use std::ffi::c_uint;
 
     prototypes! {
@@ -332,6 +350,10 @@ pub mod proto {
         cuGraphGetNodes: fn(CUgraph, *mut CUgraphNode, *mut usize) -> CUresult;
         /// `nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory)`.
         nvmlDeviceGetMemoryInfo: fn(NvmlDevice, *mut NvmlMemory) -> NvmlReturn;
+        /// `nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device,
+        /// nvmlProcessUtilizationSample_t *utilization, unsigned int *processSamplesCount,
+        /// unsigned long long lastSeenTimeStamp)`.
+        nvmlDeviceGetProcessUtilization: fn(NvmlDevice, *mut NvmlProcessUtilizationSample, *mut c_uint, u64) -> NvmlReturn;
     }
 }
 

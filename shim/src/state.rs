@@ -75,8 +75,8 @@ fn build() -> Mode {
         }
     };
     log::set_level(config.log);
-    if !config.is_capped() {
-        log_at!(Level::Debug, "no cap configured (FGPU_LIMIT unset, no limit in {}); not capping", fgpu_core::config::CONFIG_PATH);
+    if !config.is_active() {
+        log_at!(Level::Debug, "no cap configured (FGPU_LIMIT and FGPU_COMPUTE unset, no limit or compute in {}); not capping", fgpu_core::config::CONFIG_PATH);
         return Mode::Off;
     }
     match Ledger::open(&config.ledger, config.ledger_origin.sharing()) {

@@ -24,6 +24,8 @@ Tunables (environment, defaults in brackets):
   FGPU_GPU_VIA [auto]         cuda-bindings | torch | cupy for the hold workloads
   FGPU_GPU_LOG [warn]         FGPU_LOG of the hooked processes
   FGPU_GPU_MONITOR [auto]     auto (pynvml, else nvidia-smi) | nvidia-smi
+  FGPU_GPU_COMPUTE_TOL [5]    points around a compute share
+  FGPU_GPU_COMPUTE_WINDOW_S [10]  the window the compute shares are measured over
 """
 
 import argparse
@@ -623,6 +625,68 @@ def check_overhead_nvidia_smi(c):
     c.summary = "nvidia-smi median %.3f s vs %.3f s, ratio %.3f" % (on, off, on / off)
 
 
+# --------------------------------------------------------------------------------
+# compute share
+# --------------------------------------------------------------------------------
+def compute_window(c, jobs):
+    """Starts `jobs` [(label, share or None for unhooked, graphs)], waits until all run,
+    lets them settle, and measures each one's share of the GPU's time over the window
+    from NVML's per-process samples, read by this unhooked process."""
+    need("torch")
+    tol = env_float("FGPU_GPU_COMPUTE_TOL", 5)
+    window = env_float("FGPU_GPU_COMPUTE_WINDOW_S", 10)
+    mon = c.monitor()
+    if mon.nv is None:
+        raise Skip("the compute checks need pynvml (NVML's per-process samples)")
+    seconds = window + 5
+    children = []
+    for label, share, graphs in jobs:
+        args = ["--seconds", seconds] + (["--graphs"] if graphs else [])
+        extra = {"FGPU_COMPUTE": share} if share else None
+        children.append(c.spawn(label, "wl_torch_compute.py", args, extra=extra, hooked=share is not None))
+    for ch in children:
+        ch.expect_hold(c.step(60), "running")
+    time.sleep(2.0)
+    t0 = time.time()
+    time.sleep(window)
+    t1 = time.time()
+    time.sleep(1.0)  # the last period's samples
+    shares, periods = mon.process_utilisation([ch.pid for ch in children], t0 * 1e6, t1 * 1e6)
+    results = [ch.finish(c.step(seconds + 10)) for ch in children]
+    c.fig("window_s", round(t1 - t0, 2))
+    c.fig("sample_periods", periods)
+    if periods < 5:
+        raise CheckError("NVML gave %d sample periods in a %.0f s window" % (periods, window))
+    if all(shares[ch.pid] == 0 for ch in children):
+        raise CheckError("NVML's samples name none of the workloads' PIDs (another PID namespace?)")
+    out = {}
+    for (label, share, graphs), ch, res in zip(jobs, children, results):
+        got = shares[ch.pid] or 0.0
+        out[label] = got
+        c.fig("%s_percent" % label, got)
+        c.fig("%s_iterations" % label, (res or {}).get("iterations"))
+        c.crit("%s-ran" % label, bool(res) and "error" not in res and res.get("iterations", 0) > 0,
+               "%s: %s" % (label, (res or {}).get("error") or "%s iterations" % (res or {}).get("iterations")))
+    return out, tol
+
+
+def check_compute_torch(c):
+    out, tol = compute_window(c, [("A", "30%", False), ("B", "70%", False)])
+    for label, want in (("A", 30.0), ("B", 70.0)):
+        c.crit("%s-at-%d" % (label, want), abs(out[label] - want) <= tol,
+               "%s took %.1f %% of the GPU's time, its share is %d %% (+-%g)" % (label, out[label], want, tol))
+    c.summary = "30 %% job %.1f %%, 70 %% job %.1f %%" % (out["A"], out["B"])
+
+
+def check_compute_graphs(c):
+    out, tol = compute_window(c, [("graphs", "30%", True), ("uncapped", None, False)])
+    c.crit("graphs-at-30", abs(out["graphs"] - 30.0) <= tol,
+           "the job replaying CUDA graphs took %.1f %% of the GPU's time, its share is 30 %% (+-%g)" % (out["graphs"], tol))
+    c.crit("uncapped-at-least-65", out["uncapped"] >= 65.0 - tol,
+           "the unhooked job beside it took %.1f %% (at least 65 - %g)" % (out["uncapped"], tol))
+    c.summary = "graphs job %.1f %%, uncapped job %.1f %%" % (out["graphs"], out["uncapped"])
+
+
 CHECKS = {
     "nvidia-smi": check_nvidia_smi,
     "torch-default": make_torch_check(None),
@@ -634,6 +698,8 @@ CHECKS = {
     "two-process": check_two_process,
     "overhead-torch": check_overhead_torch,
     "overhead-nvidia-smi": check_overhead_nvidia_smi,
+    "compute-torch": check_compute_torch,
+    "compute-graphs": check_compute_graphs,
 }
 
 

@@ -158,6 +158,28 @@ class Monitor:
         return {"mib": round(delta, 1), "source": "nvml-device-delta",
                 "device_delta_mib": round(delta, 1), "nvml_process_count": len(procs)}
 
+    def process_utilisation(self, pids, from_us, to_us):
+        """Mean smUtil (percent of the GPU's time) per PID over the NVML sample periods
+        stamped in (from_us, to_us]: nvmlDeviceGetProcessUtilization with lastSeenTimeStamp
+        = from_us. A period in which a PID has no sample counts 0 for it (NVML reports only
+        processes that ran). Returns ({pid: percent}, periods); needs pynvml."""
+        if self.nv is None:
+            raise CheckError("the compute checks read NVML's per-process samples and need pynvml (nvidia-ml-py)")
+        try:
+            samples = self.nv.nvmlDeviceGetProcessUtilization(self.handle, int(from_us))
+        except self.nv.NVMLError as e:
+            if "Not Found" in str(e):
+                samples = []
+            else:
+                raise CheckError("nvmlDeviceGetProcessUtilization: %s" % e)
+        kept = [s for s in samples if from_us < s.timeStamp <= to_us]
+        periods = len({s.timeStamp for s in kept})
+        sums = {pid: 0.0 for pid in pids}
+        for s in kept:
+            if int(s.pid) in sums:
+                sums[int(s.pid)] += s.smUtil
+        return ({pid: (total / periods if periods else None) for pid, total in sums.items()}, periods)
+
     def wait_idle(self, idle_used, timeout=10.0, slack=64.0):
         """Wait until earlier checks' memory is gone; returns the baseline used MiB."""
         end = time.time() + timeout

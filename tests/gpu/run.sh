@@ -12,7 +12,7 @@
 # Writes the report to docs/gpu-validation.md and, when $OUT is set, $OUT/gpu-report.md.
 #
 # Environment: FGPU_LIB (target/release/libfgpu.so), FGPU_BIN (target/release/fgpu),
-# FGPU_GPU_CAP (8G), FGPU_GPU_BUDGET_S (440: whole run), PYTHON (python3), and the
+# FGPU_GPU_CAP (8G), FGPU_GPU_BUDGET_S (540: whole run), PYTHON (python3), and the
 # FGPU_GPU_* tunables described in tests/gpu/check.py.
 set -u -o pipefail
 
@@ -43,7 +43,7 @@ PY="${PYTHON:-python3}"
 LIB="${FGPU_LIB:-target/release/libfgpu.so}"
 BIN="${FGPU_BIN:-target/release/fgpu}"
 CAP="${FGPU_GPU_CAP:-8G}"
-BUDGET="${FGPU_GPU_BUDGET_S:-440}"
+BUDGET="${FGPU_GPU_BUDGET_S:-540}"
 REPORT="${FGPU_GPU_REPORT:-docs/gpu-validation.md}"
 
 # name:seconds, in the order they run. The seconds are each check's own limit; the
@@ -59,6 +59,8 @@ CHECKS=(
   two-process:60
   overhead-nvidia-smi:60
   overhead-torch:150
+  compute-torch:45
+  compute-graphs:45
 )
 
 describe() {
@@ -73,6 +75,8 @@ describe() {
     two-process) echo "two processes share one ledger; after kill -9 of A, B takes its share" ;;
     overhead-nvidia-smi) echo "nvidia-smi start-up time with and without the shim (medians, ratio)" ;;
     overhead-torch) echo "fixed PyTorch workload (matmuls + allocation loop) with and without the shim (medians, ratio)" ;;
+    compute-torch) echo "two PyTorch matmul loops in two jobs capped at FGPU_COMPUTE=30% and 70%: NVML's per-process samples say 30 and 70 (+-5)" ;;
+    compute-graphs) echo "a PyTorch job replaying CUDA graphs at FGPU_COMPUTE=30% beside an unhooked matmul loop: 30 (+-5) and at least 60" ;;
   esac
 }
 
@@ -182,7 +186,7 @@ print(next(l.split()[-1] for l in open("/proc/self/maps") if re.search(r"/libm[.
     vars=(PATH="$(pwd)/$HERE/selftest/bin:$PATH" PYTHONPATH="$(pwd)/$HERE/selftest/py"
       FAKEGPU_STATE="$WORK/fakegpu-$mode.json" FGPU_LIB="$stand_in" FGPU_BIN=/nonexistent
       FGPU_GPU_REPORT="$WORK/report-$mode.md" FGPU_GPU_RUNS=3 FGPU_GPU_SMI_RUNS=3 FGPU_GPU_ALLOCS=100
-      FGPU_GPU_WORK_TOL=1 FGPU_GPU_WALL_TOL=1 FGPU_GPU_SMI_TOL=1)
+      FGPU_GPU_WORK_TOL=1 FGPU_GPU_WALL_TOL=1 FGPU_GPU_SMI_TOL=1 FGPU_GPU_COMPUTE_WINDOW_S=3)
     [ "$mode" = no-cap ] && vars+=(FAKEGPU_NO_CAP=1)
     args=()
     [ -n "$ONLY" ] && args=(--only "$ONLY")

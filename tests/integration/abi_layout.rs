@@ -87,6 +87,12 @@ pub fn shim_checks() -> Checks {
         flags => "flags", upload_stream => "hUploadStream", error_node_out => "hErrNode_out", result_out => "result_out",
     }));
 
+    c.push(c_struct!(Cuda, cuda::CUlaunchConfig => "CUlaunchConfig" {
+        grid_dim_x => "gridDimX", grid_dim_y => "gridDimY", grid_dim_z => "gridDimZ",
+        block_dim_x => "blockDimX", block_dim_y => "blockDimY", block_dim_z => "blockDimZ",
+        shared_mem_bytes => "sharedMemBytes", h_stream => "hStream", attrs => "attrs", num_attrs => "numAttrs",
+    }));
+
     // cuda.h constants.
     for v in [
         c_value!(Cuda, cuda::CUDA_SUCCESS),
@@ -94,6 +100,10 @@ pub fn shim_checks() -> Checks {
         c_value!(Cuda, cuda::CUDA_ERROR_OUT_OF_MEMORY),
         c_value!(Cuda, cuda::CUDA_ERROR_NOT_INITIALIZED),
         c_value!(Cuda, cuda::CUDA_ERROR_NOT_FOUND),
+        c_value!(Cuda, cuda::CUDA_ERROR_NOT_READY),
+        c_value!(Cuda, cuda::CU_STREAM_CAPTURE_STATUS_NONE),
+        c_value!(Cuda, cuda::CU_STREAM_CAPTURE_MODE_RELAXED),
+        c_value!(Cuda, cuda::CU_EVENT_DEFAULT),
         c_value!(Cuda, cuda::CU_MEM_LOCATION_TYPE_DEVICE),
         c_value!(Cuda, cuda::CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT),
         c_value!(Cuda, cuda::CU_MEMPOOL_ATTR_USED_MEM_CURRENT),
@@ -207,6 +217,8 @@ pub fn shim_checks() -> Checks {
     for v in [
         c_value!(Nvml, nvml::NVML_SUCCESS),
         c_value!(Nvml, nvml::NVML_ERROR_INVALID_ARGUMENT),
+        c_value!(Nvml, nvml::NVML_ERROR_NOT_SUPPORTED),
+        c_value!(Nvml, nvml::NVML_ERROR_NO_PERMISSION),
         c_value!(Nvml, nvml::NVML_ERROR_NOT_FOUND),
         c_value!(Nvml, nvml::NVML_ERROR_INSUFFICIENT_SIZE),
         c_value!(Nvml, nvml::NVML_ERROR_FUNCTION_NOT_FOUND),

@@ -174,7 +174,7 @@ fn run_passes_exit_status_and_signals_through() {
     assert!(!env.dir.join("ran").exists());
     // The usage line: --limit or --device, not --limit required.
     let help = fgpu(&env).args(["run", "--help"]).success();
-    assert!(help.stdout().contains("<--limit <LIMIT>|--device <UUID=SIZE>> <COMMAND>..."), "{help}");
+    assert!(help.stdout().contains("<--limit <LIMIT>|--device <UUID=SIZE>|--compute <SHARE>> <COMMAND>..."), "{help}");
     // A missing shim is fgpu's own failure: 125.
     let run = fgpu(&env).env("FGPU_SHIM", env.dir.join("nope.so")).args(["run", "--limit", "1G", "--", "true"]).run();
     assert_eq!(run.output.status.code(), Some(125), "{run}");
@@ -905,4 +905,56 @@ fn sim_env_sets_up_the_simulated_driver_for_a_plain_shell() {
     let run = Cmd(Command::new(fgpu_bin())).arg("sim-env").arg(env.dir.join("x")).args(["--libs", "/nonexistent"]).run();
     assert_eq!(run.output.status.code(), Some(1), "{run}");
     assert!(run.stderr().contains("/nonexistent/libfgpu_sim_cuda.so is missing") && run.stderr().contains("cargo build --release"), "{run}");
+}
+
+/// `fgpu run --compute` alone (no memory cap) holds the job to its share; `fgpu status` and
+/// the exporter show the share and the use, which agree with the simulated GPU's timeline.
+#[test]
+fn run_with_a_compute_share_alone_and_what_status_and_the_exporter_show() {
+    let env = Env::new("cli-compute");
+    let ledger = env.dir.join("job.ledger");
+    let mut job = fgpu(&env).args(["run", "--compute", "30%", "--ledger"]).arg(&ledger).arg("--").arg(client("compute_load")).spawn();
+    job.wait_for("ready");
+    std::thread::sleep(Duration::from_secs(3));
+    let from = fgpu_sim_state::now_ns();
+    std::thread::sleep(Duration::from_secs(3));
+    let truth = env.sim().device_busy(0, from, fgpu_sim_state::now_ns()).device_share();
+    println!("the job's share of the timeline: {:.2} %", truth * 100.0);
+    assert!((truth - 0.30).abs() <= 0.03, "fgpu run --compute 30% holds the job to 30 %: {truth}");
+
+    let status = fgpu(&env).args(["status", "--json", "--ledger"]).arg(&ledger).success();
+    let value = json(&status);
+    let device = &value["ledgers"][0]["devices"][0];
+    assert_eq!(device["compute_share"], 0.3, "{status}");
+    let used = device["compute_used"].as_f64().unwrap_or_else(|| panic!("no use measured\n{status}"));
+    assert!((used - 0.30).abs() <= 0.05, "status shows the use measured: {used}\n{status}");
+    assert!(device["compute_seconds"].as_f64().unwrap() > 1.0, "{status}");
+    assert!(device["compute_wait_seconds"].as_f64().unwrap() > 1.0, "launches waited for the share\n{status}");
+    assert_eq!(device["cap_bytes"], device["total_bytes"], "--compute alone sets no memory cap\n{status}");
+    let text = fgpu(&env).args(["status", "--ledger"]).arg(&ledger).success();
+    assert!(text.stdout().contains("compute share 30%: "), "{text}");
+
+    let port = free_port();
+    let _exporter = fgpu(&env).args(["exporter", "--listen", &format!("127.0.0.1:{port}"), "--ledger"]).arg(&ledger).spawn();
+    eventually("the exporter listens", Duration::from_secs(10), || std::net::TcpStream::connect(("127.0.0.1", port)).is_ok());
+    let (_, body) = http_get(port, "/metrics", "text/plain").unwrap();
+    if prerequisite(tool("promtool"), "promtool is not installed (Debian package prometheus)") {
+        let mut check = Command::new("promtool")
+            .args(["check", "metrics"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        check.stdin.take().unwrap().write_all(body.as_bytes()).unwrap();
+        let out = check.wait_with_output().unwrap();
+        assert!(out.status.success(), "promtool check metrics failed:\n{}{}\n--- metrics ---\n{body}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    }
+    let labels = vec![("gpu", "0".to_string())];
+    assert_eq!(sample(&body, "fgpu_compute_share_ratio", &labels), Some(0.3), "{body}");
+    let used = sample(&body, "fgpu_compute_used_ratio", &labels).unwrap_or_else(|| panic!("no fgpu_compute_used_ratio\n{body}"));
+    assert!((used - 0.30).abs() <= 0.05, "{used}\n{body}");
+    assert!(sample(&body, "fgpu_compute_used_seconds_total", &labels).unwrap() > 1.0, "{body}");
+    assert!(sample(&body, "fgpu_compute_throttled_seconds_total", &labels).is_some(), "{body}");
+    drop(job);
 }

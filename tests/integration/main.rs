@@ -8,6 +8,7 @@ mod allocation_kinds;
 mod bad_input;
 mod cdi;
 mod cli;
+mod compute;
 mod config_file;
 mod crash_windows;
 mod cuda_bindings;

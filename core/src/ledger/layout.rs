@@ -109,9 +109,31 @@ pub struct DeviceEntry {
     /// Last measured size of one CUDA context on this device (0: none measured yet); new
     /// contexts reserve this much before they are created.
     pub context_hint: AtomicU64,
-    /// Reserved for the compute share (issue: a ceiling on a container's GPU time).
-    pub compute: [AtomicU64; 8],
+    /// The ledger's compute share on this device and its bucket (`ledger/compute.rs`).
+    pub compute: ComputeEntry,
     pub reserved: [AtomicU64; 15],
+}
+
+/// A device's compute share, shared by the ledger's processes (see `crate::compute` and
+/// `ledger/compute.rs`). Every word stands alone: each is changed by one atomic operation.
+#[repr(C)]
+pub struct ComputeEntry {
+    /// The ledger's share of the device's time, parts per million; 0: no share.
+    pub share_ppm: AtomicU64,
+    /// The bucket's virtual clock (CLOCK_MONOTONIC ns): chunks of launches are admitted
+    /// while it is far enough behind now (`crate::compute::charge`).
+    pub vclock: AtomicU64,
+    /// GPU time measured for the ledger's processes since the entry was made (ns).
+    pub used_ns: AtomicU64,
+    /// The display window: when it began (CLOCK_MONOTONIC ns) and `used_ns` then.
+    pub window_start: AtomicU64,
+    pub window_used: AtomicU64,
+    /// The ledger's use over the last whole window (ppm of the device's time), and when
+    /// that window ended.
+    pub recent_ppm: AtomicU64,
+    pub recent_at: AtomicU64,
+    /// Time launches of the ledger's processes waited for the share (ns, all threads).
+    pub waited_ns: AtomicU64,
 }
 
 #[repr(C)]
@@ -131,7 +153,7 @@ pub struct Slot {
     pub holding: [AtomicU128; MAX_DEVICES],
     /// The part of the held bytes that is CUDA context memory (display only).
     pub context: [AtomicU64; MAX_DEVICES],
-    /// Reserved for the compute share.
+    /// GPU time measured for this process per ledger device (ns; `ledger/compute.rs`).
     pub compute: [AtomicU64; MAX_DEVICES],
 }
 
@@ -217,6 +239,7 @@ impl Holding {
 const _: () = {
     assert!(std::mem::size_of::<Header>() == 512);
     assert!(std::mem::size_of::<DeviceEntry>() == 256);
+    assert!(std::mem::size_of::<ComputeEntry>() == 64);
     assert!(std::mem::size_of::<Slot>() == 576);
     assert!(std::mem::align_of::<Slot>() == 16);
     assert!(std::mem::offset_of!(Slot, holding) == 64);

@@ -19,7 +19,10 @@
 //!   (see `lock.rs`): no PIDs are compared, so PID reuse and PID namespaces do not matter.
 //! * **Layout** is fixed and versioned (`layout.rs`); a segment of another version is never
 //!   attached.
+//! * **Compute share** (`compute.rs`): per device the ledger's share of the GPU's time and
+//!   the bucket that holds its processes to it together.
 
+pub mod compute;
 pub mod layout;
 mod lock;
 pub mod store;

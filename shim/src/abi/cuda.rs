@@ -17,12 +17,22 @@ pub type CUmemGenericAllocationHandle = u64;
 pub type CUgraphExec = *mut c_void;
 pub type CUgraph = *mut c_void;
 pub type CUgraphNode = *mut c_void;
+pub type CUfunction = *mut c_void;
 
 pub const CUDA_SUCCESS: CUresult = 0;
 pub const CUDA_ERROR_INVALID_VALUE: CUresult = 1;
 pub const CUDA_ERROR_OUT_OF_MEMORY: CUresult = 2;
 pub const CUDA_ERROR_NOT_INITIALIZED: CUresult = 3;
 pub const CUDA_ERROR_NOT_FOUND: CUresult = 500;
+pub const CUDA_ERROR_NOT_READY: CUresult = 600;
+
+/// `CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE`.
+pub const CU_STREAM_CAPTURE_STATUS_NONE: u32 = 0;
+/// `CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED`.
+pub const CU_STREAM_CAPTURE_MODE_RELAXED: u32 = 2;
+/// `CUevent_flags::CU_EVENT_DEFAULT` (timing enabled, spin on synchronisation: fgpu only
+/// queries its events, never waits on them).
+pub const CU_EVENT_DEFAULT: u32 = 0;
 
 /// `CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE`.
 pub const CU_MEM_LOCATION_TYPE_DEVICE: u32 = 1;
@@ -195,6 +205,21 @@ impl Default for CudaMemAllocNodeParams {
     }
 }
 
+/// `CUlaunchConfig` (11.8+): fgpu reads `hStream`.
+#[repr(C)]
+pub struct CUlaunchConfig {
+    pub grid_dim_x: c_uint,
+    pub grid_dim_y: c_uint,
+    pub grid_dim_z: c_uint,
+    pub block_dim_x: c_uint,
+    pub block_dim_y: c_uint,
+    pub block_dim_z: c_uint,
+    pub shared_mem_bytes: c_uint,
+    pub h_stream: CUstream,
+    pub attrs: *mut c_void,
+    pub num_attrs: c_uint,
+}
+
 /// `CUDA_GRAPH_INSTANTIATE_PARAMS` (12.0+).
 #[repr(C)]
 pub struct CudaGraphInstantiateParams {
@@ -211,4 +236,6 @@ const _: () = {
     assert!(std::mem::offset_of!(CudaMemAllocNodeParams, dptr) == 112);
     assert!(std::mem::size_of::<CudaGraphInstantiateParams>() == 32);
     assert!(std::mem::offset_of!(CudaGraphInstantiateParams, result_out) == 24);
+    assert!(std::mem::size_of::<CUlaunchConfig>() == 56);
+    assert!(std::mem::offset_of!(CUlaunchConfig, h_stream) == 32);
 };

@@ -7,6 +7,8 @@ pub type NvmlDevice = *mut c_void;
 
 pub const NVML_SUCCESS: NvmlReturn = 0;
 pub const NVML_ERROR_INVALID_ARGUMENT: NvmlReturn = 2;
+pub const NVML_ERROR_NOT_SUPPORTED: NvmlReturn = 3;
+pub const NVML_ERROR_NO_PERMISSION: NvmlReturn = 4;
 pub const NVML_ERROR_NOT_FOUND: NvmlReturn = 6;
 pub const NVML_ERROR_INSUFFICIENT_SIZE: NvmlReturn = 7;
 pub const NVML_ERROR_FUNCTION_NOT_FOUND: NvmlReturn = 13;

@@ -88,6 +88,7 @@ fn create_context(call: &'static str, pctx: *mut CUcontext, ordinal: CUdevice, r
 }
 
 fn destroy_context(ctx: CUcontext, real: impl FnOnce() -> CUresult) -> CUresult {
+    crate::compute::before_context_destroyed(ctx);
     let rc = real();
     fgpu_core::crash_point!("context.destroyed");
     if rc == CUDA_SUCCESS {
@@ -203,6 +204,7 @@ pub unsafe extern "C" fn cuDevicePrimaryCtxRetain(pctx: *mut CUcontext, ordinal:
 
 /// After a release or reset, a primary context that is no longer active gives its memory back.
 fn after_primary_release(ordinal: CUdevice, real: impl FnOnce() -> CUresult) -> CUresult {
+    crate::compute::before_primary_released(ordinal);
     let Mode::On(active) = state::mode() else { return real() };
     let mut primary = active.primary.lock();
     let rc = real();

@@ -15,6 +15,9 @@
 //! No lock is held across a launch or upload: graphs launch in parallel on many streams
 //! (`counted_pool.rs` says how overlapping calls are counted).
 //!
+//! A graph launch is also gated by the compute share first (`hooks/launch.rs`), as one
+//! launch whose cost is the graph's.
+//!
 //! A graph fgpu did not see instantiated (or whose nodes it cannot read) is counted after
 //! the fact: its launch is not refused, its memory is counted once the call returns, and a
 //! warning says so if that passes the cap.
@@ -235,8 +238,10 @@ graph_hooks! {
         => |real| instantiate("cuGraphInstantiateWithParams", exec, graph, wants_upload(params), real);
     cuGraphInstantiateWithParams_ptsz(exec: *mut CUgraphExec, graph: CUgraph, params: *mut CudaGraphInstantiateParams)
         => |real| instantiate("cuGraphInstantiateWithParams", exec, graph, wants_upload(params), real);
-    cuGraphLaunch(exec: CUgraphExec, stream: CUstream) => |real| launch("cuGraphLaunch", exec, real);
-    cuGraphLaunch_ptsz(exec: CUgraphExec, stream: CUstream) => |real| launch("cuGraphLaunch", exec, real);
+    cuGraphLaunch(exec: CUgraphExec, stream: CUstream)
+        => |real| super::launch::gated(stream, false, crate::compute::Unit::Graph, || launch("cuGraphLaunch", exec, real));
+    cuGraphLaunch_ptsz(exec: CUgraphExec, stream: CUstream)
+        => |real| super::launch::gated(stream, true, crate::compute::Unit::Graph, || launch("cuGraphLaunch", exec, real));
     cuGraphUpload(exec: CUgraphExec, stream: CUstream) => |real| launch("cuGraphUpload", exec, real);
     cuGraphUpload_ptsz(exec: CUgraphExec, stream: CUstream) => |real| launch("cuGraphUpload", exec, real);
 }

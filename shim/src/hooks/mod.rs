@@ -10,6 +10,7 @@ pub mod dlsym;
 pub mod graph;
 pub mod info;
 pub mod module;
+pub mod launch;
 pub mod nvml;
 pub mod pool;
 pub mod procaddr;

@@ -616,10 +616,7 @@ pub unsafe extern "C" fn nvmlDeviceGetProcessUtilization(
     last_seen: u64,
 ) -> NvmlReturn {
     let real = |s: *mut NvmlProcessUtilizationSample, c: *mut c_uint| {
-        crate::call_real!(
-            nvmlDeviceGetProcessUtilization: fn(NvmlDevice, *mut NvmlProcessUtilizationSample, *mut c_uint, u64) -> NvmlReturn,
-            device, s, c, last_seen
-        )
+        crate::call_real!(nvmlDeviceGetProcessUtilization, device, s, c, last_seen)
         .unwrap_or(NVML_ERROR_FUNCTION_NOT_FOUND)
     };
     super::guard(NVML_ERROR_UNKNOWN, || {

@@ -201,7 +201,10 @@ pub unsafe extern "C" fn cuMemPoolDestroy(pool: CUmemoryPool) -> CUresult {
 #[no_mangle]
 pub unsafe extern "C" fn cuStreamSynchronize(stream: CUstream) -> CUresult {
     let real = || crate::call_real!(cuStreamSynchronize: fn(CUstream) -> CUresult, stream).unwrap_or(CUDA_ERROR_NOT_FOUND);
-    super::guard_driver(CUDA_ERROR_INVALID_VALUE, |answer| then_refresh(answer.wrap(real)))
+    super::guard_driver(CUDA_ERROR_INVALID_VALUE, |answer| {
+        crate::compute::before_sync(Some((stream, false)));
+        then_refresh(answer.wrap(real))
+    })
 }
 
 /// # Safety
@@ -209,7 +212,10 @@ pub unsafe extern "C" fn cuStreamSynchronize(stream: CUstream) -> CUresult {
 #[no_mangle]
 pub unsafe extern "C" fn cuStreamSynchronize_ptsz(stream: CUstream) -> CUresult {
     let real = || crate::call_real!(cuStreamSynchronize_ptsz: fn(CUstream) -> CUresult, stream).unwrap_or(CUDA_ERROR_NOT_FOUND);
-    super::guard_driver(CUDA_ERROR_INVALID_VALUE, |answer| then_refresh(answer.wrap(real)))
+    super::guard_driver(CUDA_ERROR_INVALID_VALUE, |answer| {
+        crate::compute::before_sync(Some((stream, true)));
+        then_refresh(answer.wrap(real))
+    })
 }
 
 /// # Safety
@@ -217,7 +223,10 @@ pub unsafe extern "C" fn cuStreamSynchronize_ptsz(stream: CUstream) -> CUresult 
 #[no_mangle]
 pub unsafe extern "C" fn cuEventSynchronize(event: CUevent) -> CUresult {
     let real = || crate::call_real!(cuEventSynchronize: fn(CUevent) -> CUresult, event).unwrap_or(CUDA_ERROR_NOT_FOUND);
-    super::guard_driver(CUDA_ERROR_INVALID_VALUE, |answer| then_refresh(answer.wrap(real)))
+    super::guard_driver(CUDA_ERROR_INVALID_VALUE, |answer| {
+        crate::compute::before_sync(None);
+        then_refresh(answer.wrap(real))
+    })
 }
 
 /// # Safety
@@ -225,5 +234,8 @@ pub unsafe extern "C" fn cuEventSynchronize(event: CUevent) -> CUresult {
 #[no_mangle]
 pub unsafe extern "C" fn cuCtxSynchronize() -> CUresult {
     let real = || crate::call_real!(cuCtxSynchronize: fn() -> CUresult).unwrap_or(CUDA_ERROR_NOT_FOUND);
-    super::guard_driver(CUDA_ERROR_INVALID_VALUE, |answer| then_refresh(answer.wrap(real)))
+    super::guard_driver(CUDA_ERROR_INVALID_VALUE, |answer| {
+        crate::compute::before_sync(None);
+        then_refresh(answer.wrap(real))
+    })
 }

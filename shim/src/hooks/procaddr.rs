@@ -133,6 +133,9 @@ pub fn variant_for(base: &str, version: c_int, per_thread_stream: bool) -> Optio
         "cuModuleLoadFatBinary" => Some(cuModuleLoadFatBinary),
         "cuLibraryLoadData" => Some(cuLibraryLoadData),
         "cuLibraryLoadFromFile" => Some(cuLibraryLoadFromFile),
+        "cuLaunchKernel" => Some(stream(cuLaunchKernel, cuLaunchKernel_ptsz)),
+        "cuLaunchKernelEx" => Some(stream(cuLaunchKernelEx, cuLaunchKernelEx_ptsz)),
+        "cuLaunchCooperativeKernel" => Some(stream(cuLaunchCooperativeKernel, cuLaunchCooperativeKernel_ptsz)),
         _ => None,
     }
 }
@@ -151,5 +154,8 @@ mod tests {
         assert_eq!(variant_for("cuGetProcAddress", 11080, false), Some(Sym::cuGetProcAddress));
         assert_eq!(variant_for("cuGetProcAddress", 12000, false), Some(Sym::cuGetProcAddress_v2));
         assert_eq!(variant_for("cuMemcpy", 12000, false), None);
+        assert_eq!(variant_for("cuLaunchKernel", 12000, true), Some(Sym::cuLaunchKernel_ptsz));
+        assert_eq!(variant_for("cuLaunchKernelEx", 12000, false), Some(Sym::cuLaunchKernelEx));
+        assert_eq!(variant_for("cuLaunchCooperativeKernel", 12000, true), Some(Sym::cuLaunchCooperativeKernel_ptsz));
     }
 }

@@ -1,7 +1,13 @@
 """A fake GPU for the harness self-test (tests/gpu/selftest/README.md).
 
-State: {pid: {"used": bytes, "ledger": FGPU_LEDGER or null}} in a JSON file, locked
-with flock; entries of dead or zombie processes are dropped on every access."""
+State: {pid: {"used": bytes, "ledger": FGPU_LEDGER or null, "share": percent or null,
+"computing": since}} in a JSON file, locked with flock; entries of dead or zombie
+processes are dropped on every access.
+
+Compute: a process that runs kernels (`compute_start`) takes the fake GPU's time as a
+well-behaved limiter would give it: a process under the shim with FGPU_COMPUTE gets its
+share, the others split what is left. With FAKEGPU_NO_CAP=1 nobody is under the shim and
+all split the GPU evenly."""
 
 import fcntl
 import json
@@ -115,3 +121,40 @@ def device_used():
 
 def pid_offset():
     return int(os.environ.get("FAKEGPU_PID_OFFSET", "0"))
+
+
+PERIOD_US = 1_000_000 // 6
+
+
+def share():
+    """This process's compute share in percent, when it is under the shim with one."""
+    text = os.environ.get("FGPU_COMPUTE", "") if hooked() else ""
+    m = re.fullmatch(r"\s*([0-9.]+)%\s*", text)
+    return float(m.group(1)) if m else None
+
+
+def compute_start():
+    import time
+    with _Locked() as s:
+        me = s.setdefault(str(os.getpid()), {"used": CTX, "ledger": ledger()})
+        me["share"] = share()
+        me["computing"] = time.time()
+
+
+def utilisation(last_seen_us):
+    """NVML-style per-process samples, one per 1/6 s period ending after last_seen_us."""
+    import time
+    now_us = int(time.time() * 1e6)
+    running = {pid: p for pid, p in procs().items() if p.get("computing")}
+    capped = {pid: p["share"] for pid, p in running.items() if p.get("share") is not None}
+    free = [pid for pid in running if pid not in capped]
+    left = max(0.0, 100.0 - sum(capped.values()))
+    out = []
+    t = (last_seen_us // PERIOD_US + 1) * PERIOD_US
+    while t <= now_us:
+        for pid, p in running.items():
+            if p["computing"] * 1e6 < t - PERIOD_US:
+                util = capped.get(pid, left / len(free) if free else 0.0)
+                out.append((int(pid) + pid_offset(), t, int(round(util))))
+        t += PERIOD_US
+    return out

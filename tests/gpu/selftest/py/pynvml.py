@@ -26,3 +26,19 @@ def nvmlDeviceGetMemoryInfo(h):
 
 def nvmlDeviceGetComputeRunningProcesses(h):
     return [_Proc(int(pid) + m.pid_offset(), p["used"]) for pid, p in m.procs().items()]
+
+
+class NVMLError(Exception):
+    pass
+
+
+class _Sample:
+    def __init__(self, pid, ts, sm):
+        self.pid, self.timeStamp, self.smUtil, self.memUtil, self.encUtil, self.decUtil = pid, ts, sm, 0, 0, 0
+
+
+def nvmlDeviceGetProcessUtilization(h, last_seen):
+    samples = [_Sample(*x) for x in m.utilisation(last_seen)]
+    if not samples:
+        raise NVMLError("Not Found")
+    return samples

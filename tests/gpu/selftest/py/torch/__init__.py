@@ -22,6 +22,8 @@ class _Tensor:
         self.n = n
 
     def __matmul__(self, other):
+        _computing()
+        time.sleep(0.001)
         return _Tensor(0)
 
     def fill_(self, v):
@@ -30,6 +32,15 @@ class _Tensor:
     def __del__(self):
         if self.n:
             m.free(self.n)
+
+
+_started = []
+
+
+def _computing():
+    if not _started:
+        _started.append(True)
+        m.compute_start()
 
 
 def empty(n, dtype=None, device=None):
@@ -51,8 +62,47 @@ class Generator:
         return self
 
 
+class _Stream:
+    def wait_stream(self, other):
+        pass
+
+
+class _StreamContext:
+    def __init__(self, stream):
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+class _Graph:
+    def __init__(self):
+        self.calls = 0
+
+    def replay(self):
+        _computing()
+        time.sleep(0.004)
+
+
 class cuda:  # noqa: N801
     OutOfMemoryError = OutOfMemoryError
+    Stream = _Stream
+    CUDAGraph = _Graph
+
+    @staticmethod
+    def stream(s):
+        return _StreamContext(s)
+
+    @staticmethod
+    def graph(g):
+        return _StreamContext(g)
+
+    @staticmethod
+    def current_stream():
+        return _Stream()
 
     @staticmethod
     def init():

@@ -1,0 +1,416 @@
+//! The compute share (`FGPU_COMPUTE`, `compute =` in the configuration file): a ceiling on
+//! the part of a GPU's time that the kernels of a ledger's processes occupy. This module is
+//! the policy, with no driver: what a share is, the bucket that holds a ledger to it, how
+//! launches are grouped into chunks, and how NVML's per-process utilisation samples become
+//! GPU time. The shim (`shim/src/compute/`) applies it; the ledger (`ledger/compute.rs`)
+//! holds the state that a ledger's processes share. The design is in `docs/compute.md`.
+//!
+//! **The bucket.** A ledger's share `c` on a device is a virtual clock `V` (nanoseconds of
+//! `CLOCK_MONOTONIC`), the generic cell rate algorithm: charging `g` nanoseconds of GPU
+//! time moves `V` forward by `g / c`; launches are admitted while `V` is behind now, so the
+//! GPU time charged over any interval `T` is at most `c * T` plus what the bucket holds at
+//! its start. `V` is never left more than [`BURST_WALL_NS`] behind now: unused time is kept
+//! for at most that long, so a ledger idle for an hour cannot then run at 100 % for 15
+//! minutes. One 64-bit word in the ledger, changed by compare-and-swap.
+//!
+//! **Charges.** A chunk of launches is charged when it is admitted, at an estimate of its
+//! cost (provisional); once what it really took is known, the estimate is refunded and the
+//! measured time charged (NVML's samples of the process, or the time its work kept the GPU
+//! according to its own events). Every estimate is refunded exactly once, so over time `V`
+//! moves by exactly the measured time: the estimate only decides how smoothly.
+
+use crate::limit::{parse_limit, AmbiguousKey, Amount, LimitError, LimitSpec};
+
+/// Parts per million: the unit of a share in the ledger (`30%` is 300 000).
+pub const PPM: u64 = 1_000_000;
+
+/// How long unused share is kept: the bucket holds at most this much wall time of share
+/// (`share x 200 ms` of GPU time).
+pub const BURST_WALL_NS: u64 = 200_000_000;
+
+/// GPU time one chunk of launches aims at (its launches are counted from the cost
+/// estimate). Chunks are the unit of admission, of the in-flight bound and of measurement.
+pub const CHUNK_GPU_NS: u64 = 5_000_000;
+
+/// Most launches in one chunk: kernels so short that thousands fit in [`CHUNK_GPU_NS`]
+/// still end a chunk (and record its events) at least this often.
+pub const MAX_CHUNK_LAUNCHES: u32 = 16384;
+
+/// Most estimated GPU time a process keeps queued beyond what has completed (chunks
+/// admitted whose end marker has not completed). At least one chunk is always allowed.
+pub const INFLIGHT_GPU_NS: u64 = 40_000_000;
+
+/// A compute share as configured: one percentage for every device, or per device UUID
+/// (the same key grammar as `FGPU_LIMIT`, see `limit.rs`), every amount a percentage.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ShareSpec {
+    pub spec: LimitSpec,
+}
+
+/// Parses `FGPU_COMPUTE` or the file's `compute`: `30%`, `12.5%`, `GPU-1a2b=30%,*=50%`.
+pub fn parse_share(text: &str) -> Result<ShareSpec, LimitError> {
+    let spec = parse_limit(text)?;
+    let amounts = spec.default.iter().chain(spec.per_device.iter().map(|(_, a)| a));
+    for amount in amounts {
+        if let Amount::Bytes(_) = amount {
+            return Err(LimitError::NotPercent(text.trim().to_string()));
+        }
+    }
+    Ok(ShareSpec { spec })
+}
+
+impl ShareSpec {
+    /// The share of the device with this UUID (`GPU-…` or `MIG-…`), in parts per million,
+    /// or `None` when this spec does not name the device.
+    pub fn share_for(&self, uuid: &str) -> Option<u64> {
+        match self.spec.amount_for(uuid)? {
+            Amount::Percent(p) => Some(percent_to_ppm(p)),
+            Amount::Bytes(_) => None,
+        }
+    }
+
+    pub fn has_prefix_keys(&self) -> bool {
+        self.spec.has_prefix_keys()
+    }
+
+    pub fn first_prefix_key(&self) -> Option<&str> {
+        self.spec.first_prefix_key()
+    }
+
+    pub fn ambiguous_key(&self, uuids: &[String]) -> Option<AmbiguousKey> {
+        self.spec.ambiguous_key(uuids)
+    }
+}
+
+/// `30.0` -> 300 000; at least 1.
+pub fn percent_to_ppm(percent: f64) -> u64 {
+    ((percent * 10_000.0).round() as u64).clamp(1, PPM)
+}
+
+/// `300000` -> `"30%"`, `125000` -> `"12.5%"`.
+pub fn format_share(ppm: u64) -> String {
+    let percent = ppm as f64 / 10_000.0;
+    if ppm.is_multiple_of(10_000) {
+        format!("{percent:.0}%")
+    } else {
+        let text = format!("{percent:.4}");
+        format!("{}%", text.trim_end_matches('0').trim_end_matches('.'))
+    }
+}
+
+/// Wall time that `gpu_ns` of GPU time is worth at `share`.
+pub fn wall_for(gpu_ns: u64, share: u64) -> u64 {
+    let share = share.clamp(1, PPM);
+    (gpu_ns as u128 * PPM as u128 / share as u128).min(u64::MAX as u128) as u64
+}
+
+/// The bucket's clock after charging `gpu_ns` of GPU time (negative: a refund) at `now`.
+/// The clock is first brought to at most [`BURST_WALL_NS`] behind now, and a refund never
+/// takes it further back than that.
+pub fn charge(vclock: u64, now: u64, gpu_ns: i64, share: u64) -> u64 {
+    let floor = now.saturating_sub(BURST_WALL_NS);
+    let base = vclock.max(floor);
+    let wall = wall_for(gpu_ns.unsigned_abs(), share);
+    if gpu_ns >= 0 {
+        base.saturating_add(wall)
+    } else {
+        base.saturating_sub(wall).max(floor)
+    }
+}
+
+/// GPU time the bucket holds at `now` (0 while its clock is ahead).
+pub fn tokens(vclock: u64, now: u64, share: u64) -> u64 {
+    let behind = now.saturating_sub(vclock).min(BURST_WALL_NS);
+    (behind as u128 * share.min(PPM) as u128 / PPM as u128) as u64
+}
+
+/// GPU time the bucket must hold before a chunk is admitted: one chunk's worth, or all it
+/// can hold if that is less. Waiting for a whole chunk rather than for any time at all
+/// keeps chunks whole, so a throttled process runs in chunks of [`CHUNK_GPU_NS`] instead
+/// of one launch per wake-up.
+pub fn admit_threshold(share: u64) -> u64 {
+    let most = (BURST_WALL_NS as u128 * share.min(PPM) as u128 / PPM as u128) as u64;
+    CHUNK_GPU_NS.min(most).max(1)
+}
+
+/// When a bucket whose clock is `vclock` will hold `threshold` of GPU time.
+pub fn admit_at(vclock: u64, threshold: u64, share: u64) -> u64 {
+    vclock.saturating_add(wall_for(threshold, share))
+}
+
+/// How many launches the next chunk gets, from the estimated GPU time of one launch
+/// (`est_ns`, 0 while unknown) and the GPU time the bucket holds.
+pub fn chunk_launches(est_ns: u64, tokens_ns: u64) -> u32 {
+    if est_ns == 0 {
+        return 1;
+    }
+    let grant = tokens_ns.clamp(1, CHUNK_GPU_NS);
+    (grant / est_ns).clamp(1, MAX_CHUNK_LAUNCHES as u64) as u32
+}
+
+/// Whether a chunk estimated at `next_ns` may be admitted while `inflight_ns` of admitted
+/// work has not been seen to complete.
+pub fn inflight_allows(inflight_ns: u64, next_ns: u64) -> bool {
+    inflight_ns == 0 || inflight_ns.saturating_add(next_ns) <= INFLIGHT_GPU_NS
+}
+
+/// The GPU time one launch takes, estimated from the last measured chunks (the median of
+/// the last [`CostEstimate::KEPT`], so that one chunk that waited behind another context or
+/// sat idle does not move it much).
+#[derive(Debug, Clone, Default)]
+pub struct CostEstimate {
+    kept: [u64; CostEstimate::KEPT],
+    len: usize,
+    next: usize,
+}
+
+impl CostEstimate {
+    pub const KEPT: usize = 8;
+
+    /// A chunk of `launches` launches took `busy_ns`.
+    pub fn add(&mut self, busy_ns: u64, launches: u32) {
+        if launches == 0 {
+            return;
+        }
+        self.kept[self.next] = (busy_ns / launches as u64).max(1);
+        self.next = (self.next + 1) % Self::KEPT;
+        self.len = (self.len + 1).min(Self::KEPT);
+    }
+
+    /// The estimate, 0 while nothing is measured.
+    pub fn get(&self) -> u64 {
+        if self.len == 0 {
+            return 0;
+        }
+        let mut v = self.kept[..self.len].to_vec();
+        v.sort_unstable();
+        v[v.len() / 2]
+    }
+}
+
+/// One per-process utilisation sample as NVML gives it (`nvmlProcessUtilizationSample_t`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Sample {
+    pub pid: u32,
+    /// CPU timestamp of the sample, microseconds since the epoch.
+    pub timestamp_us: u64,
+    /// Percent of the sample period during which the process's kernels ran.
+    pub sm_util: u32,
+}
+
+/// NVML documents a sample period of 1/6 s to 1 s depending on the product.
+pub const MIN_PERIOD_US: u64 = 1_000_000 / 6;
+pub const MAX_PERIOD_US: u64 = 1_000_000;
+/// Gaps between timestamps shorter than this are not a period (timestamps jitter a little).
+const SHORTEST_GAP_US: u64 = MIN_PERIOD_US * 9 / 10;
+
+/// Turns NVML's per-process utilisation samples into GPU time, for one device.
+///
+/// NVML answers the samples newer than the timestamp it is asked with, one per process and
+/// sample period in which the process ran; `smUtil` is a percent of the period. The period
+/// is not in the answer: it is the smallest gap between the timestamps NVML gives (every
+/// process's, so one busy neighbour is enough to learn it), within the documented 1/6 s to
+/// 1 s, and 1/6 s until a gap is seen. Time is counted as the sum of the percents times
+/// the period, so when the period learned changes, what was counted before is corrected
+/// (the correction is part of the next answer's figure). What NVML has answered for is
+/// "covered": work that ended before the newest timestamp answered is in its samples.
+#[derive(Debug, Clone)]
+pub struct UtilisationBook {
+    start_us: u64,
+    last_seen_us: u64,
+    covered_us: u64,
+    period_us: Option<u64>,
+    /// Sum of the percents counted, and the GPU time reported for them so far.
+    percent_sum: u64,
+    reported_ns: u64,
+    primed: bool,
+}
+
+impl UtilisationBook {
+    /// A book for a process that began using the device at `start_us` (CPU time, µs since
+    /// the epoch): samples before that are not its.
+    pub fn new(start_us: u64) -> UtilisationBook {
+        UtilisationBook { start_us, last_seen_us: 0, covered_us: start_us, period_us: None, percent_sum: 0, reported_ns: 0, primed: false }
+    }
+
+    /// The `lastSeenTimeStamp` to ask NVML with: 0 the first time (the whole buffer, to
+    /// learn the period), then the newest timestamp seen.
+    pub fn ask_after(&self) -> u64 {
+        if self.primed { self.last_seen_us } else { 0 }
+    }
+
+    /// The sample period as learned so far.
+    pub fn period_us(&self) -> u64 {
+        self.period_us.unwrap_or(MIN_PERIOD_US)
+    }
+
+    /// Everything that ended before this time (CPU µs since the epoch) is in the samples.
+    pub fn covered_us(&self) -> u64 {
+        self.covered_us
+    }
+
+    /// Takes one answer; returns the GPU time (ns) that processes `pids` used in periods
+    /// not counted before, plus the correction of earlier figures if the period learned
+    /// changed (so it can be negative). `now_us` is the CPU time of the question.
+    pub fn ingest(&mut self, samples: &[Sample], pids: &[u32], now_us: u64) -> i64 {
+        let floor = if self.primed { self.last_seen_us } else { 0 };
+        let mut stamps: Vec<u64> = samples.iter().map(|s| s.timestamp_us).filter(|t| *t > floor).collect();
+        stamps.sort_unstable();
+        stamps.dedup();
+        let mut previous = (self.primed && self.last_seen_us > 0).then_some(self.last_seen_us);
+        for &t in &stamps {
+            if let Some(p) = previous {
+                let gap = t - p;
+                if gap >= SHORTEST_GAP_US && self.period_us.is_none_or(|known| gap < known) {
+                    self.period_us = Some(gap.clamp(MIN_PERIOD_US, MAX_PERIOD_US));
+                }
+            }
+            previous = Some(t);
+        }
+        let counted_after = floor.max(self.start_us);
+        self.percent_sum += samples
+            .iter()
+            .filter(|s| s.timestamp_us > counted_after && pids.contains(&s.pid))
+            .map(|s| s.sm_util.min(100) as u64)
+            .sum::<u64>();
+        self.primed = true;
+        match stamps.last() {
+            Some(&newest) => {
+                self.last_seen_us = self.last_seen_us.max(newest);
+                self.covered_us = self.covered_us.max(newest);
+            }
+            // Nothing new: no process ran in any period completed since; those periods are
+            // complete once a whole period (and one more for slack) has passed.
+            None => self.covered_us = self.covered_us.max(now_us.saturating_sub(2 * self.period_us())),
+        }
+        // percent x period (us) x 10 = ns.
+        let total = self.percent_sum * self.period_us() * 10;
+        let delta = total as i64 - self.reported_ns as i64;
+        self.reported_ns = total;
+        delta
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shares_parse_as_percentages_only() {
+        let spec = parse_share("30%").unwrap();
+        assert_eq!(spec.share_for("GPU-1"), Some(300_000));
+        let spec = parse_share("GPU-1a2b=12.5%, *=50%").unwrap();
+        assert_eq!(spec.share_for("GPU-1a2b3c"), Some(125_000));
+        assert_eq!(spec.share_for("GPU-ffff"), Some(500_000));
+        assert_eq!(parse_share("MIG-77=20%").unwrap().share_for("MIG-7700"), Some(200_000));
+        assert_eq!(parse_share("GPU-77=20%").unwrap().share_for("GPU-8800"), None);
+        assert_eq!(parse_share("8G"), Err(LimitError::NotPercent("8G".into())));
+        assert_eq!(parse_share("GPU-1=30%,*=4G"), Err(LimitError::NotPercent("GPU-1=30%,*=4G".into())));
+        assert!(matches!(parse_share("0%"), Err(LimitError::BadPercent(_))));
+        assert!(matches!(parse_share("101%"), Err(LimitError::BadPercent(_))));
+        assert!(matches!(parse_share(""), Err(LimitError::Empty)));
+        assert!(matches!(parse_share("lots"), Err(LimitError::Malformed(_))));
+        assert_eq!(format_share(300_000), "30%");
+        assert_eq!(format_share(125_000), "12.5%");
+        assert_eq!(format_share(1), "0.0001%");
+    }
+
+    #[test]
+    fn the_bucket_admits_the_share_over_time_and_keeps_at_most_its_burst() {
+        let c = 250_000; // 25 %
+        // Long idle: the clock is brought to 200 ms behind, so 50 ms of GPU time is held.
+        assert_eq!(tokens(0, 10_000_000_000, c), 50_000_000);
+        // Charging 5 ms at 25 % moves the clock 20 ms.
+        let v = charge(0, 10_000_000_000, 5_000_000, c);
+        assert_eq!(v, 10_000_000_000 - 200_000_000 + 20_000_000);
+        // A refund gives it back, never beyond the burst.
+        assert_eq!(charge(v, 10_000_000_000, -5_000_000, c), 10_000_000_000 - 200_000_000);
+        assert_eq!(charge(v, 10_000_000_000, -500_000_000, c), 10_000_000_000 - 200_000_000);
+        // Saturating: what is admitted over 10 s is the share of 10 s plus the burst.
+        let (mut v, mut now, mut admitted) = (0u64, 1_000_000_000u64, 0u64);
+        let end = now + 10_000_000_000;
+        while now < end {
+            let threshold = admit_threshold(c);
+            if tokens(v, now, c) >= threshold {
+                v = charge(v, now, CHUNK_GPU_NS as i64, c);
+                admitted += CHUNK_GPU_NS;
+            } else {
+                now = admit_at(v, threshold, c).max(now + 1);
+            }
+        }
+        let expected = 10_000_000_000 / 4 + 50_000_000;
+        assert!(admitted.abs_diff(expected) <= CHUNK_GPU_NS, "{admitted} vs {expected}");
+    }
+
+    #[test]
+    fn chunks_and_the_inflight_bound() {
+        assert_eq!(chunk_launches(0, 1_000_000_000), 1, "unknown cost: one launch, measured");
+        assert_eq!(chunk_launches(50_000, 50_000_000), 100, "5 ms of 50 us kernels");
+        assert_eq!(chunk_launches(50_000, 1_000_000), 20, "only what the bucket holds");
+        assert_eq!(chunk_launches(100_000_000, 50_000_000), 1, "a long kernel is a chunk");
+        assert_eq!(chunk_launches(10, 50_000_000), MAX_CHUNK_LAUNCHES);
+        assert!(inflight_allows(0, 500_000_000));
+        assert!(inflight_allows(30_000_000, 10_000_000));
+        assert!(!inflight_allows(30_000_000, 10_000_001));
+        assert_eq!(admit_threshold(300_000), CHUNK_GPU_NS);
+        assert_eq!(admit_threshold(10_000), 2_000_000, "1 %: the bucket holds 2 ms");
+    }
+
+    #[test]
+    fn the_cost_estimate_is_a_median() {
+        let mut e = CostEstimate::default();
+        assert_eq!(e.get(), 0);
+        e.add(1_000_000, 10);
+        assert_eq!(e.get(), 100_000);
+        for _ in 0..4 {
+            e.add(1_000_000, 10);
+        }
+        e.add(50_000_000, 10); // a chunk that waited
+        e.add(50_000_000, 10);
+        assert_eq!(e.get(), 100_000);
+        e.add(5, 0);
+        assert_eq!(e.get(), 100_000, "a chunk of no launch says nothing");
+    }
+
+    fn s(pid: u32, timestamp_us: u64, sm_util: u32) -> Sample {
+        Sample { pid, timestamp_us, sm_util }
+    }
+
+    #[test]
+    fn samples_become_gpu_time_over_the_learned_period() {
+        let p = 166_667;
+        let mut book = UtilisationBook::new(10 * p);
+        assert_eq!(book.ask_after(), 0);
+        // The first answer is the whole buffer: it teaches the period; only samples after
+        // the start count.
+        let first = [s(7, 9 * p, 90), s(8, 9 * p, 10), s(7, 10 * p, 50), s(7, 11 * p, 30), s(9, 11 * p, 70)];
+        let used = book.ingest(&first, &[7], 11 * p + 10);
+        assert_eq!(book.period_us(), p);
+        assert_eq!(used, 30 * p as i64 * 10, "30 % of the period after the start");
+        assert_eq!(book.ask_after(), 11 * p);
+        assert_eq!(book.covered_us(), 11 * p);
+        // Next answers: two processes of the ledger, a period without them.
+        let used = book.ingest(&[s(7, 12 * p, 20), s(5, 12 * p, 25), s(9, 13 * p, 100)], &[7, 5], 13 * p + 10);
+        assert_eq!(used, 45 * p as i64 * 10);
+        assert_eq!(book.covered_us(), 13 * p);
+        // Nothing new: covered up to two periods ago.
+        assert_eq!(book.ingest(&[], &[7], 20 * p), 0);
+        assert_eq!(book.covered_us(), 18 * p);
+    }
+
+    #[test]
+    fn a_slower_product_period_is_learned_and_earlier_figures_corrected() {
+        let mut book = UtilisationBook::new(0);
+        // One timestamp: counted at the documented minimum.
+        assert_eq!(book.ingest(&[s(1, 5_000_000, 10)], &[1], 5_000_000), 10 * MIN_PERIOD_US as i64 * 10);
+        // Then a second one a second later: the period is 1 s, and the first sample is
+        // corrected in the same figure.
+        let used = book.ingest(&[s(1, 6_000_000, 20), s(2, 6_000_050, 10)], &[1], 6_000_000);
+        assert_eq!(book.period_us(), 1_000_000, "jitter of 50 us is not a period");
+        assert_eq!(used, 30 * 1_000_000 * 10 - 10 * MIN_PERIOD_US as i64 * 10);
+        // A shorter gap later lowers it again, and corrects downwards.
+        let used = book.ingest(&[s(1, 6_500_000, 0)], &[1], 6_500_000);
+        assert_eq!(book.period_us(), 499_950, "measured from the newest timestamp seen");
+        assert_eq!(used, 30 * 499_950 * 10 - 30 * 1_000_000 * 10);
+    }
+}

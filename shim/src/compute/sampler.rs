@@ -1,0 +1,159 @@
+//! The sampler: one thread per process with a compute share, started at its first chunk.
+//! Every few milliseconds it settles the chunks (`chunks.rs`), and every
+//! [`NVML_EVERY_NS`] it asks NVML for this process's utilisation samples on each device
+//! with a share, charging what they measure to the ledger's bucket.
+//!
+//! **Which signal measures.** NVML's per-process samples say how much of each sample
+//! period the process's kernels ran, and they are keyed by host PID. Where this process
+//! knows its host PID (its own PID namespace is the host's, or the ledger holds it), NVML
+//! measures it: every chunk's estimate is refunded once NVML has answered for the time the
+//! chunk was seen done, and NVML's figure is charged instead. Where the host PID is not
+//! known (a container with its own PID namespace, until something on the host resolves it)
+//! or NVML has no per-process samples for the device, the process's own markers measure
+//! it: the time between a chunk's markers, which includes other contexts' time slices and
+//! so never reads low. The ceiling then still holds; a process sharing the GPU is held
+//! below its share by the others' slices. It switches to NVML as soon as its host PID is
+//! known. The thread runs with stream capture in relaxed mode, so its driver calls never
+//! disturb a capture under way elsewhere in the program.
+
+use super::chunks::{self, DevBook};
+use super::driver::{self, SamplesError};
+use super::{DevShare, Limiter};
+use crate::abi::nvml::NvmlDevice;
+use crate::hooks::nvml::query;
+use fgpu_core::compute::UtilisationBook;
+use fgpu_core::log::{monotonic_ns, Level};
+use fgpu_core::log_at;
+use fgpu_core::uuid::format_gpu_uuid;
+use std::time::Duration;
+
+/// How often the sampler wakes.
+const TICK: Duration = Duration::from_millis(5);
+/// NVML is asked this long after the end of the next sample period it should have, by
+/// the period learned so far (its timestamps), and again this often while that period is
+/// late; never more often than that.
+const NVML_AFTER_PERIOD_NS: u64 = 10_000_000;
+const NVML_RETRY_NS: u64 = 30_000_000;
+
+/// What NVML measures of this process on one device.
+pub struct NvmlState {
+    handle: usize,
+    book: UtilisationBook,
+    host_pid: u32,
+    /// CLOCK_REALTIME - CLOCK_MONOTONIC at the last question (NVML stamps samples in CPU
+    /// time; the limiter's clock is CLOCK_MONOTONIC).
+    offset_ns: i64,
+    /// When to ask next (CLOCK_MONOTONIC ns).
+    next_poll: u64,
+}
+
+impl NvmlState {
+    /// CLOCK_MONOTONIC time up to which NVML has answered for this process.
+    pub fn covered_mono(&self) -> Option<u64> {
+        let covered = self.book.covered_us() as i64 * 1000 - self.offset_ns;
+        u64::try_from(covered).ok()
+    }
+}
+
+fn realtime_ns() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as i64).unwrap_or(0)
+}
+
+pub fn start(limiter: &'static Limiter) {
+    let spawned = std::thread::Builder::new().name("fgpu-compute".into()).spawn(move || run(limiter));
+    if let Err(e) = spawned {
+        log_at!(Level::Error, "cannot start the compute sampler thread ({e}); the share is kept with the estimates alone");
+    }
+}
+
+fn run(limiter: &'static Limiter) {
+    driver::relax_this_thread();
+    loop {
+        std::thread::sleep(TICK);
+        if !std::ptr::eq(super::existing().map_or(std::ptr::null(), |l| l as *const Limiter), limiter) {
+            return;
+        }
+        if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| tick(limiter))).is_err() {
+            log_at!(Level::Error, "internal error in the compute sampler (a bug in fgpu; please report it)");
+        }
+    }
+}
+
+fn tick(limiter: &'static Limiter) {
+    let now = monotonic_ns();
+    for share in limiter.shares() {
+        poll(limiter, share, now);
+    }
+    chunks::settle_now(limiter);
+    let deferred = std::mem::take(&mut limiter.registry.lock().deferred);
+    drop(deferred);
+}
+
+/// The host PID this process is known by, if anyone knows it.
+fn host_pid(limiter: &Limiter) -> Option<u32> {
+    query::own_host_pid().or_else(|| limiter.active.ledger.slot_host_pid(limiter.slot))
+}
+
+/// Asks NVML about one device when due; charges and records what it measured.
+fn poll(limiter: &Limiter, share: &DevShare, now: u64) {
+    let ask = {
+        let mut registry = limiter.registry.lock();
+        let book = registry.book(share.ordinal);
+        if !book.by_events && book.nvml.is_none() {
+            start_measuring(limiter, share, book, now);
+        }
+        match &book.nvml {
+            Some(state) if now >= state.next_poll => Some((state.handle, state.book.ask_after())),
+            _ => None,
+        }
+    };
+    let Some((handle, after)) = ask else {
+        // Events measure (or it is not time yet): the display window still moves.
+        limiter.active.ledger.compute_record(limiter.slot, share.id, 0, now);
+        return;
+    };
+    let answer = driver::process_samples(handle as NvmlDevice, after);
+    let offset = realtime_ns() - monotonic_ns() as i64;
+    let now_us = (realtime_ns() / 1000).max(0) as u64;
+    let used = {
+        let mut registry = limiter.registry.lock();
+        let book = registry.book(share.ordinal);
+        let Some(state) = book.nvml.as_mut() else { return };
+        state.offset_ns = offset;
+        let used = match answer {
+            Ok(samples) => state.book.ingest(&samples, &[state.host_pid], now_us),
+            Err(SamplesError::Transient(_)) => {
+                state.next_poll = now + NVML_RETRY_NS;
+                return;
+            }
+            Err(SamplesError::Unavailable(rc)) => {
+                log_at!(Level::Info, "NVML gives no per-process utilisation for {} (NVML error {rc}); the compute share is measured by this process's events", format_gpu_uuid(&share.uuid));
+                book.nvml = None;
+                book.by_events = true;
+                return;
+            }
+        };
+        book.measured_since += used;
+        // The next period should end one period after the newest one answered for.
+        let expected = state.covered_mono().unwrap_or(now).saturating_add(state.book.period_us() * 1000 + NVML_AFTER_PERIOD_NS);
+        state.next_poll = expected.max(now + NVML_RETRY_NS);
+        used
+    };
+    share.charge(limiter, used, now);
+    limiter.active.ledger.compute_record(limiter.slot, share.id, used, now);
+}
+
+/// Sets NVML up for a device if this process's host PID is known.
+fn start_measuring(limiter: &Limiter, share: &DevShare, book: &mut DevBook, now: u64) {
+    let Some(pid) = host_pid(limiter) else { return };
+    let uuid = format_gpu_uuid(&share.uuid);
+    let Some(handle) = query::handle_for(&share.uuid) else {
+        log_at!(Level::Info, "NVML cannot find {uuid}; the compute share there is measured by this process's events");
+        book.by_events = true;
+        return;
+    };
+    let offset = realtime_ns() - now as i64;
+    let start_us = ((now as i64 + offset) / 1000).max(0) as u64;
+    log_at!(Level::Debug, "the compute share on {uuid} is measured by NVML (host PID {pid})");
+    book.nvml = Some(NvmlState { handle: handle as usize, book: UtilisationBook::new(start_us), host_pid: pid, offset_ns: offset, next_poll: 0 });
+}
