@@ -143,11 +143,20 @@ fn match_without_service(active: &Active, slot: fgpu_core::ledger::SlotId) -> Ma
         return Match::Nothing; // the service may still answer
     }
     let snapshot = active.ledger.snapshot(Some(slot));
+    // Someone in the host's namespace (`fgpu status`, the exporter) may have filled it in.
+    if let Some(pid) = snapshot.processes.iter().find(|p| p.slot == slot).and_then(|p| p.host_pid) {
+        return Match::HostPid(pid);
+    }
     let claimed: Vec<u32> = snapshot.processes.iter().filter(|p| p.slot != slot).filter_map(|p| p.host_pid).collect();
+    // NVML gives host PIDs. A PID that names one of the ledger's processes in this
+    // namespace (this process's own, 1 perhaps) would come from an NVML answering in the
+    // caller's namespace instead: it proves nothing about the host PID, so it is left out
+    // (at worst the match waits).
+    let here: Vec<u32> = snapshot.processes.iter().filter_map(|p| p.pid_here).collect();
     let mut outcome = Match::Nothing;
     for dev in active.registered_devices() {
         let Some(listed) = query::handle_for(&dev.uuid).and_then(query::compute_processes) else { continue };
-        let listed: Vec<(u32, u64)> = listed.into_iter().map(|p| (p.pid, p.used_gpu_memory)).collect();
+        let listed: Vec<(u32, u64)> = listed.into_iter().filter(|p| !here.contains(&p.pid)).map(|p| (p.pid, p.used_gpu_memory)).collect();
         match active.host_pid.match_nvml(&listed, active.ledger.slot_used(slot, dev.id), &claimed) {
             Match::HostPid(pid) => {
                 active.ledger.set_host_pid(slot, pid);
