@@ -1329,7 +1329,14 @@ impl Report {
                 )
             })
             .collect();
-        println!("paired ratios, quartiles: {}", ratios.join("; "));
+        if !ratios.is_empty() {
+            println!("paired ratios, quartiles: {}", ratios.join("; "));
+        }
+        if self.startup_faults.is_empty() {
+            // No start-up rows: nothing was spawned bare.
+            println!("run took {:.1} s", self.seconds);
+            return;
+        }
         let faults: Vec<String> = self
             .startup_faults
             .iter()
