@@ -3,7 +3,6 @@
 //! ground truth (`SimState::device_busy`) judges. Shares are measured on the timeline over
 //! seconds, never from the test's own sleeps, so a loaded CPU does not move them.
 
-use fgpu_sim_state::timeline::SAMPLE_PERIOD_NS;
 use fgpu_sim_state::{now_ns, SimState};
 use fgpu_tests::*;
 use std::path::PathBuf;
@@ -27,9 +26,10 @@ fn saturating_worker(env: &Env, python: &PathBuf, ms: u32, shim: bool) -> Backgr
 
 /// A window of `periods` whole NVML sample periods starting after now; returns once it is
 /// over (and its last period complete).
-fn next_window(periods: u64) -> (u64, u64) {
-    let t0 = (now_ns() / SAMPLE_PERIOD_NS + 1) * SAMPLE_PERIOD_NS;
-    let t1 = t0 + periods * SAMPLE_PERIOD_NS;
+fn next_window(sim: &SimState, periods: u64) -> (u64, u64) {
+    let p = sim.sample_period_ns();
+    let t0 = (now_ns() / p + 1) * p;
+    let t1 = t0 + periods * p;
     std::thread::sleep(Duration::from_nanos(t1 - now_ns()) + Duration::from_millis(20));
     (t0, t1)
 }
@@ -47,9 +47,9 @@ fn two_processes_share_the_gpu(name: &str, shim: bool) {
     let a = saturating_worker(&env, &python, 2, shim);
     let mut b = saturating_worker(&env, &python, 2, shim);
     let sim = env.sim();
-    // 24 sample periods: 4 s.
+    // 24 sample periods: 4 s at the simulated driver's default period.
     let periods = 24;
-    let (t0, t1) = next_window(periods);
+    let (t0, t1) = next_window(&sim, periods);
     let w = sim.device_busy(0, t0, t1);
     let (sa, sb) = (w.share_of_pid(a.pid()) * 100.0, w.share_of_pid(b.pid()) * 100.0);
     println!("{name}: shares over {} s: {sa:.2} % and {sb:.2} %, device {:.2} %", (t1 - t0) as f64 / 1e9, w.device_share() * 100.0);

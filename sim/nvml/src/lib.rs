@@ -811,7 +811,7 @@ fn process_samples(s: &SimState, i: usize, last_seen: u64) -> Vec<(u64, u32, u32
     let mut out = Vec::new();
     for p in s.utilisation_periods(i, last_seen) {
         for (pid, ns) in &p.processes {
-            out.push((p.timestamp_us, *pid, fgpu_sim_state::UtilisationPeriod::percent(*ns)));
+            out.push((p.timestamp_us, *pid, p.percent(*ns)));
         }
     }
     out

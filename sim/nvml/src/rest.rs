@@ -114,7 +114,8 @@ pub struct NvmlUtilization {
     pub memory: c_uint,
 }
 
-/// `gpu`: percent of the last completed sample period (1/6 s) during which some kernel ran
+/// `gpu`: percent of the last completed sample period (1/6 s unless
+/// `FGPU_SIM_SAMPLE_PERIOD` says otherwise) during which some kernel ran
 /// on the device timeline. `memory` (global memory traffic) is not modelled: 0.
 #[no_mangle]
 pub unsafe extern "C" fn nvmlDeviceGetUtilizationRates(h: NvmlDevice, u: *mut NvmlUtilization) -> NvmlReturn {
@@ -123,13 +124,13 @@ pub unsafe extern "C" fn nvmlDeviceGetUtilizationRates(h: NvmlDevice, u: *mut Nv
         if u.is_null() {
             return NVML_ERROR_INVALID_ARGUMENT;
         }
-        let p = fgpu_sim_state::timeline::SAMPLE_PERIOD_NS;
+        let p = s.sample_period_ns();
         let last_end = fgpu_sim_state::now_ns() / p * p;
         let after = s.timestamp_us(last_end.saturating_sub(p));
         let gpu = s
             .utilisation_periods(i, after)
             .last()
-            .map(|period| fgpu_sim_state::UtilisationPeriod::percent(period.device_busy_ns))
+            .map(|period| period.percent(period.device_busy_ns))
             .unwrap_or(0);
         put(u, NvmlUtilization { gpu, memory: 0 });
         NVML_SUCCESS

@@ -84,7 +84,9 @@ struct Header {
     /// CLOCK_REALTIME - CLOCK_MONOTONIC when the file was created, ns: turns timeline
     /// times into the CPU timestamps NVML reports, the same in every process.
     realtime_offset_ns: i64,
-    _reserved: [u64; 24],
+    /// NVML's sample period, ns (0: [`timeline::SAMPLE_PERIOD_NS`]).
+    sample_period_ns: u64,
+    _reserved: [u64; 23],
 }
 
 #[repr(C)]
@@ -147,6 +149,8 @@ pub struct SimConfig {
     pub driver_version: u32,
     /// Time slice of a device's round robin between contexts, ns.
     pub timeslice_ns: u64,
+    /// NVML's utilisation sample period, ns.
+    pub sample_period_ns: u64,
 }
 
 impl Default for SimConfig {
@@ -157,6 +161,7 @@ impl Default for SimConfig {
             context_overhead: 300 << 20,
             driver_version: 12080,
             timeslice_ns: timeline::DEFAULT_TIMESLICE_NS,
+            sample_period_ns: timeline::SAMPLE_PERIOD_NS,
         }
     }
 }
@@ -167,7 +172,7 @@ fn bad_env(name: &str, value: &str) -> io::Error {
 
 impl SimConfig {
     /// Reads `FGPU_SIM_DEVICES`, `FGPU_SIM_MEMORY`, `FGPU_SIM_CONTEXT_OVERHEAD`,
-    /// `FGPU_SIM_DRIVER_VERSION`, `FGPU_SIM_TIMESLICE`; unset or empty variables take the
+    /// `FGPU_SIM_DRIVER_VERSION`, `FGPU_SIM_TIMESLICE`, `FGPU_SIM_SAMPLE_PERIOD`; unset or empty variables take the
     /// defaults.
     pub fn from_env() -> io::Result<SimConfig> {
         let mut c = SimConfig::default();
@@ -189,6 +194,11 @@ impl SimConfig {
         }
         if let Some(v) = get("FGPU_SIM_TIMESLICE") {
             c.timeslice_ns = parse_duration(&v).filter(|&t| t > 0).ok_or_else(|| bad_env("FGPU_SIM_TIMESLICE", &v))?;
+        }
+        if let Some(v) = get("FGPU_SIM_SAMPLE_PERIOD") {
+            // NVML documents 1/6 s to 1 s, depending on the product.
+            let range = timeline::SAMPLE_PERIOD_NS..=1_000_000_000;
+            c.sample_period_ns = parse_duration(&v).filter(|t| range.contains(t)).ok_or_else(|| bad_env("FGPU_SIM_SAMPLE_PERIOD", &v))?;
         }
         Ok(c)
     }
@@ -520,6 +530,7 @@ impl SimState {
         h.driver_reserved = DRIVER_RESERVED.min(cfg.memory / 2);
         h.file_size = FILE_SIZE as u64;
         h.timeslice_ns = cfg.timeslice_ns.max(1);
+        h.sample_period_ns = cfg.sample_period_ns;
         h.realtime_offset_ns = timeline::realtime_offset_ns();
         for i in 0..MAX_DEVICES {
             // SAFETY: device records lie inside the mapping; exclusive as above.
@@ -571,6 +582,13 @@ impl SimState {
     /// Time slice of the device timelines' round robin, ns.
     pub fn timeslice_ns(&self) -> u64 {
         self.header().timeslice_ns.max(1)
+    }
+    /// NVML's utilisation sample period, ns (`FGPU_SIM_SAMPLE_PERIOD`).
+    pub fn sample_period_ns(&self) -> u64 {
+        match self.header().sample_period_ns {
+            0 => timeline::SAMPLE_PERIOD_NS,
+            p => p,
+        }
     }
     /// Device memory each CUDA context takes.
     pub fn context_overhead(&self) -> u64 {

@@ -47,10 +47,12 @@ const IDENTITIES: usize = 1024;
 /// Default time slice: NVIDIA does not publish the one its GPUs use; "a few ms".
 pub const DEFAULT_TIMESLICE_NS: u64 = 2_000_000;
 /// NVML sample period: NVML documents 1/6 s to 1 s depending on the product; this
-/// simulator takes 1/6 s. Periods are aligned on multiples of it on `CLOCK_MONOTONIC`.
+/// simulator takes 1/6 s unless `FGPU_SIM_SAMPLE_PERIOD` says otherwise
+/// ([`SimState::sample_period_ns`]). Periods are aligned on multiples of it on
+/// `CLOCK_MONOTONIC`.
 pub const SAMPLE_PERIOD_NS: u64 = 1_000_000_000 / 6;
-/// How far back NVML's sample buffer reaches (120 periods).
-pub const SAMPLE_RETENTION_NS: u64 = 120 * SAMPLE_PERIOD_NS;
+/// How far back NVML's sample buffer reaches, in periods.
+pub const SAMPLE_RETENTION_PERIODS: u64 = 120;
 /// Longest a waiter sleeps before looking again (bounds how late it notices that a dead
 /// process's work was dropped).
 const MAX_NAP_NS: u64 = 10_000_000;
@@ -758,6 +760,8 @@ impl BusyWindow {
 pub struct UtilisationPeriod {
     /// End of the period, `CLOCK_MONOTONIC` ns.
     pub end_ns: u64,
+    /// Its length, ns (the sample period).
+    pub period_ns: u64,
     /// The same instant as a CPU timestamp in microseconds since the Unix epoch (what
     /// NVML's `timeStamp` fields hold).
     pub timestamp_us: u64,
@@ -768,9 +772,10 @@ pub struct UtilisationPeriod {
 }
 
 impl UtilisationPeriod {
-    /// Percent of the period, rounded (NVML's `gpu` and `smUtil`).
-    pub fn percent(busy_ns: u64) -> u32 {
-        ((busy_ns as u128 * 100 + SAMPLE_PERIOD_NS as u128 / 2) / SAMPLE_PERIOD_NS as u128).min(100) as u32
+    /// `busy_ns` as a percent of the period, rounded (NVML's `gpu` and `smUtil`).
+    pub fn percent(&self, busy_ns: u64) -> u32 {
+        let p = self.period_ns.max(1) as u128;
+        ((busy_ns as u128 * 100 + p / 2) / p).min(100) as u32
     }
 }
 
@@ -896,14 +901,14 @@ impl SimState {
     }
 
     /// NVML's sample buffer: every completed sample period of `device` that is still
-    /// retained ([`SAMPLE_RETENTION_NS`]) and whose timestamp is after `after_us`
+    /// retained ([`SAMPLE_RETENTION_PERIODS`]) and whose timestamp is after `after_us`
     /// (microseconds since the epoch; 0 for all), oldest first.
     pub fn utilisation_periods(&self, device: usize, after_us: u64) -> Vec<UtilisationPeriod> {
         let tl = self.timeline(device);
         self.with_timeline(device, |e, s, now| {
-            let p = SAMPLE_PERIOD_NS;
+            let p = self.sample_period_ns();
             let last_end = now / p * p;
-            let mut first_start = last_end.saturating_sub(SAMPLE_RETENTION_NS);
+            let mut first_start = last_end.saturating_sub(SAMPLE_RETENTION_PERIODS * p);
             first_start = first_start.max(s.hist_floor.div_ceil(p) * p);
             while first_start < last_end && self.timestamp_us(first_start + p) <= after_us {
                 first_start += p;
@@ -939,7 +944,7 @@ impl SimState {
                             None => processes.push((pid, ns)),
                         }
                     }
-                    UtilisationPeriod { end_ns, timestamp_us: self.timestamp_us(end_ns), device_busy_ns, processes }
+                    UtilisationPeriod { end_ns, period_ns: p, timestamp_us: self.timestamp_us(end_ns), device_busy_ns, processes }
                 })
                 .collect()
         })

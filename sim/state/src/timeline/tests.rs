@@ -185,7 +185,7 @@ fn utilisation_periods_follow_the_timeline() {
     let full: Vec<&UtilisationPeriod> = periods.iter().filter(|p| p.end_ns > start + SAMPLE_PERIOD_NS && p.end_ns <= until).collect();
     assert!(!full.is_empty(), "{periods:?}");
     for p in &full {
-        let pct = UtilisationPeriod::percent(p.device_busy_ns);
+        let pct = p.percent(p.device_busy_ns);
         // Sleeps on a loaded machine only ever lower the share.
         assert!((10..=55).contains(&pct), "{pct}% in {p:?}");
         assert_eq!(p.processes.len(), 1);
@@ -197,4 +197,27 @@ fn utilisation_periods_follow_the_timeline() {
     assert!(s.utilisation_periods(0, last.timestamp_us).is_empty() || now_ns() >= last.end_ns + SAMPLE_PERIOD_NS);
     let real_us = clock_ns(libc::CLOCK_REALTIME) / 1000;
     assert!(last.timestamp_us <= real_us && last.timestamp_us + 1_000_000 > real_us, "CPU timestamps in microseconds");
+}
+
+#[test]
+fn a_longer_sample_period_is_what_nvml_reports_over() {
+    // NVML documents 1/6 s to 1 s depending on the product; `FGPU_SIM_SAMPLE_PERIOD` picks.
+    let p = std::env::temp_dir().join(format!("fgpu-sim-timeline-{}-period", std::process::id()));
+    let _ = std::fs::remove_file(&p);
+    let half = 500 * MS;
+    let s = SimState::open_with(&p, &SimConfig { sample_period_ns: half, ..SimConfig::default() }).unwrap();
+    assert_eq!(s.sample_period_ns(), half);
+    let slot = s.register().unwrap();
+    let c = s.timeline_open(0, slot, 1).unwrap();
+    // One 100 ms kernel inside the next whole period.
+    sleep_until((now_ns() / half + 1) * half + 10 * MS);
+    let seq = s.timeline_submit(c, Work::Kernel(100 * MS), |_, _| ()).unwrap();
+    s.timeline_wait(c, seq).unwrap();
+    sleep_until((now_ns() / half + 1) * half + MS);
+    let periods = s.utilisation_periods(0, 0);
+    let last = periods.last().expect("a completed period");
+    assert_eq!(last.period_ns, half);
+    assert_eq!(last.end_ns % half, 0, "periods are aligned on the period");
+    assert_eq!(last.percent(last.device_busy_ns), 20, "100 ms of 500 ms: {last:?}");
+    let _ = std::fs::remove_file(&p);
 }
