@@ -108,13 +108,65 @@ pub fn wall_for(gpu_ns: u64, share: u64) -> u64 {
 /// The clock is first brought to at most [`BURST_WALL_NS`] behind now, and a refund never
 /// takes it further back than that.
 pub fn charge(vclock: u64, now: u64, gpu_ns: i64, share: u64) -> u64 {
+    charge_keeping_rest(vclock, now, gpu_ns, share).0
+}
+
+/// [`charge`], and the part of a refund (GPU ns) the bucket could not take because it
+/// would have gone further back than [`BURST_WALL_NS`]. The caller keeps that rest
+/// ([`Carry`]) and takes it off later charges: a refund gives back estimates that were
+/// charged earlier, so dropping it would hold the ledger below its share for good.
+pub fn charge_keeping_rest(vclock: u64, now: u64, gpu_ns: i64, share: u64) -> (u64, u64) {
     let floor = now.saturating_sub(BURST_WALL_NS);
     let base = vclock.max(floor);
     let wall = wall_for(gpu_ns.unsigned_abs(), share);
     if gpu_ns >= 0 {
-        base.saturating_add(wall)
-    } else {
-        base.saturating_sub(wall).max(floor)
+        return (base.saturating_add(wall), 0);
+    }
+    let room = base - floor;
+    if wall <= room {
+        return (base - wall, 0);
+    }
+    // GPU time worth the wall time that did not fit.
+    let rest = ((wall - room) as u128 * share.clamp(1, PPM) as u128 / PPM as u128) as u64;
+    (floor, rest)
+}
+
+/// Refunds a bucket could not take yet ([`charge_keeping_rest`]), taken off the next
+/// charges. Bounded by [`CARRY_MAX_WALL_NS`] of the share: a refund that large means the
+/// estimates were far off for a long time, and giving it all back at once would be a
+/// burst the ceiling does not allow.
+#[derive(Debug, Default)]
+pub struct Carry(std::sync::atomic::AtomicU64);
+
+/// Most wall time of share a [`Carry`] holds.
+pub const CARRY_MAX_WALL_NS: u64 = 300_000_000;
+
+impl Carry {
+    /// What of a charge of `gpu_ns` is left to apply once the carry has been spent on it
+    /// (refunds pass through unchanged).
+    pub fn spend(&self, gpu_ns: i64) -> i64 {
+        use std::sync::atomic::Ordering::AcqRel;
+        if gpu_ns <= 0 {
+            return gpu_ns;
+        }
+        let want = gpu_ns as u64;
+        let had = self.0.fetch_update(AcqRel, std::sync::atomic::Ordering::Acquire, |c| Some(c - c.min(want))).unwrap_or(0);
+        gpu_ns - had.min(want) as i64
+    }
+
+    /// Keeps `rest_ns` of refund for later, up to the bound at `share`.
+    pub fn keep(&self, rest_ns: u64, share: u64) {
+        use std::sync::atomic::Ordering::{AcqRel, Acquire};
+        if rest_ns == 0 {
+            return;
+        }
+        let most = (CARRY_MAX_WALL_NS as u128 * share.min(PPM) as u128 / PPM as u128) as u64;
+        let _ = self.0.fetch_update(AcqRel, Acquire, |c| Some(c.saturating_add(rest_ns).min(most)));
+    }
+
+    /// GPU time held.
+    pub fn held(&self) -> u64 {
+        self.0.load(std::sync::atomic::Ordering::Acquire)
     }
 }
 
@@ -210,10 +262,18 @@ const SHORTEST_GAP_US: u64 = MIN_PERIOD_US * 9 / 10;
 /// sample period in which the process ran; `smUtil` is a percent of the period. The period
 /// is not in the answer: it is the smallest gap between the timestamps NVML gives (every
 /// process's, so one busy neighbour is enough to learn it), within the documented 1/6 s to
-/// 1 s, and 1/6 s until a gap is seen. Time is counted as the sum of the percents times
-/// the period, so when the period learned changes, what was counted before is corrected
-/// (the correction is part of the next answer's figure). What NVML has answered for is
-/// "covered": work that ended before the newest timestamp answered is in its samples.
+/// 1 s. Time is counted as the sum of the percents times the period, so when the period
+/// learned changes, what was counted before is corrected (the correction is part of the
+/// next answer's figure). What NVML has answered for is "covered": work that ended before
+/// the newest timestamp answered is in its samples.
+///
+/// **Until a gap is seen the period is unknown**, and NVML's figures cannot be turned into
+/// time: anywhere from 1/6 s to 1 s per sample. The book then reports nothing and covers
+/// nothing, so the caller keeps charging its own upper bounds (the chunks' events), and
+/// counts the samples once the period is known. Guessing instead would break the ceiling
+/// one way or the other: the shortest period counts a 1 s product's samples at a sixth of
+/// their time (the container runs unthrottled until the period is learned), the longest
+/// counts a 1/6 s product's six times over (a refund the bucket cannot hold is lost).
 #[derive(Debug, Clone)]
 pub struct UtilisationBook {
     start_us: u64,
@@ -239,9 +299,15 @@ impl UtilisationBook {
         if self.primed { self.last_seen_us } else { 0 }
     }
 
-    /// The sample period as learned so far.
+    /// The sample period as learned so far (the shortest documented one until then, for
+    /// deciding when to ask again).
     pub fn period_us(&self) -> u64 {
         self.period_us.unwrap_or(MIN_PERIOD_US)
+    }
+
+    /// Whether the period is known, i.e. NVML's figures are being counted.
+    pub fn measuring(&self) -> bool {
+        self.period_us.is_some()
     }
 
     /// Everything that ended before this time (CPU µs since the epoch) is in the samples.
@@ -274,17 +340,20 @@ impl UtilisationBook {
             .map(|s| s.sm_util.min(100) as u64)
             .sum::<u64>();
         self.primed = true;
+        if let Some(&newest) = stamps.last() {
+            self.last_seen_us = self.last_seen_us.max(newest);
+        }
+        let Some(period_us) = self.period_us else {
+            return 0; // nothing counted, nothing covered: see the type's documentation
+        };
         match stamps.last() {
-            Some(&newest) => {
-                self.last_seen_us = self.last_seen_us.max(newest);
-                self.covered_us = self.covered_us.max(newest);
-            }
+            Some(_) => self.covered_us = self.covered_us.max(self.last_seen_us),
             // Nothing new: no process ran in any period completed since; those periods are
             // complete once a whole period (and one more for slack) has passed.
-            None => self.covered_us = self.covered_us.max(now_us.saturating_sub(2 * self.period_us())),
+            None => self.covered_us = self.covered_us.max(now_us.saturating_sub(2 * period_us)),
         }
         // percent x period (us) x 10 = ns.
-        let total = self.percent_sum * self.period_us() * 10;
+        let total = self.percent_sum * period_us * 10;
         let delta = total as i64 - self.reported_ns as i64;
         self.reported_ns = total;
         delta
@@ -326,6 +395,8 @@ mod tests {
         // A refund gives it back, never beyond the burst.
         assert_eq!(charge(v, 10_000_000_000, -5_000_000, c), 10_000_000_000 - 200_000_000);
         assert_eq!(charge(v, 10_000_000_000, -500_000_000, c), 10_000_000_000 - 200_000_000);
+        // What did not fit is kept: 20 ms of wall fit (5 ms of GPU time), 495 ms did not.
+        assert_eq!(charge_keeping_rest(v, 10_000_000_000, -500_000_000, c), (10_000_000_000 - 200_000_000, 495_000_000));
         // Saturating: what is admitted over 10 s is the share of 10 s plus the burst.
         let (mut v, mut now, mut admitted) = (0u64, 1_000_000_000u64, 0u64);
         let end = now + 10_000_000_000;
@@ -401,13 +472,21 @@ mod tests {
     #[test]
     fn a_slower_product_period_is_learned_and_earlier_figures_corrected() {
         let mut book = UtilisationBook::new(0);
-        // One timestamp: counted at the documented minimum.
-        assert_eq!(book.ingest(&[s(1, 5_000_000, 10)], &[1], 5_000_000), 10 * MIN_PERIOD_US as i64 * 10);
-        // Then a second one a second later: the period is 1 s, and the first sample is
-        // corrected in the same figure.
+        // One timestamp: the period is unknown, so nothing is counted or covered yet (the
+        // caller's own upper bounds stand), and asking again is for newer samples only.
+        assert_eq!(book.ingest(&[s(1, 5_000_000, 10)], &[1], 5_000_000), 0);
+        assert!(!book.measuring());
+        assert_eq!(book.covered_us(), 0);
+        assert_eq!(book.ask_after(), 5_000_000);
+        // Nothing new while it is unknown: still nothing covered.
+        assert_eq!(book.ingest(&[], &[1], 5_900_000), 0);
+        assert_eq!(book.covered_us(), 0);
+        // Then a second one a second later: the period is 1 s, and both samples count.
         let used = book.ingest(&[s(1, 6_000_000, 20), s(2, 6_000_050, 10)], &[1], 6_000_000);
         assert_eq!(book.period_us(), 1_000_000, "jitter of 50 us is not a period");
-        assert_eq!(used, 30 * 1_000_000 * 10 - 10 * MIN_PERIOD_US as i64 * 10);
+        assert!(book.measuring());
+        assert_eq!(used, 30 * 1_000_000 * 10);
+        assert_eq!(book.covered_us(), 6_000_050);
         // A shorter gap later lowers it again, and corrects downwards.
         let used = book.ingest(&[s(1, 6_500_000, 0)], &[1], 6_500_000);
         assert_eq!(book.period_us(), 499_950, "measured from the newest timestamp seen");

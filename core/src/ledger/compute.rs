@@ -10,7 +10,7 @@
 
 use super::layout::*;
 use super::{DeviceId, Ledger, LedgerError, SlotId};
-use crate::compute::{charge, PPM};
+use crate::compute::{charge_keeping_rest, PPM};
 use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed};
 
 /// The use `fgpu status` shows is measured over windows of this length.
@@ -61,14 +61,15 @@ impl Ledger {
     }
 
     /// Charges `gpu_ns` of GPU time (negative: a refund) to the ledger's bucket at `share`
-    /// and time `now`; returns the clock after.
-    pub fn compute_charge(&self, device: DeviceId, gpu_ns: i64, share: u64, now: u64) -> u64 {
+    /// and time `now`; returns the clock after, and the part of a refund the bucket could
+    /// not take (`crate::compute::charge_keeping_rest`).
+    pub fn compute_charge(&self, device: DeviceId, gpu_ns: i64, share: u64, now: u64) -> (u64, u64) {
         let cell = &self.compute_entry(device).vclock;
         let mut current = cell.load(Acquire);
         loop {
-            let next = charge(current, now, gpu_ns, share);
+            let (next, rest) = charge_keeping_rest(current, now, gpu_ns, share);
             match cell.compare_exchange_weak(current, next, AcqRel, Acquire) {
-                Ok(_) => return next,
+                Ok(_) => return (next, rest),
                 Err(actual) => current = actual,
             }
         }
@@ -150,10 +151,10 @@ mod tests {
         assert_eq!(b.register_compute(dev_b, 700_000, Some(sb)).unwrap(), 300_000);
         // Both charge the same clock.
         let now = 10 * BURST_WALL_NS;
-        let v = a.compute_charge(dev, 3_000_000, 300_000, now);
+        let (v, _) = a.compute_charge(dev, 3_000_000, 300_000, now);
         assert_eq!(v, now - BURST_WALL_NS + 10_000_000);
-        assert_eq!(b.compute_charge(dev_b, 3_000_000, 300_000, now), v + 10_000_000);
-        assert_eq!(a.compute_charge(dev, -3_000_000, 300_000, now), v);
+        assert_eq!(b.compute_charge(dev_b, 3_000_000, 300_000, now), (v + 10_000_000, 0));
+        assert_eq!(a.compute_charge(dev, -3_000_000, 300_000, now), (v, 0));
         assert_eq!(b.compute_clock(dev_b), v);
         // Use: per process and for the ledger, over a window.
         a.compute_record(sa, dev, 0, now);

@@ -158,12 +158,21 @@ impl DevBook {
     /// what NVML measured for the chunks it refunded, so that what is charged in advance
     /// is close to what will be measured (a large gap between the two only delays, but
     /// it would make the admission come in bursts).
+    ///
+    /// The refunded estimates were already scaled by the calibration, so their ratio to
+    /// NVML's figure is what is left to correct: the calibration is multiplied by it
+    /// (smoothed), and settles where the two agree.
+    ///
+    /// Each step weighs the residual by 0.3 per 1/6 s of NVML's sample period, so the
+    /// calibration settles in about the same time whatever the product's period.
     fn calibrate(&mut self) {
         if self.refunded_since < CALIBRATE_AFTER_NS {
             return;
         }
-        let ratio = (self.measured_since.max(0) as f64 / self.refunded_since as f64).clamp(0.05, 4.0);
-        self.calibration = (0.7 * self.calibration + 0.3 * ratio).clamp(0.05, 4.0);
+        let residual = (self.measured_since.max(0) as f64 / self.refunded_since as f64).clamp(0.05, 4.0);
+        let periods = self.nvml.as_ref().map_or(1.0, |n| n.period_us() as f64 / fgpu_core::compute::MIN_PERIOD_US as f64);
+        let weight = 1.0 - 0.7f64.powf(periods.max(1.0));
+        self.calibration = (self.calibration * (1.0 - weight + weight * residual)).clamp(0.05, 4.0);
         (self.measured_since, self.refunded_since) = (0, 0);
     }
 
@@ -541,7 +550,6 @@ fn record_marker(limiter: &Limiter, ordinal: CUdevice, ctx: CUcontext, stream: C
 fn close(limiter: &Limiter, e: &mut Entry, late: bool) {
     let credit = std::mem::take(&mut e.credit);
     let Some(shared) = e.chunk.take() else { return };
-    let _ = credit;
     let end = if shared.orphaned.load(Ordering::Acquire) {
         None
     } else {
@@ -556,6 +564,7 @@ fn close(limiter: &Limiter, e: &mut Entry, late: bool) {
     };
     let now = monotonic_ns();
     let mut registry = limiter.registry.lock();
+    let mut unused = 0;
     if let Some(rec) = registry.chunks.iter_mut().find(|c| Arc::ptr_eq(&c.shared, &shared)) {
         if rec.state == State::Open {
             let same_context = match (&rec.start, &end) {
@@ -565,9 +574,22 @@ fn close(limiter: &Limiter, e: &mut Entry, late: bool) {
             rec.end = end.clone().filter(|_| same_context);
             rec.launches = e.launches;
             rec.state = State::Closed { at: now, late };
+            // A chunk ended early (a synchronisation, another stream) ran fewer launches
+            // than it was charged for: what it did not use goes back now, so the estimate
+            // refunded later is what ran (and the calibration compares like with like).
+            let granted = e.launches as u64 + credit as u64;
+            if credit > 0 && granted > 0 {
+                unused = (rec.provisional as u128 * credit as u128 / granted as u128) as u64;
+                rec.provisional -= unused;
+            }
         }
     }
     drop(registry);
+    if unused > 0 {
+        if let Some(share) = limiter.known(e.ordinal) {
+            share.charge(limiter, -(unused as i64), now);
+        }
+    }
     e.last_end = end;
     e.launches = 0;
 }

@@ -23,7 +23,7 @@ pub mod sampler;
 
 use crate::abi::cuda::*;
 use crate::state::{self, Active, Dev, Mode, MAX_ORDINALS};
-use fgpu_core::compute::{charge, format_share};
+use fgpu_core::compute::{charge_keeping_rest, format_share, Carry};
 use fgpu_core::ledger::{DeviceId, SlotId};
 use fgpu_core::log::Level;
 use fgpu_core::log_at;
@@ -53,6 +53,8 @@ pub struct DevShare {
     /// This process's own share, when the ledger has none or a larger one: a bucket of
     /// its own as well, so it is held to the smaller of the two.
     pub own: Option<(u64, AtomicU64)>,
+    /// Refunds each bucket (the ledger's, this process's own) could not take yet.
+    carry: [Carry; 2],
 }
 
 impl DevShare {
@@ -64,16 +66,30 @@ impl DevShare {
         shared.into_iter().chain(own)
     }
 
-    /// Charges `gpu_ns` (negative: a refund) to every bucket of this device.
+    /// Charges `gpu_ns` (negative: a refund) to every bucket of this device. A refund that
+    /// a bucket cannot take at once is kept and taken off its next charges.
     pub fn charge(&self, limiter: &Limiter, gpu_ns: i64, now: u64) {
         if gpu_ns == 0 {
             return;
         }
         if let Some(share) = self.ledger_share {
-            limiter.active.ledger.compute_charge(self.id, gpu_ns, share, now);
+            let amount = self.carry[0].spend(gpu_ns);
+            if amount != 0 {
+                let (_, rest) = limiter.active.ledger.compute_charge(self.id, amount, share, now);
+                self.carry[0].keep(rest, share);
+            }
         }
         if let Some((share, clock)) = &self.own {
-            let _ = clock.fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| Some(charge(v, now, gpu_ns, *share)));
+            let amount = self.carry[1].spend(gpu_ns);
+            if amount != 0 {
+                let mut rest = 0;
+                let _ = clock.fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| {
+                    let (next, r) = charge_keeping_rest(v, now, amount, *share);
+                    rest = r;
+                    Some(next)
+                });
+                self.carry[1].keep(rest, *share);
+            }
         }
     }
 }
@@ -203,7 +219,7 @@ impl Limiter {
         let ledger_share = (ledger != 0).then_some(ledger);
         let own_bucket = (ledger == 0 || own < ledger).then(|| (own, AtomicU64::new(0)));
         log_at!(Level::Debug, "device {} is {uuid}: compute share {}", dev.ordinal, format_share(own.min(if ledger == 0 { own } else { ledger })));
-        Some(DevShare { ordinal: dev.ordinal, id: dev.id, uuid: dev.uuid, ledger_share, own: own_bucket })
+        Some(DevShare { ordinal: dev.ordinal, id: dev.id, uuid: dev.uuid, ledger_share, own: own_bucket, carry: Default::default() })
     }
 
     /// Starts the sampler thread on first need.

@@ -34,6 +34,11 @@ const TICK: Duration = Duration::from_millis(5);
 /// late; never more often than that.
 const NVML_AFTER_PERIOD_NS: u64 = 10_000_000;
 const NVML_RETRY_NS: u64 = 30_000_000;
+/// NVML's figures count once its sample period is known (two timestamps, at most 1 s
+/// apart by NVIDIA's documentation); until then the chunks' estimates stand. Should the
+/// period still be unknown this long after NVML was first asked (a process that ran in
+/// one period only, or samples that never name it), its events measure it instead.
+const LEARN_PERIOD_WITHIN_NS: u64 = 4_000_000_000;
 
 /// What NVML measures of this process on one device.
 pub struct NvmlState {
@@ -45,9 +50,16 @@ pub struct NvmlState {
     offset_ns: i64,
     /// When to ask next (CLOCK_MONOTONIC ns).
     next_poll: u64,
+    /// When NVML was first asked (CLOCK_MONOTONIC ns).
+    since: u64,
 }
 
 impl NvmlState {
+    /// NVML's sample period as learned so far (µs).
+    pub fn period_us(&self) -> u64 {
+        self.book.period_us()
+    }
+
     /// CLOCK_MONOTONIC time up to which NVML has answered for this process.
     pub fn covered_mono(&self) -> Option<u64> {
         let covered = self.book.covered_us() as i64 * 1000 - self.offset_ns;
@@ -121,6 +133,14 @@ fn poll(limiter: &Limiter, share: &DevShare, now: u64) {
         let Some(state) = book.nvml.as_mut() else { return };
         state.offset_ns = offset;
         let used = match answer {
+            Ok(_) if !state.book.measuring() && now.saturating_sub(state.since) > LEARN_PERIOD_WITHIN_NS => {
+                // Nothing was counted from NVML yet, so nothing is counted twice: the
+                // chunks kept until now are settled by their events from here on.
+                log_at!(Level::Info, "NVML's samples did not show their period within {} s on {}; the compute share is measured by this process's events", LEARN_PERIOD_WITHIN_NS / 1_000_000_000, format_gpu_uuid(&share.uuid));
+                book.nvml = None;
+                book.by_events = true;
+                return;
+            }
             Ok(samples) => state.book.ingest(&samples, &[state.host_pid], now_us),
             Err(SamplesError::Transient(_)) => {
                 state.next_poll = now + NVML_RETRY_NS;
@@ -155,5 +175,6 @@ fn start_measuring(limiter: &Limiter, share: &DevShare, book: &mut DevBook, now:
     let offset = realtime_ns() - now as i64;
     let start_us = ((now as i64 + offset) / 1000).max(0) as u64;
     log_at!(Level::Debug, "the compute share on {uuid} is measured by NVML (host PID {pid})");
-    book.nvml = Some(NvmlState { handle: handle as usize, book: UtilisationBook::new(start_us), host_pid: pid, offset_ns: offset, next_poll: 0 });
+    book.nvml = Some(NvmlState { handle: handle as usize, book: UtilisationBook::new(start_us), host_pid: pid, offset_ns: offset, next_poll: 0, since: now });
 }
+
