@@ -78,35 +78,11 @@ typedef CUresult (*graph_launch_t)(CUgraphExec, CUstream);
     X(cuGraphLaunch_ptsz, "cuGraphLaunch_ptsz", "cuGraphLaunch", 2, CUresult, (CUgraphExec, CUstream))
 
 #ifdef LINKED
-#define DECL(var, exported, base, flags, ret, args) extern ret var args;
 #define cuGraphAddKernelNode cuGraphAddKernelNode_v2
 #define cuMemAlloc cuMemAlloc_v2
 #define cuMemcpyDtoH cuMemcpyDtoH_v2
-FNS(DECL)
-#define CALL(f) f
-#else
-#define DECL(var, exported, base, flags, ret, args) static ret(*p_##var) args;
-FNS(DECL)
-#define CALL(f) p_##f
 #endif
-
-static int resolve(const char *mode) {
-#ifndef LINKED
-    void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-    if (!lib) { printf("dlopen failed: %s\n", dlerror()); return 1; }
-    CUresult (*gpa)(const char *, void **, int, unsigned long long, int *) = dlsym(lib, "cuGetProcAddress_v2");
-    int procaddr = strcmp(mode, "dlsym") != 0;
-#define RESOLVE(var, exported, base, flags, ret, args) { \
-        void *p = NULL; int st = 0; \
-        if (procaddr) { if (gpa) gpa(base, &p, 12080, flags, &st); } else p = dlsym(lib, exported); \
-        if (!p) { printf("cannot resolve %s\n", exported); return 1; } \
-        p_##var = (ret(*) args)p; }
-    FNS(RESOLVE)
-#else
-    (void)mode;
-#endif
-    return 0;
-}
+#include "driver_table.h"
 
 static double now_ms(void) {
     struct timespec ts; clock_gettime(CLOCK_MONOTONIC, &ts);

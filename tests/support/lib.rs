@@ -86,9 +86,7 @@ pub fn client_with(name: &str, defines: &[&str]) -> PathBuf {
     let suffix: String = defines.iter().map(|d| format!("-{}", d.to_lowercase())).collect();
     let out = release_dir().join("test-clients").join(format!("{name}{suffix}"));
     let source = workspace().join("tests/clients").join(format!("{name}.c"));
-    let fresh = out.exists()
-        && out.metadata().unwrap().modified().unwrap() >= source.metadata().unwrap().modified().unwrap();
-    if !fresh {
+    if !built_after(&out, &source) {
         std::fs::create_dir_all(out.parent().unwrap()).unwrap();
         let mut cc = Command::new("cc");
         cc.args(["-O1", "-Wall", "-o"]).arg(&out).arg(&source);
@@ -102,6 +100,20 @@ pub fn client_with(name: &str, defines: &[&str]) -> PathBuf {
         Cmd(cc).success();
     }
     out
+}
+
+/// Whether `out` exists and is newer than `source` and every header beside it (the
+/// clients share `tests/clients/*.h`).
+fn built_after(out: &Path, source: &Path) -> bool {
+    let modified = |p: &Path| p.metadata().and_then(|m| m.modified()).ok();
+    let Some(built) = modified(out) else { return false };
+    let headers = std::fs::read_dir(source.parent().unwrap())
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "h"));
+    std::iter::once(source.to_path_buf()).chain(headers).all(|p| modified(&p).is_some_and(|m| m <= built))
 }
 
 /// Builds a helper shared library from `tests/clients/<name>.c`.
