@@ -255,14 +255,17 @@ pub const MIN_PERIOD_US: u64 = 1_000_000 / 6;
 pub const MAX_PERIOD_US: u64 = 1_000_000;
 /// Gaps between timestamps shorter than this are not a period (timestamps jitter a little).
 const SHORTEST_GAP_US: u64 = MIN_PERIOD_US * 9 / 10;
+/// Processes whose newest timestamp a [`UtilisationBook`] remembers.
+const PIDS_KEPT: usize = 64;
 
 /// Turns NVML's per-process utilisation samples into GPU time, for one device.
 ///
 /// NVML answers the samples newer than the timestamp it is asked with, one per process and
 /// sample period in which the process ran; `smUtil` is a percent of the period. The period
-/// is not in the answer: it is the smallest gap between the timestamps NVML gives (every
+/// is not in the answer: it is the smallest gap between two samples of one process (any
 /// process's, so one busy neighbour is enough to learn it), within the documented 1/6 s to
-/// 1 s. Time is counted as the sum of the percents times the period, so when the period
+/// 1 s. One process's samples are a whole number of periods apart, whereas samples of
+/// different processes need not be stamped at the same instants. Time is counted as the sum of the percents times the period, so when the period
 /// learned changes, what was counted before is corrected (the correction is part of the
 /// next answer's figure). What NVML has answered for is "covered": work that ended before
 /// the newest timestamp answered is in its samples.
@@ -280,6 +283,8 @@ pub struct UtilisationBook {
     last_seen_us: u64,
     covered_us: u64,
     period_us: Option<u64>,
+    /// The newest timestamp seen of each process (the most recent [`PIDS_KEPT`]).
+    newest_of: Vec<(u32, u64)>,
     /// Sum of the percents counted, and the GPU time reported for them so far.
     percent_sum: u64,
     reported_ns: u64,
@@ -290,7 +295,7 @@ impl UtilisationBook {
     /// A book for a process that began using the device at `start_us` (CPU time, µs since
     /// the epoch): samples before that are not its.
     pub fn new(start_us: u64) -> UtilisationBook {
-        UtilisationBook { start_us, last_seen_us: 0, covered_us: start_us, period_us: None, percent_sum: 0, reported_ns: 0, primed: false }
+        UtilisationBook { start_us, last_seen_us: 0, covered_us: start_us, period_us: None, newest_of: Vec::new(), percent_sum: 0, reported_ns: 0, primed: false }
     }
 
     /// The `lastSeenTimeStamp` to ask NVML with: 0 the first time (the whole buffer, to
@@ -320,19 +325,27 @@ impl UtilisationBook {
     /// changed (so it can be negative). `now_us` is the CPU time of the question.
     pub fn ingest(&mut self, samples: &[Sample], pids: &[u32], now_us: u64) -> i64 {
         let floor = if self.primed { self.last_seen_us } else { 0 };
-        let mut stamps: Vec<u64> = samples.iter().map(|s| s.timestamp_us).filter(|t| *t > floor).collect();
-        stamps.sort_unstable();
-        stamps.dedup();
-        let mut previous = (self.primed && self.last_seen_us > 0).then_some(self.last_seen_us);
-        for &t in &stamps {
-            if let Some(p) = previous {
-                let gap = t - p;
+        let mut fresh: Vec<(u32, u64)> = samples.iter().filter(|s| s.timestamp_us > floor).map(|s| (s.pid, s.timestamp_us)).collect();
+        fresh.sort_unstable();
+        fresh.dedup();
+        for &(pid, t) in &fresh {
+            let known = self.newest_of.iter_mut().find(|(p, _)| *p == pid);
+            if let Some((_, previous)) = known {
+                let gap = t.saturating_sub(*previous);
                 if gap >= SHORTEST_GAP_US && self.period_us.is_none_or(|known| gap < known) {
                     self.period_us = Some(gap.clamp(MIN_PERIOD_US, MAX_PERIOD_US));
                 }
+                *previous = (*previous).max(t);
+            } else {
+                if self.newest_of.len() >= PIDS_KEPT {
+                    // Forget the process seen least recently.
+                    let oldest = self.newest_of.iter().enumerate().min_by_key(|(_, (_, t))| *t).map(|(i, _)| i).unwrap_or(0);
+                    self.newest_of.swap_remove(oldest);
+                }
+                self.newest_of.push((pid, t));
             }
-            previous = Some(t);
         }
+        let newest = fresh.iter().map(|(_, t)| *t).max();
         let counted_after = floor.max(self.start_us);
         self.percent_sum += samples
             .iter()
@@ -340,13 +353,13 @@ impl UtilisationBook {
             .map(|s| s.sm_util.min(100) as u64)
             .sum::<u64>();
         self.primed = true;
-        if let Some(&newest) = stamps.last() {
+        if let Some(newest) = newest {
             self.last_seen_us = self.last_seen_us.max(newest);
         }
         let Some(period_us) = self.period_us else {
             return 0; // nothing counted, nothing covered: see the type's documentation
         };
-        match stamps.last() {
+        match newest {
             Some(_) => self.covered_us = self.covered_us.max(self.last_seen_us),
             // Nothing new: no process ran in any period completed since; those periods are
             // complete once a whole period (and one more for slack) has passed.
@@ -481,15 +494,20 @@ mod tests {
         // Nothing new while it is unknown: still nothing covered.
         assert_eq!(book.ingest(&[], &[1], 5_900_000), 0);
         assert_eq!(book.covered_us(), 0);
-        // Then a second one a second later: the period is 1 s, and both samples count.
-        let used = book.ingest(&[s(1, 6_000_000, 20), s(2, 6_000_050, 10)], &[1], 6_000_000);
-        assert_eq!(book.period_us(), 1_000_000, "jitter of 50 us is not a period");
+        // Another process's sample stamped 300 ms later is no period: processes need not
+        // be sampled at the same instants.
+        assert_eq!(book.ingest(&[s(2, 5_300_000, 50)], &[1], 5_300_000), 0);
+        assert!(!book.measuring());
+        // Then one of the first process a second after its first: the period is 1 s, and
+        // both its samples count.
+        let used = book.ingest(&[s(1, 6_000_000, 20), s(3, 6_000_050, 10)], &[1], 6_000_000);
+        assert_eq!(book.period_us(), 1_000_000, "50 us between two processes is not a period");
         assert!(book.measuring());
         assert_eq!(used, 30 * 1_000_000 * 10);
         assert_eq!(book.covered_us(), 6_000_050);
         // A shorter gap later lowers it again, and corrects downwards.
         let used = book.ingest(&[s(1, 6_500_000, 0)], &[1], 6_500_000);
-        assert_eq!(book.period_us(), 499_950, "measured from the newest timestamp seen");
-        assert_eq!(used, 30 * 499_950 * 10 - 30 * 1_000_000 * 10);
+        assert_eq!(book.period_us(), 500_000, "measured from that process's newest sample");
+        assert_eq!(used, 30 * 500_000 * 10 - 30 * 1_000_000 * 10);
     }
 }
