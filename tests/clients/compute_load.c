@@ -1,14 +1,15 @@
 /*
  * compute_load: keeps the simulated GPU busy for fgpu's compute-share tests.
  *
- *   compute_load [--resolve procaddr|dlsym] [--via OP] [--us N] [--sync-every N]
- *                [--nodes N] [--threads N] [--seconds S]
+ *   compute_load [--resolve procaddr|dlsym] [--cuda-version V] [--via OP] [--us N]
+ *                [--sync-every N] [--nodes N] [--threads N] [--seconds S]
  *
  * --resolve says how entry points are found (compile with -DLINKED for linked symbols):
- *   procaddr  dlopen libcuda.so.1, cuGetProcAddress_v2(base name, 12080, flags): flags 0
+ *   procaddr  dlopen libcuda.so.1, cuGetProcAddress_v2(base name, V, flags): flags 0
  *             gives the legacy-stream functions, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM
  *             the _ptsz ones                                                      [default]
  *   dlsym     dlsym(handle, "cuLaunchKernel_ptsz") and so on
+ * --cuda-version V  the CUDA version asked of cuGetProcAddress_v2 (default 12080)
  * --via      the launch call: launch launch_ptsz ex ex_ptsz coop coop_ptsz graph graph_ptsz
  *            (default launch). graph*: a graph of --nodes kernel nodes, launched whole.
  * --us       each kernel runs N microseconds on the device timeline (default 2000); the
@@ -156,6 +157,7 @@ int main(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--resolve") && i + 1 < argc) mode = argv[++i];
         else if (!strcmp(argv[i], "--via") && i + 1 < argc) via = argv[++i];
+        else if (!strcmp(argv[i], "--cuda-version") && i + 1 < argc) resolve_version = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--us") && i + 1 < argc) us = (unsigned)atoi(argv[++i]);
         else if (!strcmp(argv[i], "--sync-every") && i + 1 < argc) sync_every = (unsigned)atoi(argv[++i]);
         else if (!strcmp(argv[i], "--nodes") && i + 1 < argc) nodes = (unsigned)atoi(argv[++i]);

@@ -5,8 +5,9 @@
  * Before including this file, define FNS(X) as one X(var, exported, base, flags, ret,
  * args) per entry point, and under LINKED #define the names cuda.h maps to versioned
  * symbols. It declares each entry point, CALL(var) to call it, and
- * resolve(mode) ("dlsym", else cuGetProcAddress_v2), which prints the first one it cannot
- * find and returns 1. */
+ * resolve(mode) ("dlsym", else cuGetProcAddress_v2 asking for CUDA version
+ * resolve_version, 12080 unless the client changes it), which prints the first one it
+ * cannot find and returns 1. */
 #ifndef FGPU_TEST_DRIVER_TABLE_H
 #define FGPU_TEST_DRIVER_TABLE_H
 
@@ -24,6 +25,8 @@ FNS(DECL)
 #define CALL(f) p_##f
 #endif
 
+static int resolve_version = 12080;
+
 static int resolve(const char *mode) {
 #ifndef LINKED
     void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
@@ -32,7 +35,7 @@ static int resolve(const char *mode) {
     int procaddr = strcmp(mode, "dlsym") != 0;
 #define RESOLVE(var, exported, base, flags, ret, args) { \
         void *p = NULL; int st = 0; \
-        if (procaddr) { if (gpa) gpa(base, &p, 12080, flags, &st); } else p = dlsym(lib, exported); \
+        if (procaddr) { if (gpa) gpa(base, &p, resolve_version, flags, &st); } else p = dlsym(lib, exported); \
         if (!p) { printf("cannot resolve %s\n", exported); return 1; } \
         p_##var = (ret(*) args)p; }
     FNS(RESOLVE)

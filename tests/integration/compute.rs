@@ -105,6 +105,28 @@ fn the_shares_hold_with_nvmls_slowest_sample_period() {
     assert_near("container at 70 %, 1 s NVML period", share(&w, &[&b]), 70.0, &detail);
 }
 
+/// A MIG key sets the share of that instance: CUDA names a MIG instance by the bytes of its
+/// `MIG-` UUID, so the key written as NVML prints the instance's UUID holds its kernels
+/// (the simulated GPU 0 stands for the instance). A key naming another device leaves it
+/// unthrottled.
+#[test]
+fn a_mig_key_sets_the_share_of_that_instance() {
+    let env = Env::new("compute-mig");
+    let a = start(&env, "A", &ledger(&env, "a"), true, Some("MIG-7f2f4a87=25%,GPU-00000000=10%"), &[]);
+    let w = measure(&env, Duration::from_millis(500));
+    let detail = describe(&w, &[&a]);
+    println!("{detail}");
+    assert_near("MIG key at 25 %", share(&w, &[&a]), 25.0, &detail);
+    drop(a);
+    let env = Env::new("compute-mig-other");
+    let b = start(&env, "B", &ledger(&env, "b"), true, Some("MIG-00000000=25%"), &[]);
+    let w = env.sim();
+    let from = now_ns();
+    std::thread::sleep(Duration::from_secs(2));
+    let got = w.device_busy(0, from, now_ns()).share_of_pid(b.pid()) * 100.0;
+    assert!(got >= 90.0, "a key for another instance does not hold this one: {got:.2} %");
+}
+
 #[test]
 fn a_container_alone_gets_its_25_percent() {
     let env = Env::new("compute-alone-25");
@@ -205,23 +227,28 @@ fn an_uncapped_container_beside_one_at_30_percent_gets_at_least_65() {
     assert!(out["sm_mean"].get(b.pid().to_string()).is_none(), "the other container's samples are hidden\n{run}");
 }
 
-/// Every launch entry point, reached through cuGetProcAddress, dlsym on a handle and linked
-/// symbols, is held to the share: 24 processes, each on a simulated GPU of its own at 25 %.
+/// Every launch entry point, reached through cuGetProcAddress (CUDA 12.8, and with four of
+/// them also 11.8, the first version with cuLaunchKernelEx, and 13.0), dlsym on a handle and
+/// linked symbols, is held to the share: 32 processes, each on a simulated GPU of its own
+/// at 25 %.
 #[test]
 fn every_launch_path_is_gated() {
     let vias = ["launch", "launch_ptsz", "ex", "ex_ptsz", "coop", "coop_ptsz", "graph", "graph_ptsz"];
+    let mut ways: Vec<(&str, &str, &[&str])> = vec![("procaddr", "12080", &vias), ("dlsym", "12080", &vias), ("linked", "12080", &vias)];
+    let some: &[&str] = &["launch", "ex_ptsz", "coop", "graph_ptsz"];
+    ways.extend([("procaddr", "11080", some), ("procaddr", "13000", some)]);
     let mut running = Vec::new();
-    for way in ["procaddr", "dlsym", "linked"] {
+    for (way, version, vias) in ways {
         for via in vias {
-            let env = Env::new(&format!("compute-path-{way}-{via}"));
+            let env = Env::new(&format!("compute-path-{way}-{version}-{via}")).driver_version("13000");
             let binary = if way == "linked" { client_with("compute_load", &["LINKED"]) } else { client("compute_load") };
             let mut cmd = env.command(binary).shim().env("FGPU_COMPUTE", "25%").args(["--via", via, "--us", "1000", "--nodes", "2"]);
             if way != "linked" {
-                cmd = cmd.args(["--resolve", way]);
+                cmd = cmd.args(["--resolve", way, "--cuda-version", version]);
             }
             let mut process = cmd.spawn();
             process.wait_for("ready");
-            running.push((format!("{way} {via}"), env, Load { process, label: via.to_string() }));
+            running.push((format!("{way} {version} {via}"), env, Load { process, label: via.to_string() }));
         }
     }
     std::thread::sleep(Duration::from_millis(500));
