@@ -146,7 +146,8 @@ impl Carry {
     /// (refunds pass through unchanged).
     pub fn spend(&self, gpu_ns: i64) -> i64 {
         use std::sync::atomic::Ordering::AcqRel;
-        if gpu_ns <= 0 {
+        // Nothing carried (the usual case): no read-modify-write on the chunk's path.
+        if gpu_ns <= 0 || self.held() == 0 {
             return gpu_ns;
         }
         let want = gpu_ns as u64;
