@@ -7,6 +7,7 @@
 //! * [`pidns`]: PID namespaces and host PIDs.
 //! * [`hostpid`]: host PIDs for processes in containers, from the host's `fgpu service`.
 //! * [`log`]: one-line diagnostics.
+//! * [`resolve`]: opening a path another process named, inside that process's root.
 //! * [`sys`]: every system call the crate makes, as safe functions. Unsafe code is allowed
 //!   only there, in the ledger's mapping of its shared memory (`ledger/mod.rs`,
 //!   `ledger/store.rs`) and in its byte-range locks (`ledger/lock.rs`).
@@ -30,6 +31,7 @@ pub mod ledger;
 pub mod limit;
 pub mod log;
 pub mod pidns;
+pub mod resolve;
 #[allow(unsafe_code)]
 pub mod sys;
 pub mod uuid;

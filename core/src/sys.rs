@@ -160,3 +160,53 @@ pub fn peek_nonblocking(fd: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<usize>
     }
     Ok(n as usize)
 }
+
+// ---- Opening paths other processes name (see `resolve.rs`) ----
+
+/// `openat2(2)` of `path` under `dir` with `O_PATH | O_NOFOLLOW | O_CLOEXEC` and the given
+/// `RESOLVE_*` flags: a descriptor that names the file without opening it for I/O.
+/// `ENOSYS` on kernels before 5.6 (and `EPERM` where a seccomp filter refuses the call).
+pub fn openat2_path(dir: BorrowedFd<'_>, path: &std::ffi::CStr, resolve: u64) -> io::Result<OwnedFd> {
+    /// `struct open_how` of `<linux/openat2.h>` (libc's is non-exhaustive).
+    #[repr(C)]
+    struct OpenHow {
+        flags: u64,
+        mode: u64,
+        resolve: u64,
+    }
+    let how = OpenHow { flags: (libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC) as u64, mode: 0, resolve };
+    // SAFETY: models openat2(2): `path` is NUL-terminated, `how` is a valid open_how (three
+    // u64s, the kernel's first and only version) whose size is passed; the result is checked
+    // before it is owned.
+    let fd = unsafe { libc::syscall(libc::SYS_openat2, dir.as_raw_fd(), path.as_ptr(), &how as *const OpenHow, std::mem::size_of::<OpenHow>()) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` is a new descriptor that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+}
+
+/// `openat(2)` of one name under `dir` with `flags | O_CLOEXEC` (`O_PATH | O_NOFOLLOW` for a
+/// step of a walk, `O_DIRECTORY` for a `/proc/PID` directory).
+pub fn openat(dir: Option<BorrowedFd<'_>>, path: &std::ffi::CStr, flags: i32) -> io::Result<OwnedFd> {
+    let dirfd = dir.map(|d| d.as_raw_fd()).unwrap_or(libc::AT_FDCWD);
+    // SAFETY: models openat(2) with a NUL-terminated path and no mode (no O_CREAT); the
+    // result is checked before it is owned.
+    let fd = unsafe { libc::openat(dirfd, path.as_ptr(), flags | libc::O_CLOEXEC) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` is a new descriptor that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// `fstat(2)`: works on `O_PATH` descriptors too.
+pub fn fstat(fd: BorrowedFd<'_>) -> io::Result<libc::stat> {
+    // SAFETY: all-zero bytes are a valid stat.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: models fstat(2) into a valid, exclusively borrowed stat.
+    if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(st)
+}
