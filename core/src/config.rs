@@ -27,16 +27,8 @@ use thiserror::Error;
 
 /// The configuration file images write.
 pub const CONFIG_PATH: &str = "/etc/fgpu/fgpu.conf";
-/// Directory of the per-user default ledgers: `/tmp/fgpu-UID/ledger` is used when neither
-/// the file nor `FGPU_LEDGER` names a ledger. Per user, so that two users' jobs on one host
-/// never share a cap or reach each other's ledger; in `/tmp`, which belongs to a container's
-/// own filesystem, so two containers never share one either, even with `--ipc=host`.
-pub const DEFAULT_LEDGER_DIR_PREFIX: &str = "/tmp/fgpu-";
-
-/// The default ledger of a user.
-pub fn default_ledger(uid: u32) -> PathBuf {
-    PathBuf::from(format!("{DEFAULT_LEDGER_DIR_PREFIX}{uid}/ledger"))
-}
+pub use crate::ledger::default_path::DefaultLedger;
+use crate::ledger::Sharing;
 
 /// What named the ledger a process uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,15 +42,6 @@ pub enum LedgerOrigin {
 }
 
 impl LedgerOrigin {
-    /// Who may share the ledger: a default is the user's own; a ledger named on purpose is
-    /// shared by every user who can open it.
-    pub fn sharing(self) -> crate::ledger::Sharing {
-        match self {
-            LedgerOrigin::Default => crate::ledger::Sharing::User,
-            LedgerOrigin::Env | LedgerOrigin::File => crate::ledger::Sharing::Shared,
-        }
-    }
-
     pub fn as_str(self) -> &'static str {
         match self {
             LedgerOrigin::Default => "default",
@@ -71,6 +54,9 @@ impl LedgerOrigin {
 pub const ENV_LIMIT: &str = "FGPU_LIMIT";
 pub const ENV_COMPUTE: &str = "FGPU_COMPUTE";
 pub const ENV_LEDGER: &str = "FGPU_LEDGER";
+/// `1` (or `true`, `yes`): the ledger `FGPU_LEDGER` names is shared with every user who can
+/// open its file. Without it that ledger is private to its user. Ignored with `FGPU_LEDGER`.
+pub const ENV_LEDGER_SHARED: &str = "FGPU_LEDGER_SHARED";
 pub const ENV_LOG: &str = "FGPU_LOG";
 
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -85,6 +71,8 @@ pub enum ConfigError {
     BadComputeFile { path: String, line: usize, value: String, reason: LimitError },
     #[error("{path}:{line}: {text:?} is not a `key = value` line with key limit, compute, ledger or log")]
     BadLine { path: String, line: usize, text: String },
+    #[error("{var}={value:?} is not a yes or a no (1, true, yes; 0, false, no)")]
+    BadFlagEnv { var: &'static str, value: String },
     #[error("{path} is not owned by root or is writable by group/others; refusing to trust its cap (fix: chown root:root and chmod 644)")]
     Untrusted { path: String },
     #[error("{path} cannot be read: {reason}")]
@@ -116,6 +104,15 @@ pub struct Config {
     /// (`fgpu status`, `doctor`, the exporter) takes it from here, as the shim does.
     pub ledger: PathBuf,
     pub ledger_origin: LedgerOrigin,
+    /// Who may share the ledger: the default is the user's own, one named in `FGPU_LEDGER`
+    /// is private to the user unless `FGPU_LEDGER_SHARED` is set, one named in the file is
+    /// shared by every user of the container.
+    pub ledger_sharing: Sharing,
+    /// Said once per process: the default ledger is not in its first place (someone else
+    /// holds that), or no place is left for it (then it is an error when a cap is asked for).
+    pub ledger_note: Option<String>,
+    /// Why the ledger cannot be used: every place for the default ledger is someone else's.
+    pub ledger_error: Option<String>,
     pub log: Level,
     /// What was ignored and why, one line each (a log level that is not one). Never
     /// anything that changes what is granted.
@@ -218,8 +215,11 @@ impl Config {
             env_limit: None,
             file_compute: None,
             env_compute: None,
-            ledger: default_ledger(sources.euid()),
+            ledger: PathBuf::new(),
             ledger_origin: LedgerOrigin::Default,
+            ledger_sharing: Sharing::User,
+            ledger_note: None,
+            ledger_error: None,
             log: Level::Warn,
             warnings: Vec::new(),
         };
@@ -250,6 +250,24 @@ impl Config {
             if !value.is_empty() && config.file_limit.is_none() && config.file_compute.is_none() {
                 config.ledger = PathBuf::from(value);
                 config.ledger_origin = LedgerOrigin::Env;
+                let shared = match sources.env(ENV_LEDGER_SHARED) {
+                    None => false,
+                    Some(v) => parse_flag(&v).ok_or(ConfigError::BadFlagEnv { var: ENV_LEDGER_SHARED, value: v.clone() })?,
+                };
+                config.ledger_sharing = if shared { Sharing::Shared } else { Sharing::Private };
+            }
+        }
+        if config.ledger_origin == LedgerOrigin::Default {
+            let uid = sources.euid();
+            match sources.default_ledger(uid) {
+                Ok(chosen) => {
+                    config.ledger = chosen.path;
+                    config.ledger_note = chosen.note;
+                }
+                Err(why) => {
+                    config.ledger = crate::ledger::default_path::tmp_places(uid).next().unwrap_or_default().join("ledger");
+                    config.ledger_error = Some(why);
+                }
             }
         }
         if let Some(value) = sources.env(ENV_LOG) {
@@ -262,6 +280,15 @@ impl Config {
         let level = config.log;
         config.warnings.extend(bad_logs.iter().map(|what| bad_log_warning(what, level)));
         Ok(config)
+    }
+}
+
+/// A yes or a no, as written in an environment variable; empty is a no.
+fn parse_flag(value: &str) -> Option<bool> {
+    match value.trim().to_ascii_lowercase().as_str() {
+        "1" | "true" | "yes" | "on" => Some(true),
+        "" | "0" | "false" | "no" | "off" => Some(false),
+        _ => None,
     }
 }
 
@@ -314,6 +341,7 @@ fn apply_file(config: &mut Config, path: &str, text: &str, bad_logs: &mut Vec<St
             "ledger" if !value.is_empty() => {
                 config.ledger = PathBuf::from(value);
                 config.ledger_origin = LedgerOrigin::File;
+                config.ledger_sharing = Sharing::Shared;
             }
             "log" => match parse_log_level(value) {
                 LogValue::Level(level) => config.log = level,
@@ -341,6 +369,10 @@ pub trait Sources {
     /// The effective user id (it names the default ledger).
     fn euid(&self) -> u32 {
         crate::ledger::store::euid()
+    }
+    /// The user's default ledger (`ledger/default_path.rs`).
+    fn default_ledger(&self, uid: u32) -> Result<DefaultLedger, String> {
+        crate::ledger::default_path::choose(uid, &crate::ledger::default_path::OsPlaces)
     }
 }
 
@@ -391,6 +423,13 @@ mod tests {
         fn euid(&self) -> u32 {
             1000
         }
+        fn default_ledger(&self, uid: u32) -> Result<DefaultLedger, String> {
+            Ok(DefaultLedger { path: default_ledger(uid), note: None })
+        }
+    }
+
+    fn default_ledger(uid: u32) -> PathBuf {
+        PathBuf::from(format!("/run/user/{uid}/fgpu/ledger-ipc1"))
     }
 
     fn load(env: &[(&'static str, &'static str)], file: Option<(&'static str, bool)>) -> Result<Config, ConfigError> {
@@ -431,6 +470,50 @@ mod tests {
         assert_eq!(no_file_cap.ledger, PathBuf::from("/tmp/mine"));
         assert_eq!(no_file_cap.ledger_origin, LedgerOrigin::Env);
         assert_eq!(config.ledger_origin, LedgerOrigin::File);
+    }
+
+    #[test]
+    fn who_shares_a_ledger() {
+        // The default: the user's own.
+        assert_eq!(load(&[(ENV_LIMIT, "8G")], None).unwrap().ledger_sharing, Sharing::User);
+        // Named in FGPU_LEDGER: private to the user unless FGPU_LEDGER_SHARED says otherwise.
+        assert_eq!(load(&[(ENV_LEDGER, "/srv/l")], None).unwrap().ledger_sharing, Sharing::Private);
+        for yes in ["1", "true", "YES"] {
+            assert_eq!(load(&[(ENV_LEDGER, "/srv/l"), (ENV_LEDGER_SHARED, yes)], None).unwrap().ledger_sharing, Sharing::Shared, "{yes}");
+        }
+        for no in ["0", "no", ""] {
+            assert_eq!(load(&[(ENV_LEDGER, "/srv/l"), (ENV_LEDGER_SHARED, no)], None).unwrap().ledger_sharing, Sharing::Private, "{no:?}");
+        }
+        let err = load(&[(ENV_LEDGER, "/srv/l"), (ENV_LEDGER_SHARED, "sure")], None).unwrap_err();
+        assert_eq!(err.to_string(), r#"FGPU_LEDGER_SHARED="sure" is not a yes or a no (1, true, yes; 0, false, no)"#);
+        // Named in the file: shared by the container's users, whatever the environment says.
+        let file = Some(("limit = 8G\nledger = /var/lib/fgpu/ledger\n", true));
+        assert_eq!(load(&[(ENV_LEDGER_SHARED, "0")], file).unwrap().ledger_sharing, Sharing::Shared);
+        // FGPU_LEDGER ignored (the file sets a cap): so is FGPU_LEDGER_SHARED.
+        let pinned = load(&[(ENV_LEDGER, "/tmp/mine"), (ENV_LEDGER_SHARED, "1")], Some(("limit = 8G", true))).unwrap();
+        assert_eq!((pinned.ledger_origin, pinned.ledger_sharing), (LedgerOrigin::Default, Sharing::User));
+    }
+
+    #[test]
+    fn no_place_for_the_default_ledger_is_an_error_only_for_the_ledger() {
+        struct Squatted;
+        impl Sources for Squatted {
+            fn env(&self, name: &str) -> Option<String> {
+                (name == ENV_LIMIT).then(|| "8G".to_string())
+            }
+            fn config_file(&self) -> Result<Option<ConfigFile>, ConfigError> {
+                Ok(None)
+            }
+            fn euid(&self) -> u32 {
+                1001
+            }
+            fn default_ledger(&self, _uid: u32) -> Result<DefaultLedger, String> {
+                Err("every place is taken".into())
+            }
+        }
+        let config = Config::from_sources(&Squatted).unwrap();
+        assert_eq!(config.cap_for("GPU-1", 80 * GIB), Some(8 * GIB));
+        assert_eq!(config.ledger_error.as_deref(), Some("every place is taken"));
     }
 
     #[test]

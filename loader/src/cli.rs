@@ -89,10 +89,16 @@ pub struct RunArgs {
     #[arg(long, short = 'c', value_name = "SHARE", value_parser = parse_compute_arg)]
     pub compute: Option<LimitArg>,
 
-    /// Share this ledger file instead of a fresh private one: every run naming the same
-    /// file shares one cap. The file is kept when the command ends.
+    /// Use this ledger file instead of a fresh private one: every run of this user naming
+    /// the same file shares one cap. The file is kept when the command ends. Private to
+    /// this user (file and shared memory 0600) unless --shared-ledger is given.
     #[arg(long, value_name = "FILE")]
     pub ledger: Option<PathBuf>,
+
+    /// Let other users' runs naming the same --ledger file share its cap (file and shared
+    /// memory 0666; sets FGPU_LEDGER_SHARED=1). Without it a run's ledger is private.
+    #[arg(long, requires = "ledger")]
+    pub shared_ledger: bool,
 
     /// The command to run and its arguments: everything after `--`.
     ///
@@ -238,7 +244,7 @@ See docs/cli.md. Listens on loopback unless told otherwise.
 Exit status: runs until stopped; 1 the address cannot be bound, 2 usage error.";
 
 /// Serve Prometheus metrics of the ledgers `fgpu status` would show.
-#[derive(Debug, Args)]
+#[derive(Debug, Args, Clone)]
 #[command(after_help = EXPORTER_HELP)]
 pub struct ExporterArgs {
     #[command(flatten)]
@@ -252,7 +258,7 @@ pub struct ExporterArgs {
 const SERVICE_HELP: &str = "\
 Run it on the host (not in a container), as root, for example from a systemd unit or a
 Kubernetes DaemonSet with hostPID, and mount its socket into capped containers:
-  docker run -v /run/fgpu/host.sock:/run/fgpu/host.sock ... fractional-gpu:...
+  docker run -v /run/fgpu-service:/run/fgpu-service:ro ... fractional-gpu:...
 CDI specs written by `fgpu cdi generate` mount it when it exists. A process in a container
 connects once, when it first uses the GPU, and learns its host PID (the kernel reports the
 peer's PID in the service's PID namespace); nothing waits for the answer. With the host

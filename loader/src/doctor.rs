@@ -492,6 +492,7 @@ fn ledger_fact(path: &Path) -> LedgerFact {
             let dir = path.parent().map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from("/"));
             LedgerFact::Missing { dir, dir_problem: None }
         }
+        Err(LedgerError::Replaced { .. }) => LedgerFact::FileReplaced(format!("{} was deleted or replaced while its processes still use the ledger", path.display())),
         Err(e) => LedgerFact::Broken(e.to_string()),
     }
 }
@@ -590,7 +591,7 @@ mod tests {
             glibc: Some("2.36".into()),
             shim_trial: Some(Ok(())),
             preloads: vec![PreloadEntry { path: "/usr/lib/fgpu/libfgpu.so".into(), source: "LD_PRELOAD", exists: true, is_fgpu: true, interposes: false }],
-            config: Ok(Config { file_limit: None, env_limit: Some(parse_limit("8G").unwrap()), file_compute: None, env_compute: None, ledger: "/tmp/fgpu-0/ledger".into(), ledger_origin: fgpu_core::config::LedgerOrigin::Default, log: fgpu_core::log::Level::Warn, warnings: vec![] }),
+            config: Ok(Config { file_limit: None, env_limit: Some(parse_limit("8G").unwrap()), file_compute: None, env_compute: None, ledger: "/tmp/fgpu-0/ledger".into(), ledger_origin: fgpu_core::config::LedgerOrigin::Default, ledger_sharing: fgpu_core::ledger::Sharing::User, ledger_note: None, ledger_error: None, log: fgpu_core::log::Level::Warn, warnings: vec![] }),
             driver: Ok(DriverProbe {
                 cuda: LibraryProbe { loaded: true, cuda_version: Some(12080), device_count: Some(1), ..Default::default() },
                 nvml: LibraryProbe { loaded: true, driver_version: Some("570.1".into()), device_count: Some(1), ..Default::default() },
@@ -662,7 +663,7 @@ mod tests {
         assert!(failed.iter().any(|(c, m)| *c == "cap" && m.contains("does not apply")), "{failed:?}");
 
         let mut f = good_facts();
-        f.config = Ok(Config { file_limit: None, env_limit: None, file_compute: None, env_compute: None, ledger: "/x".into(), ledger_origin: fgpu_core::config::LedgerOrigin::Env, log: fgpu_core::log::Level::Warn, warnings: vec![] });
+        f.config = Ok(Config { file_limit: None, env_limit: None, file_compute: None, env_compute: None, ledger: "/x".into(), ledger_origin: fgpu_core::config::LedgerOrigin::Env, ledger_sharing: fgpu_core::ledger::Sharing::Private, ledger_note: None, ledger_error: None, log: fgpu_core::log::Level::Warn, warnings: vec![] });
         assert!(fails(&f).iter().any(|(c, m)| *c == "cap" && m.contains("No cap")));
 
         let mut f = good_facts();

@@ -6,18 +6,22 @@
 //! `--all` needs no knowledge of where containers keep their ledgers: every capped process
 //! attaches its ledger, a System V segment of exactly [`SEGMENT_SIZE`] bytes, and
 //! `/proc/PID/maps` lists it (`/SYSV00000000`, the segment id as inode). The segment's header
-//! names the lock file; it is opened through `/proc/PID/root/PATH`, the path as seen in that
-//! process's mount namespace, and the segment is looked up in that process's IPC namespace.
-//! Attachments of one segment by many processes are folded by IPC namespace and id.
+//! names the lock file. That name is written by the ledger's processes, so it is hostile
+//! input: it is resolved only inside that process's root directory (`fgpu_core::resolve`),
+//! through a descriptor of its `/proc/PID` opened before anything was read of it (a PID
+//! reused meanwhile is caught), and the file is only ever opened for reading. The segment
+//! is looked up in that process's IPC namespace. Attachments of one segment by many
+//! processes are folded by IPC namespace and id.
 
 use crate::cli::LedgerSelection;
 use fgpu_core::config::{Config, LedgerOrigin, Sources};
 use fgpu_core::ledger::layout::SEGMENT_SIZE;
 use fgpu_core::ledger::store;
+use fgpu_core::resolve::ProcessDir;
 use std::collections::BTreeMap;
 use std::io::Read;
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// Where a ledger to show came from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -47,26 +51,37 @@ impl Origin {
 }
 
 /// One ledger to show.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct Target {
     /// The path as its processes see it.
     pub path: PathBuf,
-    /// The path fgpu opens (differs for ledgers in other mount namespaces).
+    /// Where fgpu resolves it: the path itself, or `/proc/PID/root` + the path for a ledger
+    /// found mapped by a process (resolved inside that root, never through it).
     pub open_path: PathBuf,
     pub origin: Origin,
     /// PIDs (as seen here) that map the file; only for scanned ledgers.
     pub mapped_by: Vec<u32>,
-    /// `major:minor:inode` of the file; only for scanned ledgers.
+    /// `ipc:NAMESPACE-INODE:shm:SEGMENT-ID`; only for scanned ledgers.
     pub identity: Option<String>,
-    /// A problem found while scanning (the file was deleted, could not be opened).
+    /// A problem found while scanning.
     pub problem: Option<String>,
-    /// The IPC namespace (`/proc/PID/ns/ipc`) of its processes, when not ours.
-    pub ipc_ns: Option<PathBuf>,
+    /// For a scanned ledger: the process it was found through, and its segment.
+    pub found: Option<Arc<Found>>,
+}
+
+/// A ledger found mapped by a process.
+#[derive(Debug)]
+pub struct Found {
+    /// `/proc/PID` of a process that maps the segment, opened before it was looked at.
+    pub process: Arc<ProcessDir>,
+    pub shmid: i32,
+    /// The segment lives in another IPC namespace than this process's (that process's).
+    pub other_ipc: bool,
 }
 
 impl Target {
     pub fn plain(path: PathBuf, origin: Origin) -> Target {
-        Target { open_path: path.clone(), path, origin, mapped_by: Vec::new(), identity: None, problem: None, ipc_ns: None }
+        Target { open_path: path.clone(), path, origin, mapped_by: Vec::new(), identity: None, problem: None, found: None }
     }
 }
 
@@ -80,12 +95,16 @@ pub fn in_effect(sources: &dyn Sources) -> (Target, Option<String>) {
                 LedgerOrigin::Env => Origin::Env,
                 LedgerOrigin::File => Origin::ConfigFile,
             };
-            (Target::plain(config.ledger, origin), None)
+            let note = config.ledger_error.or(config.ledger_note);
+            (Target::plain(config.ledger, origin), note)
         }
-        Err(e) => (
-            Target::plain(fgpu_core::config::default_ledger(sources.euid()), Origin::Default),
-            Some(format!("the configuration is not valid ({e}); the shim refuses GPU memory until it is fixed; showing the default ledger")),
-        ),
+        Err(e) => {
+            let default = match sources.default_ledger(sources.euid()) {
+                Ok(d) => d.path,
+                Err(_) => fgpu_core::ledger::default_path::tmp_places(sources.euid()).next().unwrap_or_default(),
+            };
+            (Target::plain(default, Origin::Default), Some(format!("the configuration is not valid ({e}); the shim refuses GPU memory until it is fixed; showing the default ledger")))
+        }
     }
 }
 
@@ -115,6 +134,27 @@ pub fn resolve(select: &LedgerSelection) -> Resolved {
     }
     let (target, warning) = in_effect(&fgpu_core::config::OsSources);
     Resolved { targets: vec![target], notes: warning.into_iter().collect() }
+}
+
+/// [`resolve`] for `fgpu status` and `top`: without `--ledger` or `--all`, the ledger in
+/// effect and also the ledgers this user's running processes use (each `fgpu run` has a
+/// private one that the environment here does not name).
+pub fn resolve_with_runs(select: &LedgerSelection) -> Resolved {
+    let mut resolved = resolve(select);
+    if select.ledger.is_some() || select.all {
+        return resolved;
+    }
+    let own = scan_of(Path::new("/proc"), std::process::id(), Some(fgpu_core::sys::geteuid()));
+    let in_effect = resolved.targets[0].path.clone();
+    let others: Vec<Target> = own.targets.into_iter().filter(|t| t.path != in_effect).collect();
+    if !others.is_empty() {
+        resolved.notes.push(format!(
+            "also showing {} ledger(s) this user's processes use (each `fgpu run` has its own); `fgpu status --all` shows every ledger",
+            others.len()
+        ));
+        resolved.targets.extend(others);
+    }
+    resolved
 }
 
 /// One line of `/proc/PID/maps`.
@@ -165,17 +205,18 @@ pub struct Scan {
 }
 
 struct Candidate {
-    /// (pid, `map_files` name of the attachment)
-    holders: Vec<(u32, String)>,
-}
-
-fn ns_inode(pid_dir: &Path, kind: &str) -> Option<u64> {
-    std::fs::metadata(pid_dir.join("ns").join(kind)).ok().map(|m| m.ino())
+    /// (the process, `map_files` name of its attachment)
+    holders: Vec<(Arc<ProcessDir>, String)>,
 }
 
 /// Scans `proc_root` (normally /proc) for ledgers attached by any process but `own_pid`.
 pub fn scan(proc_root: &Path, own_pid: u32) -> Scan {
-    let own_ipc = std::fs::metadata("/proc/self/ns/ipc").map(|m| m.ino()).unwrap_or(0);
+    scan_of(proc_root, own_pid, None)
+}
+
+/// [`scan`], of the processes of one user only.
+pub fn scan_of(proc_root: &Path, own_pid: u32, uid: Option<u32>) -> Scan {
+    let own_ipc = ProcessDir::open(Path::new("/proc"), std::process::id()).and_then(|p| p.ns_inode("ipc")).unwrap_or(0);
     let mut by_segment: BTreeMap<(u64, u64), Candidate> = BTreeMap::new();
     let mut denied = 0;
     let Ok(entries) = std::fs::read_dir(proc_root) else {
@@ -187,8 +228,13 @@ pub fn scan(proc_root: &Path, own_pid: u32) -> Scan {
         if pid == own_pid {
             continue;
         }
-        let pid_dir = proc_root.join(pid.to_string());
-        let maps = match std::fs::read_to_string(pid_dir.join("maps")) {
+        // Opened first: whatever is read below is this process's, even if it exits and
+        // its PID is reused meanwhile.
+        let Ok(process) = ProcessDir::open(proc_root, pid) else { continue };
+        if uid.is_some() && process.owner_uid().ok() != uid {
+            continue;
+        }
+        let maps = match process.open_entry("maps").and_then(std::io::read_to_string) {
             Ok(text) => text,
             Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
                 denied += 1;
@@ -196,28 +242,28 @@ pub fn scan(proc_root: &Path, own_pid: u32) -> Scan {
             }
             Err(_) => continue, // exited meanwhile, or a kernel thread
         };
+        let process = Arc::new(process);
         for m in maps.lines().filter_map(parse_maps_line).filter(may_be_ledger) {
-            let Some(ipc) = ns_inode(&pid_dir, "ipc") else {
+            let Ok(ipc) = process.ns_inode("ipc") else {
                 denied += 1;
                 continue;
             };
             let entry = by_segment.entry((ipc, m.inode)).or_insert_with(|| Candidate { holders: Vec::new() });
-            if !entry.holders.iter().any(|(p, _)| *p == pid) {
-                entry.holders.push((pid, format!("{:x}-{:x}", m.start, m.end)));
+            if !entry.holders.iter().any(|(p, _)| p.pid == pid) {
+                entry.holders.push((process.clone(), format!("{:x}-{:x}", m.start, m.end)));
             }
         }
     }
     let mut targets = Vec::new();
     for ((ipc, shmid), candidate) in by_segment {
-        let mapped_by: Vec<u32> = candidate.holders.iter().map(|(p, _)| *p).collect();
-        let first = proc_root.join(mapped_by[0].to_string());
+        let mapped_by: Vec<u32> = candidate.holders.iter().map(|(p, _)| p.pid).collect();
         // The segment's header names its lock file: read it through the attachment (root),
         // else by attaching it here (same IPC namespace).
-        let path = candidate
-            .holders
-            .iter()
-            .find_map(|(pid, range)| header_path(&proc_root.join(pid.to_string()).join("map_files").join(range)))
-            .or_else(|| (ipc == own_ipc).then(|| store::segment_path(shmid as i32)).flatten());
+        let through = candidate.holders.iter().find_map(|(dir, range)| Some((dir.clone(), header_path(dir, range)?)));
+        let (dir, path) = match through {
+            Some((dir, path)) => (dir, Some(path)),
+            None => (candidate.holders[0].0.clone(), (ipc == own_ipc).then(|| store::segment_path(shmid as i32)).flatten()),
+        };
         let Some(path) = path else {
             if ipc == own_ipc {
                 continue; // not a ledger of this version
@@ -225,8 +271,7 @@ pub fn scan(proc_root: &Path, own_pid: u32) -> Scan {
             denied += 1;
             continue;
         };
-        let open_path = first.join("root").join(path.strip_prefix("/").unwrap_or(&path));
-        let ipc_ns = (ipc != own_ipc).then(|| first.join("ns").join("ipc"));
+        let open_path = proc_root.join(dir.pid.to_string()).join("root").join(path.strip_prefix("/").unwrap_or(&path));
         targets.push(Target {
             path,
             open_path,
@@ -234,15 +279,15 @@ pub fn scan(proc_root: &Path, own_pid: u32) -> Scan {
             mapped_by,
             identity: Some(format!("ipc:{ipc}:shm:{shmid}")),
             problem: None,
-            ipc_ns,
+            found: Some(Arc::new(Found { process: dir, shmid: shmid as i32, other_ipc: ipc != own_ipc })),
         });
     }
     Scan { targets, denied }
 }
 
 /// The lock-file path in a ledger segment read through `map_files` (needs root).
-fn header_path(path: &Path) -> Option<PathBuf> {
-    let mut file = std::fs::File::open(path).ok()?;
+fn header_path(process: &ProcessDir, range: &str) -> Option<PathBuf> {
+    let mut file = process.open_entry(&format!("map_files/{range}")).ok()?;
     let mut head = vec![0u8; 512];
     file.read_exact(&mut head).ok()?;
     store::path_in_header_bytes(&head)
@@ -287,6 +332,9 @@ mod tests {
         fn euid(&self) -> u32 {
             1000
         }
+        fn default_ledger(&self, uid: u32) -> Result<fgpu_core::config::DefaultLedger, String> {
+            Ok(fgpu_core::config::DefaultLedger { path: format!("/tmp/fgpu-{uid}/ledger-ipc1").into(), note: None })
+        }
     }
 
     #[test]
@@ -299,7 +347,7 @@ mod tests {
         let (t, _) = in_effect(&Fixed(HashMap::new(), Some("ledger = /var/b")));
         assert_eq!((t.path, t.origin), (PathBuf::from("/var/b"), Origin::ConfigFile));
         let (t, _) = in_effect(&Fixed(HashMap::new(), None));
-        assert_eq!((t.path, t.origin), (PathBuf::from("/tmp/fgpu-1000/ledger"), Origin::Default));
+        assert_eq!((t.path, t.origin), (PathBuf::from("/tmp/fgpu-1000/ledger-ipc1"), Origin::Default));
         let (t, w) = in_effect(&Fixed(HashMap::from([("FGPU_LIMIT", "lots")]), None));
         assert_eq!(t.origin, Origin::Default);
         assert!(w.unwrap().contains("FGPU_LIMIT"));
@@ -318,7 +366,7 @@ mod tests {
         assert_eq!(ours.len(), 1, "{:?}", found.targets);
         assert!(ours[0].mapped_by.contains(&std::process::id()));
         assert!(ours[0].problem.is_none());
-        assert!(ours[0].ipc_ns.is_none());
+        assert!(!ours[0].found.as_ref().unwrap().other_ipc);
         // Our own PID is skipped when named.
         assert!(!scan(Path::new("/proc"), std::process::id()).targets.iter().any(|t| t.path == path));
         drop(ledger);

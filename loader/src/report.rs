@@ -6,12 +6,18 @@
 
 use crate::ledgers::Target;
 use fgpu_core::ledger::compute::ComputeView;
-use fgpu_core::ledger::{DeviceId, Ledger, LedgerError, ProcessView, Snapshot};
+use fgpu_core::ledger::{DeviceId, Ledger, LedgerError, ProcessView, Snapshot, Trust};
+use std::os::fd::AsFd;
 use fgpu_core::limit::format_bytes;
 use serde::Serialize;
 use std::fmt::Write as _;
 
-pub const SCHEMA: u32 = 1;
+/// 2: `state` gained `unverified` and `timeout`; processes gained `host_pid_vouched`.
+pub const SCHEMA: u32 = 2;
+
+/// How long `status` and a scrape spend in all on the ledgers; one not read by then (a
+/// lock file on a hung file system, say) is shown as [`LedgerState::Timeout`].
+pub const READ_BUDGET: std::time::Duration = std::time::Duration::from_secs(2);
 
 #[derive(Debug, Clone, Serialize)]
 pub struct StatusReport {
@@ -31,6 +37,12 @@ pub enum LedgerState {
     Missing,
     /// The ledger exists but cannot be used (an untrusted or replaced file, no permission).
     Error,
+    /// Read, but it does not pass the rule that lets a tool act on it (its file and shared
+    /// memory are not what fgpu makes: `error` says how): shown as its processes wrote it,
+    /// dead processes not dropped.
+    Unverified,
+    /// Not read within the time a look at all ledgers may take.
+    Timeout,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -98,6 +110,9 @@ pub struct ProcessReport {
     pub pid_in_namespace: u32,
     /// PID in the host PID namespace, null while unknown.
     pub host_pid: Option<u32>,
+    /// True when the kernel vouches for `host_pid` (fgpu runs in the host's PID namespace
+    /// and that process holds the slot's lock); false when it is what the ledger states.
+    pub host_pid_vouched: bool,
     pub name: String,
     pub started_unix_ms: u64,
     /// Bytes held on all devices, contexts included.
@@ -127,6 +142,7 @@ fn process_report(p: &ProcessView) -> ProcessReport {
         pid: p.pid_here,
         pid_in_namespace: p.pid,
         host_pid: p.host_pid,
+        host_pid_vouched: p.host_pid_vouched,
         name: p.name.clone(),
         started_unix_ms: p.started_unix_ms,
         used_bytes: devices.iter().map(|d| d.used_bytes).sum(),
@@ -186,12 +202,13 @@ impl LedgerReport {
     }
 }
 
-/// Opens a ledger, reclaims dead processes, and reports. Never creates the file.
+/// Opens a ledger, reclaims dead processes if it may, and reports. Never creates, changes
+/// or waits on a file.
 pub fn read(target: &Target) -> LedgerReport {
     if let Some(problem) = &target.problem {
         return LedgerReport::empty(target, LedgerState::Error, Some(problem.clone()));
     }
-    match Ledger::open_existing_in(&target.open_path, target.ipc_ns.as_deref()) {
+    match open(target) {
         Ok(ledger) => {
             let before = ledger.snapshot(None);
             ledger.reclaim_dead(None);
@@ -203,6 +220,10 @@ pub fn read(target: &Target) -> LedgerReport {
                 d.with_compute(&view)
             }).collect();
             report.error = ledger.file_problem();
+            if let Trust::Unverified(why) = ledger.trust() {
+                report.state = LedgerState::Unverified;
+                report.error = Some(format!("not verified, shown as its processes wrote it and left alone: {why}"));
+            }
             report
         }
         Err(LedgerError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
@@ -213,8 +234,85 @@ pub fn read(target: &Target) -> LedgerReport {
     }
 }
 
+/// Opens a target as an observer: a scanned one inside the root, and from the IPC
+/// namespace, of the process it was found through.
+fn open(target: &Target) -> Result<Ledger, LedgerError> {
+    let Some(found) = &target.found else { return Ledger::open_existing(&target.open_path) };
+    let path = &target.path;
+    let gone = |op: &'static str| move |source: std::io::Error| LedgerError::Io { path: path.clone(), op, source };
+    let root = found.process.root().map_err(gone("reach the root directory of the process that maps it"))?;
+    // A path that leads nowhere inside the root of the process that maps the ledger is
+    // not a missing ledger (that process runs): it is one that cannot be trusted.
+    let (file, _) = fgpu_core::resolve::open_in_root(root.as_fd(), path)
+        .map_err(|e| LedgerError::Untrusted { path: path.clone(), why: format!("cannot be opened inside the root of PID {}, which maps it: {e}", found.process.pid) })?;
+    let ns = if found.other_ipc { Some(found.process.open_entry("ns/ipc").map_err(gone("reach the IPC namespace of the process that maps it"))?) } else { None };
+    if !found.process.alive() {
+        return Err(LedgerError::NotInUse { path: path.clone() });
+    }
+    Ledger::observe_file(file, path, Some(found.shmid), ns.as_ref())
+}
+
+/// Reads every target, in parallel, within [`READ_BUDGET`] in all: a ledger not read by
+/// then is reported as [`LedgerState::Timeout`] (its read goes on in the background and is
+/// dropped; a target whose earlier read is still running is not read again meanwhile).
 pub fn collect(resolved: crate::ledgers::Resolved) -> StatusReport {
-    StatusReport { schema: SCHEMA, ledgers: resolved.targets.iter().map(read).collect(), notes: resolved.notes }
+    use std::collections::HashSet;
+    use std::sync::{mpsc, Mutex};
+    static RUNNING: Mutex<Option<HashSet<String>>> = Mutex::new(None);
+    let key = |t: &Target| t.identity.clone().unwrap_or_else(|| t.open_path.display().to_string());
+    let deadline = std::time::Instant::now() + READ_BUDGET;
+    let (tx, rx) = mpsc::channel();
+    let mut ledgers: Vec<Option<LedgerReport>> = vec![None; resolved.targets.len()];
+    for (index, target) in resolved.targets.iter().enumerate() {
+        let k = key(target);
+        {
+            let mut running = RUNNING.lock().unwrap_or_else(|e| e.into_inner());
+            if !running.get_or_insert_with(HashSet::new).insert(k.clone()) {
+                continue; // an earlier read of it is still stuck
+            }
+        }
+        let (tx, owned) = (tx.clone(), target.clone());
+        let spawned = std::thread::Builder::new().name("fgpu-read".into()).spawn(move || {
+            let report = read(&owned);
+            if let Some(set) = RUNNING.lock().unwrap_or_else(|e| e.into_inner()).as_mut() {
+                set.remove(&k);
+            }
+            let _ = tx.send((index, report));
+        });
+        if spawned.is_err() {
+            ledgers[index] = Some(read(target));
+            if let Some(set) = RUNNING.lock().unwrap_or_else(|e| e.into_inner()).as_mut() {
+                set.remove(&key(target));
+            }
+        }
+    }
+    drop(tx);
+    while ledgers.iter().any(Option::is_none) {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        match rx.recv_timeout(left) {
+            Ok((index, report)) => ledgers[index] = Some(report),
+            Err(_) => break,
+        }
+    }
+    let ledgers = ledgers
+        .into_iter()
+        .zip(&resolved.targets)
+        .map(|(report, target)| {
+            report.unwrap_or_else(|| {
+                LedgerReport::empty(target, LedgerState::Timeout, Some(format!("not read within {} s (its file or shared memory did not answer)", READ_BUDGET.as_secs())))
+            })
+        })
+        .collect();
+    StatusReport { schema: SCHEMA, ledgers, notes: resolved.notes }
+}
+
+/// `text` with control characters (terminal escape sequences, line breaks) written as
+/// escapes: what a ledger's processes wrote (its path, their names) goes to a terminal.
+pub fn clean(text: &str) -> String {
+    if !text.chars().any(char::is_control) {
+        return text.to_string();
+    }
+    text.chars().map(|c| if c.is_control() { c.escape_default().to_string() } else { c.to_string() }).collect()
 }
 
 /// A bar like `[||||||||      ]` of `width` cells inside the brackets.
@@ -258,19 +356,19 @@ fn render_ledger(out: &mut String, l: &LedgerReport, width: usize) {
         "default" => "the default".to_string(),
         _ => format!("mapped by PID {}", pids.join(", ")),
     };
-    let _ = writeln!(out, "Ledger {} ({source})", l.path);
+    let _ = writeln!(out, "Ledger {} ({source})", clean(&l.path));
     match l.state {
         LedgerState::Missing => {
             out.push_str("  Not in use: no capped process uses this ledger now.\n");
             return;
         }
-        LedgerState::Error => {
-            let _ = writeln!(out, "  Cannot be read: {}", l.error.as_deref().unwrap_or("unknown error"));
+        LedgerState::Error | LedgerState::Timeout => {
+            let _ = writeln!(out, "  Cannot be read: {}", clean(l.error.as_deref().unwrap_or("unknown error")));
             return;
         }
-        LedgerState::Ok => {
+        LedgerState::Ok | LedgerState::Unverified => {
             if let Some(problem) = &l.error {
-                let _ = writeln!(out, "  Warning: {problem}");
+                let _ = writeln!(out, "  Warning: {}", clean(problem));
             }
         }
     }
@@ -316,7 +414,7 @@ fn render_ledger(out: &mut String, l: &LedgerReport, width: usize) {
             };
             let ns_pid = ns(&p.pid_in_namespace.to_string());
             if p.devices.is_empty() {
-                let _ = writeln!(out, "  {:>8}{ns_pid} {:>9} {:>4} {:>11} {:>11}  {}", pid, opt(p.host_pid), "-", "0 B", "-", p.name);
+                let _ = writeln!(out, "  {:>8}{ns_pid} {:>9} {:>4} {:>11} {:>11}  {}", pid, opt(p.host_pid), "-", "0 B", "-", clean(&p.name));
             }
             for d in &p.devices {
                 let _ = writeln!(
@@ -327,7 +425,7 @@ fn render_ledger(out: &mut String, l: &LedgerReport, width: usize) {
                     d.index,
                     format_bytes(d.used_bytes),
                     format_bytes(d.context_bytes),
-                    p.name
+                    clean(&p.name)
                 );
             }
         }
@@ -338,9 +436,9 @@ fn render_ledger(out: &mut String, l: &LedgerReport, width: usize) {
     for p in &l.reclaimed {
         let pid = p.pid.unwrap_or(p.pid_in_namespace);
         if p.used_bytes > 0 {
-            let _ = writeln!(out, "  Reclaimed: PID {pid} ({}) had exited; the {} it still held went back to the cap.", p.name, format_bytes(p.used_bytes));
+            let _ = writeln!(out, "  Reclaimed: PID {pid} ({}) had exited; the {} it still held went back to the cap.", clean(&p.name), format_bytes(p.used_bytes));
         } else {
-            let _ = writeln!(out, "  Reclaimed: PID {pid} ({}) had exited, holding nothing; its entry was removed.", p.name);
+            let _ = writeln!(out, "  Reclaimed: PID {pid} ({}) had exited, holding nothing; its entry was removed.", clean(&p.name));
         }
     }
 }
@@ -359,7 +457,7 @@ mod tests {
         let mut context = vec![0; 16];
         used[0] = used0;
         context[0] = ctx0;
-        ProcessView { slot: SlotId(slot), pid, pid_here: Some(pid), host_pid: Some(pid + 1000), name: format!("p{pid}"), alive, started_unix_ms: 1, reserved: used.clone(), used, context }
+        ProcessView { slot: SlotId(slot), pid, pid_here: Some(pid), host_pid: Some(pid + 1000), host_pid_vouched: false, name: format!("p{pid}"), alive, started_unix_ms: 1, reserved: used.clone(), used, context }
     }
 
     fn snapshot(processes: Vec<ProcessView>, used: u64) -> Snapshot {

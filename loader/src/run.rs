@@ -3,7 +3,7 @@
 
 use crate::cli::{DeviceArg, LimitArg, RunArgs};
 use crate::shimpath;
-use fgpu_core::config::{ENV_COMPUTE, ENV_LEDGER, ENV_LIMIT};
+use fgpu_core::config::{ENV_COMPUTE, ENV_LEDGER, ENV_LEDGER_SHARED, ENV_LIMIT};
 use fgpu_core::ledger::Ledger;
 use fgpu_core::limit::parse_limit;
 use std::ffi::{OsStr, OsString};
@@ -273,7 +273,10 @@ pub fn run(args: RunArgs) -> i32 {
     command
         .args(rest)
         .env("LD_PRELOAD", preload_value(&shim, std::env::var_os("LD_PRELOAD").as_deref()))
-        .env(ENV_LEDGER, &ledger);
+        .env(ENV_LEDGER, &ledger)
+        // Stated either way: a FGPU_LEDGER_SHARED=1 left in the caller's environment must
+        // not open a private run's ledger to every user.
+        .env(ENV_LEDGER_SHARED, if args.shared_ledger { "1" } else { "0" });
     if let Some(limit) = &limit {
         command.env(ENV_LIMIT, limit);
     }

@@ -5,7 +5,7 @@ use crate::ledgers;
 use crate::report::{self, LedgerState};
 
 pub fn status(args: &StatusArgs) -> i32 {
-    let report = report::collect(ledgers::resolve(&args.select));
+    let report = report::collect(ledgers::resolve_with_runs(&args.select));
     let failed = report.ledgers.iter().any(|l| l.state == LedgerState::Error);
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report).expect("report serialises"));

@@ -104,7 +104,7 @@ pub fn top(args: &TopArgs) -> i32 {
     let interval = Duration::from_secs_f64(args.interval);
     let result = (|| -> std::io::Result<()> {
         loop {
-            let report = report::collect(ledgers::resolve(&args.select));
+            let report = report::collect(ledgers::resolve_with_runs(&args.select));
             let (w, h) = terminal::size().unwrap_or((100, 30));
             draw(&screen(&report, w as usize, h as usize, &clock(), args.interval))?;
             let next = Instant::now() + interval;

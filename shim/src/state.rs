@@ -79,7 +79,15 @@ fn build() -> Mode {
         log_at!(Level::Debug, "no cap configured (FGPU_LIMIT and FGPU_COMPUTE unset, no limit or compute in {}); not capping", fgpu_core::config::CONFIG_PATH);
         return Mode::Off;
     }
-    match Ledger::open(&config.ledger, config.ledger_origin.sharing()) {
+    if let Some(why) = &config.ledger_error {
+        let message = format!("{why}; GPU memory allocations in this process are refused until this is fixed");
+        log_at!(Level::Error, "{message}");
+        return Mode::Closed(message);
+    }
+    if let Some(note) = &config.ledger_note {
+        log_at!(Level::Warn, "{note}");
+    }
+    match Ledger::open(&config.ledger, config.ledger_sharing) {
         Ok(ledger) => {
             log_at!(Level::Debug, "ledger {} opened", config.ledger.display());
             Mode::On(Active::new(config, ledger))

@@ -47,6 +47,19 @@ pub fn ofd_lock(fd: BorrowedFd<'_>, offset: i64, wait: bool) -> io::Result<bool>
     }
 }
 
+/// Takes a read OFD lock on one byte without waiting; `Ok(false)` if someone holds a write
+/// lock on it. Needs only a descriptor open for reading: observers of a ledger use it to
+/// show that a slot's owner is gone (its write lock was dropped) and to keep any member
+/// from claiming the slot while they clear it.
+pub fn ofd_read_lock(fd: BorrowedFd<'_>, offset: i64) -> io::Result<bool> {
+    let mut lock = flock_for(libc::F_RDLCK, offset);
+    match fcntl_lock(fd, libc::F_OFD_SETLK, &mut lock) {
+        Ok(()) => Ok(true),
+        Err(e) if matches!(e.raw_os_error(), Some(libc::EAGAIN) | Some(libc::EACCES)) => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
 /// Takes a write OFD lock on one byte, waiting at most [`LOCK_WAIT`]. The locks guard
 /// short critical sections; one held longer belongs to a process that is stuck or hostile,
 /// and waiting for it forever would hang the host program in a driver call.

@@ -23,6 +23,7 @@
 //!   the bucket that holds its processes to it together.
 
 pub mod compute;
+pub mod default_path;
 pub mod layout;
 mod lock;
 pub mod store;
@@ -36,7 +37,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
 use std::sync::Mutex;
-pub use store::{Create, Sharing};
+pub use store::{Sharing, Trust};
 use store::Store;
 use thiserror::Error;
 
@@ -111,29 +112,41 @@ pub struct Ledger {
 
 
 impl Ledger {
-    /// Opens the ledger at `path`, creating its lock file and segment if needed.
-    pub fn open(path: &Path, sharing: Sharing) -> Result<Ledger, LedgerError> {
-        Ok(Ledger { store: Store::open(path, sharing, Create::Yes)?, refill: Default::default(), guesses: Default::default() })
+    fn with_store(store: Store) -> Ledger {
+        Ledger { store, refill: Default::default(), guesses: Default::default() }
     }
 
-    /// A ledger named on purpose, shared by every user who can open it.
+    /// Opens the ledger at `path` as one of its processes, creating its lock file and
+    /// segment if needed.
+    pub fn open(path: &Path, sharing: Sharing) -> Result<Ledger, LedgerError> {
+        Store::open(path, sharing).map(Self::with_store)
+    }
+
+    /// A ledger shared on purpose, by every user who can open it.
     pub fn open_or_create(path: &Path) -> Result<Ledger, LedgerError> {
         Self::open(path, Sharing::Shared)
     }
 
-    /// Opens a ledger some process uses, without creating anything (for `fgpu status`).
+    /// Opens a ledger some process uses to look at it (`fgpu status`, `doctor`, `run`):
+    /// creates, chmods, writes and waits for nothing; see [`Trust`] for what it may do.
     pub fn open_existing(path: &Path) -> Result<Ledger, LedgerError> {
-        Ok(Ledger { store: Store::open(path, Sharing::Shared, Create::No)?, refill: Default::default(), guesses: Default::default() })
+        Store::observe_path(path).map(Self::with_store)
     }
 
-    /// [`Ledger::open_existing`] for processes of another IPC namespace (`ipc_ns`: their
-    /// `/proc/PID/ns/ipc`); `path` must reach their lock file (`/proc/PID/root/...`).
-    pub fn open_existing_in(path: &Path, ipc_ns: Option<&Path>) -> Result<Ledger, LedgerError> {
+    /// Looks at a ledger whose lock file the caller opened read-only (resolved where its
+    /// processes reach it: `crate::resolve`), in segment `shmid` if known, from the IPC
+    /// namespace `ipc_ns` (a `/proc/PID/ns/ipc` file) when its processes are in another.
+    pub fn observe_file(file: std::fs::File, path: &Path, shmid: Option<i32>, ipc_ns: Option<&std::fs::File>) -> Result<Ledger, LedgerError> {
         match ipc_ns {
-            None => Self::open_existing(path),
-            Some(ns) => store::in_ipc_namespace(ns, || Self::open_existing(path))
+            None => Store::observe_file(file, path, shmid).map(Self::with_store),
+            Some(ns) => store::in_ipc_namespace(ns, || Store::observe_file(file, path, shmid).map(Self::with_store))
                 .map_err(|source| LedgerError::Io { path: path.to_path_buf(), op: "enter the IPC namespace of its processes", source })?,
         }
+    }
+
+    /// What this opener may do: a member's, or an observer's verdict on the ledger.
+    pub fn trust(&self) -> &Trust {
+        &self.store.trust
     }
 
     pub fn path(&self) -> &Path {
@@ -513,14 +526,26 @@ impl Ledger {
         lock::ofd_held_by_other(self.fd(), alive_lock(id.0)).unwrap_or(true)
     }
 
-    /// Drops the slots whose owner died. Returns how many it freed.
+    /// Takes a slot's liveness lock without waiting, as a proof that its owner is gone and
+    /// to keep others off the slot: a member takes it for writing; an observer, whose file
+    /// is open only for reading, takes a read lock, which excludes a member's write lock.
+    fn claim_dead(&self, id: SlotId) -> bool {
+        let taken = if self.store.is_member() { lock::ofd_lock(self.fd(), alive_lock(id.0), false) } else { lock::ofd_read_lock(self.fd(), alive_lock(id.0)) };
+        matches!(taken, Ok(true))
+    }
+
+    /// Drops the slots whose owner died. Returns how many it freed. An observer of a ledger
+    /// it could not verify changes nothing (its mapping is read-only).
     pub fn reclaim_dead(&self, own: Option<SlotId>) -> usize {
+        if !self.store.writable() {
+            return 0;
+        }
         let mut reclaimed = 0;
         for id in self.live_slots() {
             if Some(id) == own {
                 continue;
             }
-            if let Ok(true) = lock::ofd_lock(self.fd(), alive_lock(id.0), false) {
+            if self.claim_dead(id) {
                 if self.slot(id).state.load(Acquire) == SLOT_LIVE {
                     crate::crash_point!("ledger.reclaim.locked");
                     self.reclaim_locked(id);
@@ -565,14 +590,21 @@ impl Ledger {
             let alive = Some(id) == own || self.is_alive(id);
             let pid = slot.pid.load(Relaxed);
             let same_ns = slot.pidns.load(Relaxed) == my_ns;
-            let pid_here = if same_ns { Some(pid) } else { lock::posix_holder(self.fd(), pid_lock(index)) };
-            let mut host_pid = slot.host_pid.load(Relaxed);
-            if host_pid == 0 && in_host {
-                if let Some(p) = pid_here {
-                    host_pid = p;
-                    slot.host_pid.store(p, Relaxed);
+            // The kernel's word: the PID, as seen here, of the process holding the slot's
+            // classic lock (members skip the call for their own namespace, where the slot's
+            // PID is the one they would get). What the slot states, its processes wrote.
+            let held_by = if same_ns && self.store.is_member() { None } else { lock::posix_holder(self.fd(), pid_lock(index)) };
+            let pid_here = held_by.or(same_ns.then_some(pid));
+            let stated = slot.host_pid.load(Relaxed);
+            let (host_pid, host_pid_vouched) = match held_by {
+                Some(p) if in_host => {
+                    if stated == 0 && self.store.writable() {
+                        slot.host_pid.store(p, Relaxed);
+                    }
+                    (Some(p), true)
                 }
-            }
+                _ => ((stated != 0).then_some(stated), false),
+            };
             let mut comm = [0u8; 16];
             comm[..8].copy_from_slice(&slot.comm[0].load(Relaxed).to_le_bytes());
             comm[8..].copy_from_slice(&slot.comm[1].load(Relaxed).to_le_bytes());
@@ -581,7 +613,8 @@ impl Ledger {
                 slot: id,
                 pid,
                 pid_here,
-                host_pid: (host_pid != 0).then_some(host_pid),
+                host_pid,
+                host_pid_vouched,
                 name: String::from_utf8_lossy(&comm[..name_len]).into_owned(),
                 alive,
                 started_unix_ms: slot.started_unix_ms.load(Relaxed),
@@ -642,6 +675,9 @@ pub struct ProcessView {
     /// PID as the caller's namespace sees it, if visible.
     pub pid_here: Option<u32>,
     pub host_pid: Option<u32>,
+    /// Whether the kernel vouches for `host_pid` (the caller is in the host's PID namespace
+    /// and the slot's lock holder is that process); otherwise it is what the slot states.
+    pub host_pid_vouched: bool,
     pub name: String,
     /// False: the owner died and the next scan will return its memory.
     pub alive: bool,

@@ -84,9 +84,21 @@ fn reserve_respects_cap_and_release_returns() {
     assert!(ledger.holding(me, device).reserved <= 2 * CREDIT_CHUNK, "credit beyond two chunks went back");
 }
 
+/// The sum of all reservations (credit included) at one instant: read under the device's
+/// refill lock, while nobody can raise a reservation (only lower one), so the sum is at
+/// most the total when the lock was taken. A sum read without it can come out high: one
+/// slot read before it gave credit back, another after it refilled with that room.
+fn reserved_total_at_once(ledger: &Ledger, device: DeviceId) -> u64 {
+    let _threads = ledger.refill[device.0].lock().unwrap();
+    lock::ofd_lock_timed(ledger.fd(), refill_lock(device.0)).unwrap();
+    let total = ledger.reserved_total(device);
+    lock::ofd_unlock(ledger.fd(), refill_lock(device.0));
+    total
+}
+
 /// Four threads, each with its own open of the ledger (OFD locks make each a separate
 /// "process"), reserve and release random sizes, and after each step read the sum of all
-/// reservations (credit included). Returns the highest sum seen.
+/// reservations (credit included) at one instant. Returns the highest sum seen.
 fn race(path: &Path, device: DeviceId, cap: u64) -> u64 {
     let peak = Arc::new(AtomicU64::new(0));
     let threads: Vec<_> = (0..4u64)
@@ -101,7 +113,7 @@ fn race(path: &Path, device: DeviceId, cap: u64) -> u64 {
                     if ledger.reserve(me, device, size, cap).is_ok() {
                         held.push(size);
                     }
-                    peak.fetch_max(ledger.reserved_total(device), Relaxed);
+                    peak.fetch_max(reserved_total_at_once(&ledger, device), Relaxed);
                     if held.len() > 6 || i % 3 == 0 {
                         if let Some(size) = held.pop() {
                             ledger.release(me, device, size);
