@@ -18,8 +18,12 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::{Registry, Unit};
+use http_body_util::Full;
+use hyper::body::Bytes;
 use std::collections::HashMap;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 type Labels = Vec<(String, String)>;
 type FloatGauge = Gauge<f64, AtomicU64>;
@@ -86,7 +90,8 @@ fn as_i64(v: u64) -> i64 {
 /// Builds the registry for one scrape. Updates `state` with what this scrape reclaimed.
 pub fn registry(report: &StatusReport, state: &mut ExporterState) -> Registry {
     let mut r = Registry::default();
-    let up = gauge(&mut r, "fgpu_ledger_up", "1 if the ledger was read, 0 if it does not exist yet or cannot be read (fgpu status says why)", None);
+    let up = gauge(&mut r, "fgpu_ledger_up", "1 if the ledger was read and verified, 0 if it does not exist yet, cannot be read, was not read in time, or is not verified (fgpu status says why)", None);
+    let ledger_state = gauge(&mut r, "fgpu_ledger_state", "1 for the ledger's state (ok, unverified, missing, error, timeout), 0 for the others", None);
     let ledger_processes = gauge(&mut r, "fgpu_ledger_processes", "Live processes in the ledger, holding memory or not", None);
     let reclaimed = counter(&mut r, "fgpu_reclaimed_processes", "Dead processes whose memory this exporter returned to the cap");
     let cap = gauge(&mut r, "fgpu_memory_cap", "The ledger's cap on the GPU", Some(Unit::Bytes));
@@ -105,10 +110,16 @@ pub fn registry(report: &StatusReport, state: &mut ExporterState) -> Registry {
     for (ledger, label) in report.ledgers.iter().zip(ledger_labels(report)) {
         let base: Labels = vec![("ledger".into(), label.clone())];
         up.get_or_create(&base).set(i64::from(ledger.state == LedgerState::Ok));
+        for (value, name) in [(LedgerState::Ok, "ok"), (LedgerState::Unverified, "unverified"), (LedgerState::Missing, "missing"), (LedgerState::Error, "error"), (LedgerState::Timeout, "timeout")] {
+            let mut labels = base.clone();
+            labels.push(("state".into(), name.into()));
+            ledger_state.get_or_create(&labels).set(i64::from(ledger.state == value));
+        }
         let count = state.reclaimed.entry(label.clone()).or_insert(0);
         *count += ledger.reclaimed.len() as u64;
         reclaimed.get_or_create(&base).inc_by(*count);
-        if ledger.state != LedgerState::Ok {
+        // An unverified ledger is shown as its processes wrote it (fgpu_ledger_up says 0).
+        if !matches!(ledger.state, LedgerState::Ok | LedgerState::Unverified) {
             continue;
         }
         ledger_processes.get_or_create(&base).set(ledger.processes.len() as i64);
@@ -132,7 +143,16 @@ pub fn registry(report: &StatusReport, state: &mut ExporterState) -> Registry {
                 for pd in p.devices.iter().filter(|pd| pd.index == d.index) {
                     let mut labels = labels.clone();
                     labels.push(("pid".into(), p.pid.unwrap_or(p.pid_in_namespace).to_string()));
-                    labels.push(("host_pid".into(), p.host_pid.map(|h| h.to_string()).unwrap_or_default()));
+                    // The kernel's word apart from the ledger's: a host PID is in `host_pid` only
+                    // when the exporter saw that process hold the slot from the host's PID
+                    // namespace; what the ledger merely states is in `stated_host_pid`.
+                    let (vouched, stated) = match (p.host_pid, p.host_pid_vouched) {
+                        (Some(h), true) => (h.to_string(), String::new()),
+                        (Some(h), false) => (String::new(), h.to_string()),
+                        (None, _) => (String::new(), String::new()),
+                    };
+                    labels.push(("host_pid".into(), vouched));
+                    labels.push(("stated_host_pid".into(), stated));
                     labels.push(("name".into(), p.name.clone()));
                     process_used.get_or_create(&labels).set(as_i64(pd.used_bytes));
                     process_context.get_or_create(&labels).set(as_i64(pd.context_bytes));
@@ -140,6 +160,10 @@ pub fn registry(report: &StatusReport, state: &mut ExporterState) -> Registry {
             }
         }
     }
+    // Only ledgers of this scrape are remembered: what the exporter keeps does not grow with
+    // every path a ledger ever named (a counter that comes back restarts, as counters may).
+    let seen: std::collections::HashSet<String> = ledger_labels(report).into_iter().collect();
+    state.reclaimed.retain(|label, _| seen.contains(label));
     r
 }
 
@@ -161,9 +185,215 @@ pub fn wants_openmetrics(accept: Option<&str>) -> bool {
 
 const INDEX: &str = "<html><head><title>fgpu exporter</title></head><body><h1>fgpu exporter</h1><p><a href=\"/metrics\">Metrics</a></p></body></html>\n";
 
+/// A connection with no request in progress is closed after this long (hyper's header
+/// timeout covers the first request; the reaper covers keep-alive waits and slow clients).
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Most bytes of a request's head (request line and headers) the exporter reads.
+pub const MAX_HEAD_BYTES: usize = 16 * 1024;
+/// Most connections held open at once; fewer when the descriptor limit is low.
+pub const MAX_CONNECTIONS: usize = 512;
+/// Most scrapes looking at the ledgers at once; further ones wait their turn.
+pub const MAX_SCRAPES: usize = 4;
+
+/// The open connections: when too many are open, or the process runs out of descriptors,
+/// the one idle longest is closed to make room, so a flood of idle connections never keeps
+/// a scraper out.
+#[derive(Default)]
+struct Connections {
+    next: AtomicU64,
+    open: Mutex<HashMap<u64, Conn>>,
+}
+
+struct Conn {
+    /// When its last request ended, or it was accepted; `None` while a request is served.
+    idle_since: Option<Instant>,
+    abort: tokio::task::AbortHandle,
+}
+
+impl Connections {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Conn>> {
+        self.open.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    /// Closes the connection idle longest; false if none is idle.
+    fn shed_one(&self) -> bool {
+        let mut open = self.lock();
+        let oldest = open.iter().filter_map(|(id, c)| c.idle_since.map(|t| (t, *id))).min();
+        match oldest.and_then(|(_, id)| open.remove(&id)) {
+            Some(conn) => {
+                conn.abort.abort();
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Closes the connections idle for longer than `limit`.
+    fn reap(&self, limit: Duration) {
+        let now = Instant::now();
+        self.lock().retain(|_, c| match c.idle_since {
+            Some(t) if now.duration_since(t) > limit => {
+                c.abort.abort();
+                false
+            }
+            _ => true,
+        });
+    }
+
+    fn set_busy(&self, id: u64, busy: bool) {
+        if let Some(c) = self.lock().get_mut(&id) {
+            c.idle_since = if busy { None } else { Some(Instant::now()) };
+        }
+    }
+}
+
+/// How many connections to hold at most: [`MAX_CONNECTIONS`], or fewer when the soft limit
+/// on open descriptors leaves less room (keeping some for ledgers, /proc and the listener).
+fn connection_limit() -> usize {
+    // SAFETY: all-zero bytes are a valid rlimit; getrlimit(2) writes into it.
+    let mut limit: libc::rlimit = unsafe { std::mem::zeroed() };
+    // SAFETY: models getrlimit(2) with a valid, exclusively borrowed rlimit.
+    let rc = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) };
+    let soft = if rc == 0 { limit.rlim_cur as usize } else { 1024 };
+    MAX_CONNECTIONS.min(soft.saturating_sub(64).max(8))
+}
+
+/// Everything a request needs.
+struct Shared {
+    args: ExporterArgs,
+    state: Mutex<ExporterState>,
+    scrapes: tokio::sync::Semaphore,
+}
+
+fn response(status: u16, kind: &str, body: String) -> hyper::Response<Full<Bytes>> {
+    let mut r = hyper::Response::new(Full::new(Bytes::from(body)));
+    *r.status_mut() = hyper::StatusCode::from_u16(status).unwrap_or(hyper::StatusCode::INTERNAL_SERVER_ERROR);
+    if let Ok(value) = hyper::header::HeaderValue::from_str(kind) {
+        r.headers_mut().insert(hyper::header::CONTENT_TYPE, value);
+    }
+    r
+}
+
+async fn handle(request: hyper::Request<hyper::body::Incoming>, shared: Arc<Shared>) -> hyper::Response<Full<Bytes>> {
+    let get = matches!(*request.method(), hyper::Method::GET | hyper::Method::HEAD);
+    match (get, request.uri().path()) {
+        (true, "/metrics") => {
+            let accept = request.headers().get(hyper::header::ACCEPT).and_then(|v| v.to_str().ok()).map(str::to_string);
+            let openmetrics = wants_openmetrics(accept.as_deref());
+            let Ok(_turn) = shared.scrapes.acquire().await else {
+                return response(503, "text/plain; charset=utf-8", "shutting down\n".into());
+            };
+            let work = shared.clone();
+            let body = tokio::task::spawn_blocking(move || {
+                let report = report::collect(ledgers::resolve(&work.args.select));
+                let mut state = work.state.lock().unwrap_or_else(|e| e.into_inner());
+                encode(&registry(&report, &mut state), openmetrics)
+            })
+            .await;
+            match body {
+                Ok(body) => response(200, if openmetrics { OPENMETRICS_CONTENT_TYPE } else { prometheus_text::CONTENT_TYPE }, body),
+                Err(e) => response(500, "text/plain; charset=utf-8", format!("the scrape failed: {e}\n")),
+            }
+        }
+        (true, "/") => response(200, "text/html; charset=utf-8", INDEX.into()),
+        _ => response(404, "text/plain; charset=utf-8", "not found; metrics are at /metrics\n".into()),
+    }
+}
+
+/// Whether `accept` failed for want of a resource that closing a connection gives back.
+fn out_of_descriptors(e: &std::io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::EMFILE) | Some(libc::ENFILE) | Some(libc::ENOBUFS) | Some(libc::ENOMEM))
+}
+
+/// Whether `accept` failed for the one connection only (the next may succeed).
+fn connection_error(e: &std::io::Error) -> bool {
+    matches!(
+        e.kind(),
+        std::io::ErrorKind::ConnectionAborted | std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::Interrupted | std::io::ErrorKind::WouldBlock
+    ) || matches!(e.raw_os_error(), Some(libc::EPROTO) | Some(libc::EPERM) | Some(libc::ENETDOWN) | Some(libc::EHOSTUNREACH))
+}
+
+async fn serve(listener: tokio::net::TcpListener, shared: Arc<Shared>) -> i32 {
+    let connections = Arc::new(Connections::default());
+    let limit = connection_limit();
+    let reaper = connections.clone();
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            reaper.reap(IDLE_TIMEOUT);
+        }
+    });
+    let mut backoff = Duration::from_millis(10);
+    let mut last_said: Option<Instant> = None;
+    loop {
+        let stream = match listener.accept().await {
+            Ok((stream, _)) => {
+                backoff = Duration::from_millis(10);
+                stream
+            }
+            Err(e) if out_of_descriptors(&e) => {
+                // Make room by closing the connection idle longest, give its task a moment
+                // to let the descriptor go, and try again; back off while nothing helps.
+                if !connections.shed_one() {
+                    if last_said.is_none_or(|t| t.elapsed() > Duration::from_secs(10)) {
+                        eprintln!("fgpu exporter: accept: {e}; {} connections open, none idle; retrying with a backoff", connections.len());
+                        last_said = Some(Instant::now());
+                    }
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(1));
+                } else {
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                }
+                continue;
+            }
+            Err(e) if connection_error(&e) => continue,
+            Err(e) => {
+                eprintln!("fgpu exporter: accept failed: {e}; stopping");
+                return 1;
+            }
+        };
+        while connections.len() >= limit && connections.shed_one() {}
+        let id = connections.next.fetch_add(1, Ordering::Relaxed);
+        let (shared, tracked) = (shared.clone(), connections.clone());
+        // The task is registered before it can run, so it always finds its own entry.
+        let mut open = connections.lock();
+        let task = tokio::spawn(async move {
+            let marks = tracked.clone();
+            let service = hyper::service::service_fn(move |request| {
+                let (shared, marks) = (shared.clone(), marks.clone());
+                async move {
+                    marks.set_busy(id, true);
+                    let answer = handle(request, shared).await;
+                    marks.set_busy(id, false);
+                    Ok::<_, std::convert::Infallible>(answer)
+                }
+            });
+            let connection = hyper::server::conn::http1::Builder::new()
+                .timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(IDLE_TIMEOUT)
+                .max_buf_size(MAX_HEAD_BYTES)
+                .serve_connection(hyper_util::rt::TokioIo::new(stream), service);
+            let _ = connection.await;
+            tracked.lock().remove(&id);
+        });
+        open.insert(id, Conn { idle_since: Some(Instant::now()), abort: task.abort_handle() });
+    }
+}
+
 pub fn exporter(args: &ExporterArgs) -> i32 {
-    let server = match tiny_http::Server::http(args.listen) {
-        Ok(s) => s,
+    let runtime = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).max_blocking_threads(MAX_SCRAPES + 2).enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("fgpu exporter: cannot start: {e}");
+            return 1;
+        }
+    };
+    let listener = match runtime.block_on(tokio::net::TcpListener::bind(args.listen)) {
+        Ok(listener) => listener,
         Err(e) => {
             eprintln!("fgpu exporter: cannot listen on --listen {}: {e}", args.listen);
             return 1;
@@ -173,30 +403,12 @@ pub fn exporter(args: &ExporterArgs) -> i32 {
         "every ledger on this machine".to_string()
     } else {
         let resolved = ledgers::resolve(&args.select);
-        resolved.targets.first().map(|t| format!("ledger {}", t.path.display())).unwrap_or_default()
+        resolved.targets.first().map(|t| format!("ledger {}", report::clean(&t.path.display().to_string()))).unwrap_or_default()
     };
-    let bound = server.server_addr().to_ip().unwrap_or(args.listen);
+    let bound = listener.local_addr().unwrap_or(args.listen);
     eprintln!("fgpu exporter: serving metrics of {what} at http://{bound}/metrics");
-    let mut state = ExporterState::default();
-    for request in server.incoming_requests() {
-        let path = request.url().split('?').next().unwrap_or("").to_string();
-        let header = |body: &str, kind: &str| {
-            tiny_http::Response::from_string(body).with_header(tiny_http::Header::from_bytes("Content-Type", kind).expect("valid header"))
-        };
-        let response = match (request.method(), path.as_str()) {
-            (tiny_http::Method::Get | tiny_http::Method::Head, "/metrics") => {
-                let accept = request.headers().iter().find(|h| h.field.equiv("Accept")).map(|h| h.value.as_str().to_string());
-                let openmetrics = wants_openmetrics(accept.as_deref());
-                let report = report::collect(ledgers::resolve(&args.select));
-                let body = encode(&registry(&report, &mut state), openmetrics);
-                header(&body, if openmetrics { OPENMETRICS_CONTENT_TYPE } else { prometheus_text::CONTENT_TYPE })
-            }
-            (tiny_http::Method::Get | tiny_http::Method::Head, "/") => header(INDEX, "text/html; charset=utf-8"),
-            _ => header("not found; metrics are at /metrics\n", "text/plain; charset=utf-8").with_status_code(404),
-        };
-        let _ = request.respond(response);
-    }
-    0
+    let shared = Arc::new(Shared { args: args.clone(), state: Mutex::new(ExporterState::default()), scrapes: tokio::sync::Semaphore::new(MAX_SCRAPES) });
+    runtime.block_on(serve(listener, shared))
 }
 
 #[cfg(test)]
@@ -231,6 +443,7 @@ mod tests {
                 pid: Some(42),
                 pid_in_namespace: 7,
                 host_pid: None,
+                host_pid_vouched: false,
                 name: "py\"thon".into(),
                 started_unix_ms: 0,
                 used_bytes: 3 << 30,
@@ -250,7 +463,7 @@ mod tests {
         assert!(body.contains("# TYPE fgpu_allocation_refusals_total counter"), "{body}");
         assert!(body.contains(r#"fgpu_memory_used_bytes{ledger="/tmp/.fgpu-ledger (8:1:10)",gpu="0",UUID="GPU-11111111-2222-3333-4444-555555555555"} 3221225472"#), "{body}");
         assert!(body.contains(r#"fgpu_allocation_refusals_total{ledger="/tmp/.fgpu-ledger (8:1:11)",gpu="0",UUID="GPU-11111111-2222-3333-4444-555555555555"} 4"#), "{body}");
-        assert!(body.contains(r#"pid="42",host_pid="",name="py\"thon"} 3221225472"#), "{body}");
+        assert!(body.contains(r#"pid="42",host_pid="",stated_host_pid="",name="py\"thon"} 3221225472"#), "{body}");
         assert!(body.contains(r#"fgpu_compute_share_ratio{ledger="/tmp/.fgpu-ledger (8:1:10)",gpu="0",UUID="GPU-11111111-2222-3333-4444-555555555555"} 0.3"#), "{body}");
         assert!(body.contains(r#"fgpu_compute_used_ratio{ledger="/tmp/.fgpu-ledger (8:1:10)",gpu="0",UUID="GPU-11111111-2222-3333-4444-555555555555"} 0.295"#), "{body}");
         assert!(body.contains("# TYPE fgpu_compute_used_seconds_total counter"), "{body}");
