@@ -314,7 +314,7 @@ fn status_json_matches_the_ledger_and_reports_the_dead_as_reclaimed() {
 
     let run = fgpu(&env).args(["status", "--json"]).success();
     let report = json(&run);
-    assert_eq!(report["schema"], 1);
+    assert_eq!(report["schema"], 2);
     let ledger = &report["ledgers"][0];
     assert_eq!(ledger["path"], env.ledger.display().to_string());
     assert_eq!(ledger["source"], "environment");

@@ -1,6 +1,7 @@
 //! The ledger's file, and who can reach a ledger: what other processes do to the file
 //! crashes nobody and never raises the cap, and users of one host do not share a default
-//! ledger.
+//! ledger. The files here are of ledgers shared on purpose (`FGPU_LEDGER_SHARED=1`), which
+//! any user can write; a ledger is private otherwise (tests/integration/security.rs).
 
 use fgpu_tests::*;
 
@@ -14,7 +15,7 @@ fn device_used(env: &Env) -> u64 {
 /// A holder with 6 GiB (and its 300 MiB context) under an 8 GiB cap, that allocates 1 GiB
 /// more once its stdin closes.
 fn holder(env: &Env) -> Background {
-    let mut holder = env.client(&["init", "primary", "alloc", "6G", "hold", "alloc", "1G", "info"]).shim().limit("8G").spawn();
+    let mut holder = env.client(&["init", "primary", "alloc", "6G", "hold", "alloc", "1G", "info"]).shim().limit("8G").env("FGPU_LEDGER_SHARED", "1").spawn();
     holder.wait_for("holding");
     holder
 }
@@ -22,7 +23,7 @@ fn holder(env: &Env) -> Background {
 /// A newcomer under the same cap: 2 GiB must be refused (8 GiB - 6.3 GiB held - its own
 /// 300 MiB context leaves 1.4 GiB) and 1 GiB granted.
 fn assert_newcomer_shares_the_cap(env: &Env, what: &str) {
-    let run = env.client(&["init", "primary", "alloc", "2G", "alloc", "1G"]).shim().limit("8G").success();
+    let run = env.client(&["init", "primary", "alloc", "2G", "alloc", "1G"]).shim().limit("8G").env("FGPU_LEDGER_SHARED", "1").success();
     let rcs: Vec<i64> = run.lines("alloc").iter().map(|l| field(l, "rc").unwrap().parse().unwrap()).collect();
     assert_eq!(rcs, vec![2, 0], "{what}: the newcomer must share the holder's cap\n{run}");
     assert!(device_used(env) <= 8 * GIB, "{what}: the device holds more than the cap");
@@ -79,21 +80,20 @@ fn deleting_or_recreating_the_file_never_doubles_the_cap() {
             .args(["init", "primary", "alloc", "1G"])
             .env("LD_PRELOAD", &reachable().shim)
             .env("FGPU_LIMIT", "8G")
+            .env("FGPU_LEDGER_SHARED", "1")
             .success();
         assert_eq!(run.rc("alloc"), 2, "{run}");
         assert!(run.stderr().contains("deleted or replaced"), "one line says why\n{run}");
     }
     assert_holder_unharmed(holder, "deleted and recreated");
     // Once the holder is gone the ledger is whole again: the full cap for a newcomer.
-    let run = env.client(&["init", "primary", "alloc", "7G"]).shim().limit("8G").success();
+    let run = env.client(&["init", "primary", "alloc", "7G"]).shim().limit("8G").env("FGPU_LEDGER_SHARED", "1").success();
     assert_eq!(run.rc("alloc"), 0, "{run}");
 }
 
 #[test]
 fn users_do_not_share_a_default_ledger() {
-    if !is_root() {
-        assert!(std::env::var_os("CI").is_none(), "CI runs as root: this test must run there");
-        println!("SKIPPED: needs root to run a second user");
+    if !prerequisite(is_root() && tool("setpriv"), "needs root and setpriv(1) to run a second user") {
         return;
     }
     let env = Env::new("per-user");
@@ -103,8 +103,13 @@ fn users_do_not_share_a_default_ledger() {
     let mut root_job = root_job.spawn();
     root_job.wait_for("holding");
     use std::os::unix::fs::MetadataExt;
-    let root_dir = std::fs::metadata("/tmp/fgpu-0").unwrap();
+    // Where root's default ledger is on this host (its runtime directory, else /tmp), as
+    // the shim, fgpu status and fgpu doctor all work it out.
+    let places = fgpu_core::ledger::default_path::OsPlaces;
+    let root_ledger = fgpu_core::ledger::default_path::choose(0, &places).unwrap().path;
+    let root_dir = std::fs::metadata(root_ledger.parent().unwrap()).unwrap();
     assert_eq!((root_dir.uid(), root_dir.mode() & 0o777), (0, 0o700), "the default ledger's directory is root's own");
+    assert_eq!(std::fs::metadata(&root_ledger).unwrap().mode() & 0o777, 0o600, "{}", root_ledger.display());
     let as_nobody = |args: &[&str]| {
         let mut cmd = env.command_as(65534, reachable_client("cuclient")).args(args).env("LD_PRELOAD", &reachable().shim).env("FGPU_LIMIT", "8G");
         cmd.0.env_remove("FGPU_LEDGER");
@@ -114,22 +119,13 @@ fn users_do_not_share_a_default_ledger() {
     let run = as_nobody(&["init", "primary", "alloc", "4G", "info"]).success();
     assert_eq!(run.rc("alloc"), 0, "user 65534 is capped with root's job\n{run}");
     assert_eq!(run.field("info", "free"), (8 * GIB - 300 * MIB - 4 * GIB).to_string(), "{run}");
-    // Nor can it reach root's ledger by naming it.
-    let run = as_nobody(&["init", "primary", "alloc", "1M"]).env("FGPU_LEDGER", "/tmp/fgpu-0/ledger").success();
-    assert_eq!(run.rc("alloc"), 2, "{run}");
-    assert!(run.stderr().contains("/tmp/fgpu-0"), "{run}");
-    // A directory someone else made in the user's place is refused, not shared.
-    let squat = std::path::Path::new("/tmp/fgpu-4242");
-    let _ = std::fs::remove_dir_all(squat);
-    std::fs::create_dir(squat).unwrap();
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(squat, std::fs::Permissions::from_mode(0o777)).unwrap();
-    let mut squatted = env.command_as(4242, reachable_client("cuclient")).args(["init", "primary", "alloc", "1M"]).env("LD_PRELOAD", &reachable().shim).env("FGPU_LIMIT", "8G");
-    squatted.0.env_remove("FGPU_LEDGER");
-    let run = squatted.success();
-    let _ = std::fs::remove_dir_all(squat);
-    assert_eq!(run.rc("alloc"), 2, "{run}");
-    assert!(run.stderr().contains("/tmp/fgpu-4242") && run.stderr().contains("belongs to uid 0"), "{run}");
+    // Nor can it reach root's ledger by naming it, shared or not.
+    for shared in ["0", "1"] {
+        let run = as_nobody(&["init", "primary", "alloc", "1M"]).env("FGPU_LEDGER", &root_ledger).env("FGPU_LEDGER_SHARED", shared).success();
+        assert_eq!(run.rc("alloc"), 2, "{run}");
+        assert!(run.stderr().contains(&root_ledger.display().to_string()), "{run}");
+    }
+    // A place squatted by another user: tests/integration/security.rs (h3_...).
     root_job.finish();
 }
 
@@ -161,6 +157,7 @@ fn a_full_disk_leaves_no_trap_for_other_users() {
         .env("LD_LIBRARY_PATH", &reachable().sim_lib_dir)
         .env("FGPU_LIMIT", "8G")
         .env("FGPU_LEDGER", &ledger)
+        .env("FGPU_LEDGER_SHARED", "1")
         .run();
     assert!(run.output.status.success(), "{run}");
     let rcs: Vec<String> = run.lines("alloc").iter().map(|l| field(l, "rc").unwrap()).collect();

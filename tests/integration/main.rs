@@ -18,5 +18,6 @@ mod host_pids;
 mod kernels;
 mod ledger_file;
 mod nvml;
+mod security;
 mod sharing;
 mod wheel;
