@@ -485,6 +485,34 @@ mod tests {
     }
 
     #[test]
+    fn what_the_exporter_remembers_is_only_what_it_still_sees() {
+        let mut state = ExporterState::default();
+        for i in 0..100 {
+            let report = StatusReport { schema: 2, ledgers: vec![ledger(&format!("/invented/{i}"), "1:1:1")], notes: vec![] };
+            registry(&report, &mut state);
+        }
+        assert_eq!(state.reclaimed.len(), 1, "one entry per ledger of the last scrape");
+    }
+
+    #[test]
+    fn states_and_vouched_host_pids() {
+        let mut unverified = ledger("/u", "1:1:1");
+        unverified.state = LedgerState::Unverified;
+        unverified.processes[0].host_pid = Some(99);
+        let mut vouched = ledger("/v", "1:1:2");
+        vouched.processes[0].host_pid = Some(42);
+        vouched.processes[0].host_pid_vouched = true;
+        let report = StatusReport { schema: 2, ledgers: vec![unverified, vouched], notes: vec![] };
+        let body = encode(&registry(&report, &mut ExporterState::default()), false);
+        assert!(body.contains(r#"fgpu_ledger_up{ledger="/u"} 0"#), "{body}");
+        assert!(body.contains(r#"fgpu_ledger_state{ledger="/u",state="unverified"} 1"#), "{body}");
+        assert!(body.contains(r#"fgpu_ledger_state{ledger="/u",state="ok"} 0"#), "{body}");
+        assert!(body.contains(r#"fgpu_ledger_up{ledger="/v"} 1"#), "{body}");
+        assert!(body.contains(r#"host_pid="",stated_host_pid="99""#), "{body}");
+        assert!(body.contains(r#"host_pid="42",stated_host_pid="""#), "{body}");
+    }
+
+    #[test]
     fn content_negotiation() {
         assert!(wants_openmetrics(Some("application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5")));
         assert!(!wants_openmetrics(Some("text/plain")));

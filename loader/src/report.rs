@@ -256,11 +256,15 @@ fn open(target: &Target) -> Result<Ledger, LedgerError> {
 /// then is reported as [`LedgerState::Timeout`] (its read goes on in the background and is
 /// dropped; a target whose earlier read is still running is not read again meanwhile).
 pub fn collect(resolved: crate::ledgers::Resolved) -> StatusReport {
+    collect_with(resolved, read, READ_BUDGET)
+}
+
+fn collect_with(resolved: crate::ledgers::Resolved, read: fn(&Target) -> LedgerReport, budget: std::time::Duration) -> StatusReport {
     use std::collections::HashSet;
     use std::sync::{mpsc, Mutex};
     static RUNNING: Mutex<Option<HashSet<String>>> = Mutex::new(None);
     let key = |t: &Target| t.identity.clone().unwrap_or_else(|| t.open_path.display().to_string());
-    let deadline = std::time::Instant::now() + READ_BUDGET;
+    let deadline = std::time::Instant::now() + budget;
     let (tx, rx) = mpsc::channel();
     let mut ledgers: Vec<Option<LedgerReport>> = vec![None; resolved.targets.len()];
     for (index, target) in resolved.targets.iter().enumerate() {
@@ -299,7 +303,7 @@ pub fn collect(resolved: crate::ledgers::Resolved) -> StatusReport {
         .zip(&resolved.targets)
         .map(|(report, target)| {
             report.unwrap_or_else(|| {
-                LedgerReport::empty(target, LedgerState::Timeout, Some(format!("not read within {} s (its file or shared memory did not answer)", READ_BUDGET.as_secs())))
+                LedgerReport::empty(target, LedgerState::Timeout, Some(format!("not read within {:.1} s (its file or shared memory did not answer)", budget.as_secs_f64())))
             })
         })
         .collect();
@@ -501,6 +505,40 @@ mod tests {
         let r = LedgerReport::from_snapshots(&target, &before, &after);
         assert!(r.reclaimed.is_empty());
         assert_eq!(r.processes.len(), 1);
+    }
+
+    #[test]
+    fn a_ledger_not_read_in_time_is_shown_as_such_and_the_others_are_not_held_up() {
+        fn slow_or_fast(target: &Target) -> LedgerReport {
+            if target.path.ends_with("slow") {
+                std::thread::sleep(std::time::Duration::from_secs(3));
+            }
+            LedgerReport::empty(target, LedgerState::Missing, None)
+        }
+        let targets = ["/a/slow", "/b/fast", "/c/fast"].iter().map(|p| Target::plain(p.into(), Origin::Argument)).collect();
+        let started = std::time::Instant::now();
+        let report = collect_with(crate::ledgers::Resolved { targets, notes: vec![] }, slow_or_fast, std::time::Duration::from_millis(300));
+        assert!(started.elapsed() < std::time::Duration::from_secs(2), "waited for the slow one: {:?}", started.elapsed());
+        let states: Vec<LedgerState> = report.ledgers.iter().map(|l| l.state).collect();
+        assert_eq!(states, [LedgerState::Timeout, LedgerState::Missing, LedgerState::Missing]);
+        assert!(report.ledgers[0].error.as_deref().unwrap().contains("not read within 0.3 s"));
+        let json = serde_json::to_value(&report).unwrap();
+        assert_eq!(json["ledgers"][0]["state"], "timeout");
+        // Still stuck: not read again (no pile of threads on a hung file system).
+        let again = collect_with(crate::ledgers::Resolved { targets: vec![Target::plain("/a/slow".into(), Origin::Argument)], notes: vec![] }, slow_or_fast, std::time::Duration::from_millis(100));
+        assert_eq!(again.ledgers[0].state, LedgerState::Timeout);
+    }
+
+    #[test]
+    fn control_characters_are_written_as_escapes() {
+        assert_eq!(clean("/tmp/x"), "/tmp/x");
+        assert_eq!(clean("a\x1b[31mb\nLedger"), "a\\u{1b}[31mb\\nLedger");
+        let mut p = process(0, 10, true, GIB, 0);
+        p.name = "x\x1b[2J".into();
+        let target = Target::plain("/l\nLedger /fake".into(), Origin::Env);
+        let r = LedgerReport::from_snapshots(&target, &snapshot(vec![p.clone()], GIB), &snapshot(vec![p], GIB));
+        let text = render_text(&StatusReport { schema: SCHEMA, ledgers: vec![r], notes: vec![] }, 100);
+        assert!(!text.contains('\x1b') && !text.lines().any(|l| l.starts_with("Ledger /fake")), "{text}");
     }
 
     #[test]

@@ -66,6 +66,8 @@ pub enum LedgerError {
     NotInUse { path: PathBuf },
     #[error("ledger {path}: all {MAX_SLOTS} process slots are in use")]
     Full { path: PathBuf },
+    #[error("ledger {path}: {free} process slots are free but locked by a process that holds none of them (one lock over many slots); any user who can open a ledger shared with other users can block it this way; share it only with users you trust, or give each its own ledger")]
+    SlotsLocked { path: PathBuf, free: usize },
     #[error("ledger {path}: all {MAX_DEVICES} device entries are in use")]
     TooManyDevices { path: PathBuf },
 }
@@ -284,6 +286,12 @@ impl Ledger {
                 crate::crash_point!("ledger.join.filled");
                 return Ok(id);
             }
+        }
+        // Free slots that could not be locked: a member takes a slot's lock only to mark it
+        // live at once, so free slots that stay locked are held by a process that is not one.
+        let free = self.slot_ids().filter(|id| self.slot(*id).state.load(Relaxed) == SLOT_FREE).count() + (MAX_SLOTS - self.slot_ids().count());
+        if free > 0 {
+            return Err(LedgerError::SlotsLocked { path: self.path().to_path_buf(), free });
         }
         Err(LedgerError::Full { path: self.path().to_path_buf() })
     }

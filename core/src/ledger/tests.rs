@@ -435,3 +435,31 @@ fn time_reserve_release_pairs() {
         eprintln!("pair {:.1} ns", t.elapsed().as_nanos() as f64 / n as f64);
     }
 }
+
+#[test]
+fn a_lock_over_every_slot_is_named_not_taken_for_members() {
+    let dir = TempDir::new("slots-locked");
+    let (ledger, me, device) = member(&dir.ledger(), 100 * MIB);
+    // Someone who can open the file locks every other slot's bytes with one lock.
+    let hostile = std::fs::OpenOptions::new().read(true).write(true).open(dir.ledger()).unwrap();
+    let mut lock: libc::flock = unsafe_zeroed_flock();
+    lock.l_type = libc::F_WRLCK as libc::c_short;
+    lock.l_whence = libc::SEEK_SET as libc::c_short;
+    lock.l_start = alive_lock(1);
+    lock.l_len = 2 * (MAX_SLOTS as i64 - 1);
+    // SAFETY: models fcntl(2) F_OFD_SETLK with a valid flock on an open file.
+    assert_eq!(unsafe { libc::fcntl(std::os::fd::AsRawFd::as_raw_fd(&hostile), libc::F_OFD_SETLK, &mut lock) }, 0);
+    let newcomer = Ledger::open_or_create(&dir.ledger()).unwrap();
+    let err = newcomer.join().unwrap_err();
+    assert!(matches!(err, LedgerError::SlotsLocked { free, .. } if free == MAX_SLOTS - 1), "{err}");
+    assert!(err.to_string().contains("locked by a process that holds none of them"), "{err}");
+    // The member already in is not harmed.
+    ledger.reserve(me, device, 10 * MIB, 100 * MIB).unwrap();
+    drop(hostile);
+    newcomer.join().unwrap();
+}
+
+fn unsafe_zeroed_flock() -> libc::flock {
+    // SAFETY: flock is a plain C struct for which all-zero bytes are a valid value.
+    unsafe { std::mem::zeroed() }
+}
