@@ -44,6 +44,7 @@ command -v promtool >/dev/null || pkgs+=(prometheus)
 # unshare and setpriv: the namespace, private /etc and other-user tests (run as root).
 command -v unshare >/dev/null || pkgs+=(util-linux)
 command -v setpriv >/dev/null || pkgs+=(util-linux)
+command -v prlimit >/dev/null || pkgs+=(util-linux)
 command -v objdump >/dev/null || pkgs+=(binutils)
 if [ ${#pkgs[@]} -gt 0 ]; then
     if [ "$(id -u)" -eq 0 ]; then

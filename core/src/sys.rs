@@ -210,3 +210,10 @@ pub fn fstat(fd: BorrowedFd<'_>) -> io::Result<libc::stat> {
     }
     Ok(st)
 }
+
+/// `sysconf(_SC_CLK_TCK)`: the unit of the times in `/proc/PID/stat` (100 where unknown).
+pub fn clock_ticks_per_second() -> u64 {
+    // SAFETY: sysconf has no preconditions.
+    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if ticks > 0 { ticks as u64 } else { 100 }
+}

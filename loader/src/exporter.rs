@@ -451,6 +451,7 @@ mod tests {
                 devices: vec![ProcessDevice { index: 0, used_bytes: 3 << 30, context_bytes: 300 << 20 }],
             }],
             reclaimed: vec![],
+            dying: vec![],
         }
     }
 

@@ -62,6 +62,9 @@ pub struct LedgerReport {
     pub processes: Vec<ProcessReport>,
     /// Processes found dead and reclaimed by this look at the ledger.
     pub reclaimed: Vec<ProcessReport>,
+    /// Processes that died while the driver may still hold their memory: what they held
+    /// stays counted (in `used_bytes`) until it is freed.
+    pub dying: Vec<ProcessReport>,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -164,6 +167,7 @@ impl LedgerReport {
             devices: Vec::new(),
             processes: Vec::new(),
             reclaimed: Vec::new(),
+            dying: Vec::new(),
         }
     }
 
@@ -179,6 +183,7 @@ impl LedgerReport {
             .map(process_report)
             .collect();
         report.processes = live.iter().map(|p| process_report(p)).collect();
+        report.dying = after.processes.iter().filter(|p| p.dying).map(process_report).collect();
         report.processes.sort_by_key(|p| (p.devices.first().map(|d| d.index), std::cmp::Reverse(p.used_bytes), p.pid_in_namespace));
         report.devices = after
             .devices
@@ -437,6 +442,10 @@ fn render_ledger(out: &mut String, l: &LedgerReport, width: usize) {
             out.push_str("  (N): PID in the process's own namespace; it is not visible from here.\n");
         }
     }
+    for p in &l.dying {
+        let pid = p.pid.unwrap_or(p.pid_in_namespace);
+        let _ = writeln!(out, "  Dying: PID {pid} ({}) died; the driver may still hold its {}, which stays counted until it is freed.", clean(&p.name), format_bytes(p.used_bytes));
+    }
     for p in &l.reclaimed {
         let pid = p.pid.unwrap_or(p.pid_in_namespace);
         if p.used_bytes > 0 {
@@ -461,7 +470,7 @@ mod tests {
         let mut context = vec![0; 16];
         used[0] = used0;
         context[0] = ctx0;
-        ProcessView { slot: SlotId(slot), pid, pid_here: Some(pid), host_pid: Some(pid + 1000), host_pid_vouched: false, name: format!("p{pid}"), alive, started_unix_ms: 1, reserved: used.clone(), used, context }
+        ProcessView { slot: SlotId(slot), pid, pid_here: Some(pid), host_pid: Some(pid + 1000), host_pid_vouched: false, dying: false, name: format!("p{pid}"), alive, started_unix_ms: 1, reserved: used.clone(), used, context }
     }
 
     fn snapshot(processes: Vec<ProcessView>, used: u64) -> Snapshot {

@@ -89,6 +89,7 @@ fn build() -> Mode {
     }
     match Ledger::open(&config.ledger, config.ledger_sharing) {
         Ok(ledger) => {
+            ledger.set_still_held(Box::new(nvml_still_lists));
             log_at!(Level::Debug, "ledger {} opened", config.ledger.display());
             Mode::On(Active::new(config, ledger))
         }
@@ -98,6 +99,27 @@ fn build() -> Mode {
             Mode::Closed(message)
         }
     }
+}
+
+/// The driver's word on a process of the ledger that died: NVML still lists it on a GPU
+/// this process uses, so the driver may still hold its memory (`fgpu_core::ledger::dying`).
+/// It is looked for by its host PID, or by its PID where that is the host's (this process
+/// is in the host's PID namespace, as the dead one was): NVML gives host PIDs there
+/// whichever way the driver reports them.
+fn nvml_still_lists(dead: &fgpu_core::ledger::DeadProcess) -> bool {
+    let pid = if dead.host_pid != 0 {
+        dead.host_pid
+    } else if fgpu_core::pidns::in_host_pidns() && dead.pidns == fgpu_core::pidns::own_pidns() {
+        dead.pid
+    } else {
+        return false;
+    };
+    let Mode::On(active) = mode() else { return false };
+    active.registered_devices().any(|dev| {
+        crate::hooks::nvml::query::handle_for(&dev.uuid)
+            .and_then(crate::hooks::nvml::query::compute_processes)
+            .is_some_and(|listed| listed.iter().any(|p| p.pid == pid))
+    })
 }
 
 fn register_fork_handler() {

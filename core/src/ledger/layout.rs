@@ -148,7 +148,10 @@ pub struct Slot {
     pub pidns: AtomicU64,
     pub started_unix_ms: AtomicU64,
     pub comm: [AtomicU64; 2],
-    pub reserved: [AtomicU64; 2],
+    /// CLOCK_MONOTONIC (ns) when a process found this slot's owner dead while the driver
+    /// may still hold its memory (`ledger/dying.rs`); 0: not dying. Older fgpu ignores it.
+    pub dying_since_ns: AtomicU64,
+    pub reserved: AtomicU64,
     /// What this process holds per ledger device: a [`Holding`] word each.
     pub holding: [AtomicU128; MAX_DEVICES],
     /// The part of the held bytes that is CUDA context memory (display only).

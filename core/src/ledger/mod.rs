@@ -24,6 +24,7 @@
 
 pub mod compute;
 pub mod default_path;
+pub mod dying;
 pub mod layout;
 mod lock;
 pub mod store;
@@ -40,6 +41,15 @@ use std::sync::Mutex;
 pub use store::{Sharing, Trust};
 use store::Store;
 use thiserror::Error;
+pub use dying::DeadProcess;
+
+/// How long a request that does not fit waits, at most, for the memory of dying processes
+/// (dead, but the driver may still hold what they had: `dying.rs`) before it is refused.
+pub const DYING_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// The driver's word on a dead process (the shim asks NVML): whether it still holds its
+/// memory.
+pub type StillHeld = dyn Fn(&DeadProcess) -> bool + Send + Sync;
 
 /// Credit a process reserves at once for its next allocations (see [`Ledger::reserve`]).
 pub const CREDIT_CHUNK: u64 = 16 << 20;
@@ -110,12 +120,14 @@ pub struct Ledger {
     /// line shared, then again to own it). Only a guess: a stale or torn one just fails the
     /// swap, which answers the true value.
     guesses: [[AtomicU64; 2]; MAX_DEVICES],
+    /// The driver's word on dead processes, when the opener can ask it.
+    still_held: std::sync::OnceLock<Box<StillHeld>>,
 }
 
 
 impl Ledger {
     fn with_store(store: Store) -> Ledger {
-        Ledger { store, refill: Default::default(), guesses: Default::default() }
+        Ledger { store, refill: Default::default(), guesses: Default::default(), still_held: std::sync::OnceLock::new() }
     }
 
     /// Opens the ledger at `path` as one of its processes, creating its lock file and
@@ -144,6 +156,38 @@ impl Ledger {
             Some(ns) => store::in_ipc_namespace(ns, || Store::observe_file(file, path, shmid).map(Self::with_store))
                 .map_err(|source| LedgerError::Io { path: path.to_path_buf(), op: "enter the IPC namespace of its processes", source })?,
         }
+    }
+
+    /// Lets the ledger ask the driver whether it still holds a dead process's memory (the
+    /// shim asks NVML); without it only the process's own state is looked at (`dying.rs`).
+    pub fn set_still_held(&self, check: Box<StillHeld>) {
+        let _ = self.still_held.set(check);
+    }
+
+    /// What is known of a slot's process (for a dead one).
+    fn dead_process(&self, id: SlotId) -> DeadProcess {
+        let slot = self.slot(id);
+        DeadProcess {
+            pid: slot.pid.load(Relaxed),
+            host_pid: slot.host_pid.load(Relaxed),
+            pidns: slot.pidns.load(Relaxed),
+            joined_unix_ms: slot.started_unix_ms.load(Relaxed),
+        }
+    }
+
+    /// Whether the driver may still hold the memory of a slot whose owner died: it holds
+    /// bytes, and its process is still closing its descriptors or the driver lists it.
+    fn driver_may_hold(&self, id: SlotId) -> bool {
+        if (0..MAX_DEVICES).all(|d| self.holding(id, DeviceId(d)).held() == 0) {
+            return false;
+        }
+        let dead = self.dead_process(id);
+        dying::still_exiting(&dead) || self.still_held.get().is_some_and(|held| held(&dead))
+    }
+
+    /// Bytes on a device of processes that died while the driver may still hold them.
+    pub fn dying(&self, device: DeviceId) -> u64 {
+        self.live_slots().filter(|id| self.slot(*id).dying_since_ns.load(Relaxed) != 0).map(|id| self.holding(id, device).reserved).fold(0, u64::saturating_add)
     }
 
     /// What this opener may do: a member's, or an observer's verdict on the ledger.
@@ -280,6 +324,11 @@ impl Ledger {
                 }
                 crate::crash_point!("ledger.join.locked");
                 if self.slot(id).state.load(Acquire) == SLOT_LIVE {
+                    if self.driver_may_hold(id) {
+                        self.slot(id).dying_since_ns.compare_exchange(0, crate::log::monotonic_ns().max(1), Relaxed, Relaxed).ok();
+                        lock::ofd_unlock(self.fd(), alive_lock(index));
+                        continue;
+                    }
                     self.reclaim_locked(id);
                 }
                 self.fill_slot(id);
@@ -303,6 +352,7 @@ impl Ledger {
         slot.host_pid.store(pidns::host_pid().unwrap_or(0), Relaxed);
         slot.pidns.store(pidns::own_pidns(), Relaxed);
         slot.started_unix_ms.store(unix_now_ms() as u64, Relaxed);
+        slot.dying_since_ns.store(0, Relaxed);
         slot.comm[0].store(u64::from_le_bytes(comm[..8].try_into().unwrap()), Relaxed);
         slot.comm[1].store(u64::from_le_bytes(comm[8..].try_into().unwrap()), Relaxed);
         for d in 0..MAX_DEVICES {
@@ -333,6 +383,7 @@ impl Ledger {
             slot.compute[d].store(0, Relaxed);
             total += old.held();
         }
+        slot.dying_since_ns.store(0, Relaxed);
         slot.state.store(SLOT_FREE, Release);
         total
     }
@@ -389,7 +440,27 @@ impl Ledger {
             crate::crash_point!("ledger.spend.after");
             return Ok(());
         }
-        self.refill(id, device, bytes, limit)
+        let refused = match self.refill(id, device, bytes, limit) {
+            Ok(()) => return Ok(()),
+            Err(refusal) => refusal,
+        };
+        // Refused while processes that died may still have their memory in the driver:
+        // wait a little for it to be freed (a replacement process often asks for what its
+        // predecessor had), then refuse. Never granted into memory the driver holds.
+        if refused.lock_timeout || self.dying(device) == 0 {
+            return Err(refused);
+        }
+        let deadline = std::time::Instant::now() + DYING_WAIT;
+        let mut pause = std::time::Duration::from_millis(1);
+        loop {
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(std::time::Duration::from_millis(20));
+            match self.refill(id, device, bytes, limit) {
+                Ok(()) => return Ok(()),
+                Err(again) if again.lock_timeout || self.dying(device) == 0 || std::time::Instant::now() >= deadline => return Err(again),
+                Err(_) => {}
+            }
+        }
     }
 
     fn refill(&self, id: SlotId, device: DeviceId, bytes: u64, limit: u64) -> Result<(), Refusal> {
@@ -555,9 +626,14 @@ impl Ledger {
             }
             if self.claim_dead(id) {
                 if self.slot(id).state.load(Acquire) == SLOT_LIVE {
-                    crate::crash_point!("ledger.reclaim.locked");
-                    self.reclaim_locked(id);
-                    reclaimed += 1;
+                    if self.driver_may_hold(id) {
+                        // Dying: kept, its bytes counted, until the driver lets them go.
+                        self.slot(id).dying_since_ns.compare_exchange(0, crate::log::monotonic_ns().max(1), Relaxed, Relaxed).ok();
+                    } else {
+                        crate::crash_point!("ledger.reclaim.locked");
+                        self.reclaim_locked(id);
+                        reclaimed += 1;
+                    }
                 }
                 lock::ofd_unlock(self.fd(), alive_lock(id.0));
             }
@@ -623,6 +699,7 @@ impl Ledger {
                 pid_here,
                 host_pid,
                 host_pid_vouched,
+                dying: !alive && slot.dying_since_ns.load(Relaxed) != 0,
                 name: String::from_utf8_lossy(&comm[..name_len]).into_owned(),
                 alive,
                 started_unix_ms: slot.started_unix_ms.load(Relaxed),
@@ -686,6 +763,8 @@ pub struct ProcessView {
     /// Whether the kernel vouches for `host_pid` (the caller is in the host's PID namespace
     /// and the slot's lock holder is that process); otherwise it is what the slot states.
     pub host_pid_vouched: bool,
+    /// Dead, but the driver may still hold its memory: its bytes stay counted (`dying.rs`).
+    pub dying: bool,
     pub name: String,
     /// False: the owner died and the next scan will return its memory.
     pub alive: bool,

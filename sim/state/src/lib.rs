@@ -50,7 +50,7 @@ pub const DRIVER_RESERVED: u64 = 32 << 20;
 pub const PROC_PID_INIT_INO: u64 = 0xEFFF_FFFC;
 
 const MAGIC: u64 = u64::from_le_bytes(*b"FGPUSIM1");
-const LAYOUT_VERSION: u32 = 2;
+const LAYOUT_VERSION: u32 = 3;
 const HEADER_SIZE: usize = 256;
 const DEVICE_SIZE: usize = 256;
 const SLOT_SIZE: usize = 256;
@@ -86,7 +86,9 @@ struct Header {
     realtime_offset_ns: i64,
     /// NVML's sample period, ns (0: [`timeline::SAMPLE_PERIOD_NS`]).
     sample_period_ns: u64,
-    _reserved: [u64; 23],
+    /// How long the driver keeps a dead process's memory after its death is first seen, ns.
+    exit_free_delay_ns: u64,
+    _reserved: [u64; 22],
 }
 
 #[repr(C)]
@@ -115,7 +117,10 @@ struct SlotRec {
     pidns_ino: AtomicU64,
     used: [AtomicU64; MAX_DEVICES],
     contexts: [AtomicU32; MAX_DEVICES],
-    _pad: [u8; 128],
+    /// CLOCK_MONOTONIC (ns) when the process was first seen dead (0: not yet), for
+    /// `FGPU_SIM_EXIT_FREE_DELAY`.
+    died_ns: AtomicU64,
+    _pad: [u8; 120],
 }
 
 const _: () = assert!(std::mem::size_of::<Header>() == HEADER_SIZE);
@@ -151,6 +156,10 @@ pub struct SimConfig {
     pub timeslice_ns: u64,
     /// NVML's utilisation sample period, ns.
     pub sample_period_ns: u64,
+    /// How long a dead process's memory stays held after its death is first seen, ns: the
+    /// real driver frees it when the process's device files are closed, which comes after
+    /// the process's other files, takes time for large allocations, and can be deferred.
+    pub exit_free_delay_ns: u64,
 }
 
 impl Default for SimConfig {
@@ -162,6 +171,7 @@ impl Default for SimConfig {
             driver_version: 12080,
             timeslice_ns: timeline::DEFAULT_TIMESLICE_NS,
             sample_period_ns: timeline::SAMPLE_PERIOD_NS,
+            exit_free_delay_ns: 0,
         }
     }
 }
@@ -194,6 +204,9 @@ impl SimConfig {
         }
         if let Some(v) = get("FGPU_SIM_TIMESLICE") {
             c.timeslice_ns = parse_duration(&v).filter(|&t| t > 0).ok_or_else(|| bad_env("FGPU_SIM_TIMESLICE", &v))?;
+        }
+        if let Some(v) = get("FGPU_SIM_EXIT_FREE_DELAY") {
+            c.exit_free_delay_ns = parse_duration(&v).filter(|t| *t <= 60_000_000_000).ok_or_else(|| bad_env("FGPU_SIM_EXIT_FREE_DELAY", &v))?;
         }
         if let Some(v) = get("FGPU_SIM_SAMPLE_PERIOD") {
             // NVML documents 1/6 s to 1 s, depending on the product.
@@ -531,6 +544,7 @@ impl SimState {
         h.file_size = FILE_SIZE as u64;
         h.timeslice_ns = cfg.timeslice_ns.max(1);
         h.sample_period_ns = cfg.sample_period_ns;
+        h.exit_free_delay_ns = cfg.exit_free_delay_ns;
         h.realtime_offset_ns = timeline::realtime_offset_ns();
         for i in 0..MAX_DEVICES {
             // SAFETY: device records lie inside the mapping; exclusive as above.
@@ -644,12 +658,39 @@ impl SimState {
         self.dev(i).used.load(Ordering::Acquire)
     }
 
-    /// Bytes of device `i` in use by live processes (dead ones are skipped, not reclaimed).
+    /// How long a dead process's memory stays held (`FGPU_SIM_EXIT_FREE_DELAY`), ns.
+    pub fn exit_free_delay_ns(&self) -> u64 {
+        self.header().exit_free_delay_ns
+    }
+
+    /// Whether slot `s` belongs to a process that died less than the exit free delay ago
+    /// (its death is timed from when it is first seen): the driver still holds its memory.
+    fn slot_dying(&self, s: usize) -> bool {
+        let delay = self.header().exit_free_delay_ns;
+        let slot = self.slot(s);
+        if delay == 0 || st_kind(slot.state.load(Ordering::Acquire)) != ST_LIVE {
+            return false;
+        }
+        match flock(self.fd, libc::F_GETLK, libc::F_WRLCK, Self::lock_byte(s)) {
+            Ok(fl) if fl.l_type as i32 == libc::F_UNLCK => {}
+            _ => return false, // alive (or unknown)
+        }
+        let now = now_ns().max(1);
+        let died = match slot.died_ns.compare_exchange(0, now, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => now,
+            Err(earlier) => earlier,
+        };
+        now.saturating_sub(died) < delay
+    }
+
+    /// Bytes of device `i` the driver holds for processes: live ones, and dead ones whose
+    /// memory is not freed yet (`FGPU_SIM_EXIT_FREE_DELAY`); other dead ones are skipped,
+    /// not reclaimed.
     pub fn device_used(&self, i: usize) -> u64 {
         let mut sum = 0u64;
         let key = owner_key();
         for s in 0..MAX_PROCESSES {
-            if self.slot_alive(s, key).is_some() {
+            if self.slot_alive(s, key).is_some() || self.slot_dying(s) {
                 sum = sum.saturating_add(self.slot(s).used[i.min(MAX_DEVICES - 1)].load(Ordering::Acquire));
             }
         }
@@ -687,7 +728,13 @@ impl SimState {
         let mut out = Vec::new();
         let key = owner_key();
         for s in 0..MAX_PROCESSES {
-            let Some(visible) = self.slot_alive(s, key) else { continue };
+            // A dead process whose memory is not freed yet is still listed, as the driver
+            // lists a process until its client is freed.
+            let visible = match self.slot_alive(s, key) {
+                Some(visible) => visible,
+                None if self.slot_dying(s) => 0,
+                None => continue,
+            };
             let slot = self.slot(s);
             let mut host = slot.host_pid.load(Ordering::Acquire);
             if host == 0 && init_ns && visible != 0 {
@@ -729,6 +776,13 @@ impl SimState {
             if flock(self.fd, libc::F_SETLK, libc::F_WRLCK, Self::lock_byte(s)).is_err() {
                 continue; // alive
             }
+            let _ = flock(self.fd, libc::F_SETLK, libc::F_UNLCK, Self::lock_byte(s));
+            if self.slot_dying(s) {
+                continue; // dead, but its memory is not freed yet
+            }
+            if flock(self.fd, libc::F_SETLK, libc::F_WRLCK, Self::lock_byte(s)).is_err() {
+                continue;
+            }
             let rec = pack(st_tag(st), st_gen(st), ST_RECLAIMING);
             if slot.state.compare_exchange(st, rec, Ordering::AcqRel, Ordering::Acquire).is_ok() {
                 for d in 0..MAX_DEVICES {
@@ -742,6 +796,7 @@ impl SimState {
                 slot.pid.store(0, Ordering::Release);
                 slot.host_pid.store(0, Ordering::Release);
                 slot.pidns_ino.store(0, Ordering::Release);
+                slot.died_ns.store(0, Ordering::Release);
                 slot.state.store(pack(0, st_gen(st).wrapping_add(1), ST_FREE), Ordering::Release);
                 n += 1;
             }
@@ -772,6 +827,7 @@ impl SimState {
                 slot.pid.store(getpid(), Ordering::Release);
                 slot.host_pid.store(own_host_pid(), Ordering::Release);
                 slot.pidns_ino.store(ns_inode("/proc/self/ns/pid").unwrap_or(0), Ordering::Release);
+                slot.died_ns.store(0, Ordering::Release);
                 for d in 0..MAX_DEVICES {
                     slot.used[d].store(0, Ordering::Release);
                     slot.contexts[d].store(0, Ordering::Release);
