@@ -114,9 +114,11 @@ fn nvml_still_lists(dead: &fgpu_core::ledger::DeadProcess) -> bool {
     } else {
         return false;
     };
-    let Mode::On(active) = mode() else { return false };
-    active.registered_devices().any(|dev| {
-        crate::hooks::nvml::query::handle_for(&dev.uuid)
+    // Every GPU NVML lists: the dead process may have held memory on one this process has
+    // not used yet.
+    let Ok(uuids) = crate::hooks::nvml::query::all_uuids() else { return false };
+    uuids.iter().filter_map(|text| fgpu_core::uuid::parse_gpu_uuid(text)).any(|uuid| {
+        crate::hooks::nvml::query::handle_for(&uuid)
             .and_then(crate::hooks::nvml::query::compute_processes)
             .is_some_and(|listed| listed.iter().any(|p| p.pid == pid))
     })
