@@ -36,6 +36,38 @@ pub const OPENMETRICS_CONTENT_TYPE: &str = "application/openmetrics-text; versio
 pub struct ExporterState {
     /// Dead processes reclaimed by this exporter, per ledger label.
     pub reclaimed: HashMap<String, u64>,
+    /// The cap and share its own configuration gives each GPU, for the ledger in effect
+    /// (exported while no process uses that ledger, so a dashboard has a cap line).
+    pub configured: Vec<ConfiguredGpu>,
+}
+
+/// The cap and compute share the exporter's own configuration gives one GPU.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ConfiguredGpu {
+    /// The ledger's path (the in-effect ledger's `ledger` label).
+    pub ledger: String,
+    pub uuid: String,
+    pub cap_bytes: Option<u64>,
+    pub share: Option<f64>,
+}
+
+/// What the configuration here gives each GPU the driver lists (`fgpu __driver-probe`).
+fn configured_gpus(ledger: &str) -> Vec<ConfiguredGpu> {
+    let Ok(config) = fgpu_core::config::Config::from_sources(&fgpu_core::config::OsSources) else { return Vec::new() };
+    if !config.is_active() {
+        return Vec::new();
+    }
+    let Ok(probe) = crate::doctor::probe_driver() else { return Vec::new() };
+    probe
+        .devices
+        .iter()
+        .map(|d| ConfiguredGpu {
+            ledger: ledger.to_string(),
+            uuid: d.uuid.clone(),
+            cap_bytes: config.cap_for(&d.uuid, d.total_bytes).map(|c| c.min(d.total_bytes)),
+            share: config.share_for(&d.uuid).map(|ppm| ppm as f64 / fgpu_core::compute::PPM as f64),
+        })
+        .collect()
 }
 
 /// The `ledger` label of each ledger of the report, unique within it.
@@ -118,6 +150,19 @@ pub fn registry(report: &StatusReport, state: &mut ExporterState) -> Registry {
         let count = state.reclaimed.entry(label.clone()).or_insert(0);
         *count += ledger.reclaimed.len() as u64;
         reclaimed.get_or_create(&base).inc_by(*count);
+        // No process uses the ledger in effect yet: the cap and share this configuration
+        // gives, labelled as configured, so a dashboard has its cap line from the start.
+        if ledger.state == LedgerState::Missing {
+            for c in state.configured.iter().filter(|c| c.ledger == ledger.path) {
+                let labels: Labels = vec![("ledger".into(), label.clone()), ("gpu".into(), String::new()), ("UUID".into(), c.uuid.clone()), ("source".into(), "configured".into())];
+                if let Some(bytes) = c.cap_bytes {
+                    cap.get_or_create(&labels).set(as_i64(bytes));
+                }
+                if let Some(share) = c.share {
+                    compute_share.get_or_create(&labels).set(share);
+                }
+            }
+        }
         // An unverified ledger is shown as its processes wrote it (fgpu_ledger_up says 0).
         if !matches!(ledger.state, LedgerState::Ok | LedgerState::Unverified) {
             continue;
@@ -407,7 +452,9 @@ pub fn exporter(args: &ExporterArgs) -> i32 {
     };
     let bound = listener.local_addr().unwrap_or(args.listen);
     eprintln!("fgpu exporter: serving metrics of {what} at http://{bound}/metrics");
-    let shared = Arc::new(Shared { args: args.clone(), state: Mutex::new(ExporterState::default()), scrapes: tokio::sync::Semaphore::new(MAX_SCRAPES) });
+    let configured = if args.select.all { Vec::new() } else { ledgers::resolve(&args.select).targets.first().map(|t| configured_gpus(&t.path.display().to_string())).unwrap_or_default() };
+    let state = ExporterState { configured, ..Default::default() };
+    let shared = Arc::new(Shared { args: args.clone(), state: Mutex::new(state), scrapes: tokio::sync::Semaphore::new(MAX_SCRAPES) });
     runtime.block_on(serve(listener, shared))
 }
 
@@ -511,6 +558,22 @@ mod tests {
         assert!(body.contains(r#"fgpu_ledger_up{ledger="/v"} 1"#), "{body}");
         assert!(body.contains(r#"host_pid="",stated_host_pid="99""#), "{body}");
         assert!(body.contains(r#"host_pid="42",stated_host_pid="""#), "{body}");
+    }
+
+    #[test]
+    fn an_unused_ledger_shows_the_configured_cap() {
+        let mut idle = ledger("/l", "1:1:1");
+        idle.state = LedgerState::Missing;
+        idle.id = None;
+        let report = StatusReport { schema: 2, ledgers: vec![idle], notes: vec![] };
+        let mut state = ExporterState {
+            configured: vec![ConfiguredGpu { ledger: "/l".into(), uuid: "GPU-1".into(), cap_bytes: Some(8 << 30), share: Some(0.3) }],
+            ..Default::default()
+        };
+        let body = encode(&registry(&report, &mut state), false);
+        assert!(body.contains(r#"fgpu_memory_cap_bytes{ledger="/l",gpu="",UUID="GPU-1",source="configured"} 8589934592"#), "{body}");
+        assert!(body.contains(r#"fgpu_compute_share_ratio{ledger="/l",gpu="",UUID="GPU-1",source="configured"} 0.3"#), "{body}");
+        assert!(body.contains(r#"fgpu_ledger_up{ledger="/l"} 0"#), "{body}");
     }
 
     #[test]

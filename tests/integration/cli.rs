@@ -958,3 +958,21 @@ fn run_with_a_compute_share_alone_and_what_status_and_the_exporter_show() {
     assert!(sample(&body, "fgpu_compute_throttled_seconds_total", &labels).is_some(), "{body}");
     drop(job);
 }
+
+/// An exporter for a ledger no process uses yet shows the cap and share its own
+/// configuration gives each GPU, labelled as configured, so a dashboard has its cap line
+/// from the start.
+#[test]
+fn an_idle_exporter_shows_the_configured_cap() {
+    let env = Env::new("cli-exporter-idle");
+    let port = free_port();
+    let mut exporter = fgpu(&env).args(["exporter", "--listen", &format!("127.0.0.1:{port}")]).env("FGPU_LIMIT", "8G").env("FGPU_COMPUTE", "30%").spawn();
+    eventually("the exporter listens", Duration::from_secs(20), || std::net::TcpStream::connect(("127.0.0.1", port)).is_ok());
+    let (_, body) = http_get(port, "/metrics", "text/plain").unwrap();
+    let uuid = env.sim().device_uuid_string(0);
+    let labels = vec![("ledger", env.ledger.display().to_string()), ("UUID", uuid), ("source", "configured".to_string())];
+    assert_eq!(sample(&body, "fgpu_memory_cap_bytes", &labels), Some(8.0 * GIB as f64), "{body}");
+    assert_eq!(sample(&body, "fgpu_compute_share_ratio", &labels), Some(0.3), "{body}");
+    assert_eq!(sample(&body, "fgpu_ledger_up", &[("ledger", env.ledger.display().to_string())]), Some(0.0), "{body}");
+    exporter.kill(libc::SIGTERM);
+}
