@@ -54,12 +54,14 @@ Examples:
   fgpu run --limit 4G --device GPU-1a2b3c4d=16G -- torchrun --nproc-per-node 2 train.py
   fgpu run --limit 8G --ledger /shared/team-a.ledger -- ./job    (share one cap across runs)
   fgpu run --limit 8G --compute 30% -- python train.py   (8 GiB and 30 % of each GPU's time)
+  fgpu run --limit 50G --gpus auto -- python train.py     (on the GPU with the most room)
+  fgpu run --limit 50G --gpus auto --wait -- ./job          (wait for room instead of refusing)
 
 The command and every process it starts share one cap: each `fgpu run` gets a fresh
 ledger of its own (a private directory under $XDG_RUNTIME_DIR or $TMPDIR), removed when
 the command ends, or kept with a message while processes it started still run (a later
 fgpu run removes it once they are gone, as it removes those of runs killed with SIGKILL);
---ledger names a shared one instead.
+--ledger names one for several runs of this user (--shared-ledger: of all users) instead.
 libfgpu.so is looked for next to fgpu, in ../lib/fgpu and ../lib relative to it, in
 /usr/local/lib/fgpu and /usr/lib/fgpu; FGPU_SHIM=PATH overrides the search.
 
@@ -99,6 +101,18 @@ pub struct RunArgs {
     /// memory 0666; sets FGPU_LEDGER_SHARED=1). Without it a run's ledger is private.
     #[arg(long, requires = "ledger")]
     pub shared_ledger: bool,
+
+    /// Which GPU the command gets: `auto` puts it on the GPU with the most room left (its
+    /// memory less the caps of the live ledgers on it and what others use there beyond
+    /// them; the lower index on a tie) that fits its cap, and sets CUDA_VISIBLE_DEVICES to
+    /// that GPU's UUID. Refuses, naming each GPU and what it has left, when none fits.
+    #[arg(long, value_name = "auto", value_parser = ["auto"])]
+    pub gpus: Option<String>,
+
+    /// With --gpus auto: when no GPU has room, wait until one has (checking every second)
+    /// instead of refusing.
+    #[arg(long, requires = "gpus")]
+    pub wait: bool,
 
     /// The command to run and its arguments: everything after `--`.
     ///

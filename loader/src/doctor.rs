@@ -595,7 +595,7 @@ mod tests {
             driver: Ok(DriverProbe {
                 cuda: LibraryProbe { loaded: true, cuda_version: Some(12080), device_count: Some(1), ..Default::default() },
                 nvml: LibraryProbe { loaded: true, driver_version: Some("570.1".into()), device_count: Some(1), ..Default::default() },
-                devices: vec![ProbedDevice { index: 0, uuid: "GPU-12345678-0000-0000-0000-000000000000".into(), name: "H100".into(), total_bytes: 80 << 30 }],
+                devices: vec![ProbedDevice { index: 0, uuid: "GPU-12345678-0000-0000-0000-000000000000".into(), name: "H100".into(), total_bytes: 80 << 30, used_bytes: 0 }],
             }),
             ledger_path: "/tmp/.fgpu-ledger".into(),
             ledger_origin: Origin::Default,
@@ -721,7 +721,7 @@ mod tests {
     fn an_ambiguous_device_key_fails_as_in_the_shim() {
         let mut f = good_facts();
         if let Ok(d) = &mut f.driver {
-            d.devices.push(ProbedDevice { index: 1, uuid: "GPU-12345678-1111-0000-0000-000000000000".into(), name: "H100".into(), total_bytes: 80 << 30 });
+            d.devices.push(ProbedDevice { index: 1, uuid: "GPU-12345678-1111-0000-0000-000000000000".into(), name: "H100".into(), total_bytes: 80 << 30, used_bytes: 0 });
         }
         f.config = Ok(Config { env_limit: Some(parse_limit("GPU-1234=2G").unwrap()), ..f.config.unwrap() });
         assert!(fails(&f).iter().any(|(c, m)| *c == "cap" && m.contains("\"GPU-1234\" is ambiguous") && m.contains("GPU-12345678-1111")), "{:?}", fails(&f));

@@ -37,6 +37,9 @@ pub struct ProbedDevice {
     pub uuid: String,
     pub name: String,
     pub total_bytes: u64,
+    /// What the driver says is used on the GPU (every process's, and its own reserve).
+    #[serde(default)]
+    pub used_bytes: u64,
 }
 
 type DlsymFn = unsafe extern "C" fn(*mut c_void, *const c_char) -> *mut c_void;
@@ -230,6 +233,7 @@ fn probe_nvml(devices: &mut Vec<ProbedDevice>) -> LibraryProbe {
                             let mut m = NvmlMemory { total: 0, free: 0, used: 0 };
                             if memory(dev, &mut m) == 0 {
                                 d.total_bytes = m.total;
+                                d.used_bytes = m.used;
                             }
                         }
                         devices.push(d);

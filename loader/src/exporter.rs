@@ -504,7 +504,7 @@ mod tests {
 
     #[test]
     fn metrics_follow_the_naming_conventions_and_carry_the_numbers() {
-        let report = StatusReport { schema: 1, ledgers: vec![ledger("/tmp/.fgpu-ledger", "8:1:10"), ledger("/tmp/.fgpu-ledger", "8:1:11")], notes: vec![] };
+        let report = StatusReport { schema: 1, ledgers: vec![ledger("/tmp/.fgpu-ledger", "8:1:10"), ledger("/tmp/.fgpu-ledger", "8:1:11")], notes: vec![], gpus: vec![] };
         let mut state = ExporterState::default();
         let body = encode(&registry(&report, &mut state), false);
         assert!(body.contains("# TYPE fgpu_memory_cap_bytes gauge"), "{body}");
@@ -525,7 +525,7 @@ mod tests {
     fn reclaimed_counter_accumulates_across_scrapes() {
         let mut l = ledger("/l", "1:1:1");
         l.reclaimed = l.processes.clone();
-        let report = StatusReport { schema: 1, ledgers: vec![l], notes: vec![] };
+        let report = StatusReport { schema: 1, ledgers: vec![l], notes: vec![], gpus: vec![] };
         let mut state = ExporterState::default();
         registry(&report, &mut state);
         let body = encode(&registry(&report, &mut state), false);
@@ -536,7 +536,7 @@ mod tests {
     fn what_the_exporter_remembers_is_only_what_it_still_sees() {
         let mut state = ExporterState::default();
         for i in 0..100 {
-            let report = StatusReport { schema: 2, ledgers: vec![ledger(&format!("/invented/{i}"), "1:1:1")], notes: vec![] };
+            let report = StatusReport { schema: 2, ledgers: vec![ledger(&format!("/invented/{i}"), "1:1:1")], notes: vec![], gpus: vec![] };
             registry(&report, &mut state);
         }
         assert_eq!(state.reclaimed.len(), 1, "one entry per ledger of the last scrape");
@@ -550,7 +550,7 @@ mod tests {
         let mut vouched = ledger("/v", "1:1:2");
         vouched.processes[0].host_pid = Some(42);
         vouched.processes[0].host_pid_vouched = true;
-        let report = StatusReport { schema: 2, ledgers: vec![unverified, vouched], notes: vec![] };
+        let report = StatusReport { schema: 2, ledgers: vec![unverified, vouched], notes: vec![], gpus: vec![] };
         let body = encode(&registry(&report, &mut ExporterState::default()), false);
         assert!(body.contains(r#"fgpu_ledger_up{ledger="/u"} 0"#), "{body}");
         assert!(body.contains(r#"fgpu_ledger_state{ledger="/u",state="unverified"} 1"#), "{body}");
@@ -565,7 +565,7 @@ mod tests {
         let mut idle = ledger("/l", "1:1:1");
         idle.state = LedgerState::Missing;
         idle.id = None;
-        let report = StatusReport { schema: 2, ledgers: vec![idle], notes: vec![] };
+        let report = StatusReport { schema: 2, ledgers: vec![idle], notes: vec![], gpus: vec![] };
         let mut state = ExporterState {
             configured: vec![ConfiguredGpu { ledger: "/l".into(), uuid: "GPU-1".into(), cap_bytes: Some(8 << 30), share: Some(0.3) }],
             ..Default::default()

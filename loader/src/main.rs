@@ -8,6 +8,7 @@ mod driver_probe;
 mod elf;
 mod exporter;
 mod ledgers;
+mod placement;
 mod report;
 mod run;
 mod service;

@@ -23,6 +23,10 @@ pub const READ_BUDGET: std::time::Duration = std::time::Duration::from_secs(2);
 pub struct StatusReport {
     pub schema: u32,
     pub ledgers: Vec<LedgerReport>,
+    /// Each GPU the driver lists and what is committed on it (`placement.rs`): `fgpu
+    /// status` without `--ledger`; empty when the driver cannot be asked.
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
+    pub gpus: Vec<crate::placement::GpuRoom>,
     /// Warnings about how the ledgers were found (also printed on stderr in text mode).
     pub notes: Vec<String>,
 }
@@ -312,7 +316,7 @@ fn collect_with(resolved: crate::ledgers::Resolved, read: fn(&Target) -> LedgerR
             })
         })
         .collect();
-    StatusReport { schema: SCHEMA, ledgers, notes: resolved.notes }
+    StatusReport { schema: SCHEMA, ledgers, notes: resolved.notes, gpus: Vec::new() }
 }
 
 /// `text` with control characters (terminal escape sequences, line breaks) written as
@@ -352,6 +356,22 @@ pub fn render_text(report: &StatusReport, width: usize) -> String {
             out.push('\n');
         }
         render_ledger(&mut out, ledger, width);
+    }
+    if !report.gpus.is_empty() {
+        out.push_str("\nGPUs: what is committed on each (caps of live ledgers seen here, and memory used beyond them)\n");
+        for g in &report.gpus {
+            let _ = writeln!(
+                out,
+                "  GPU {}  {}  {}: {} committed by {} ledger(s), {} used outside them, {} left",
+                g.index,
+                clean(&g.uuid),
+                format_bytes(g.total_bytes),
+                format_bytes(g.committed_bytes),
+                g.ledgers,
+                format_bytes(g.used_outside_bytes),
+                format_bytes(g.left_bytes)
+            );
+        }
     }
     out
 }
@@ -457,6 +477,19 @@ fn render_ledger(out: &mut String, l: &LedgerReport, width: usize) {
 }
 
 #[cfg(test)]
+pub(crate) mod tests_support {
+    use super::*;
+
+    pub fn empty(target: &Target) -> LedgerReport {
+        LedgerReport::empty(target, LedgerState::Missing, None)
+    }
+
+    pub fn process() -> ProcessReport {
+        ProcessReport { pid: Some(1), pid_in_namespace: 1, host_pid: None, host_pid_vouched: false, name: "p".into(), started_unix_ms: 0, used_bytes: 0, context_bytes: 0, devices: vec![] }
+    }
+}
+
+#[cfg(test)]
 mod tests {
     use super::*;
     use crate::ledgers::Origin;
@@ -496,7 +529,7 @@ mod tests {
         assert_eq!(r.devices[0].used_bytes, 3 * GIB);
         assert_eq!(r.devices[0].processes, 1);
         assert_eq!(r.devices[0].uuid, "GPU-abababab-abab-abab-abab-abababababab");
-        let text = render_text(&StatusReport { schema: 1, ledgers: vec![r.clone()], notes: vec![] }, 100);
+        let text = render_text(&StatusReport { schema: 1, ledgers: vec![r.clone()], notes: vec![], gpus: vec![] }, 100);
         assert!(text.contains("Reclaimed: PID 11 (p11)"), "{text}");
         assert!(text.contains("3 GiB of 8 GiB cap (38%)"), "{text}");
         let json = serde_json::to_value(&r).unwrap();
@@ -546,7 +579,7 @@ mod tests {
         p.name = "x\x1b[2J".into();
         let target = Target::plain("/l\nLedger /fake".into(), Origin::Env);
         let r = LedgerReport::from_snapshots(&target, &snapshot(vec![p.clone()], GIB), &snapshot(vec![p], GIB));
-        let text = render_text(&StatusReport { schema: SCHEMA, ledgers: vec![r], notes: vec![] }, 100);
+        let text = render_text(&StatusReport { schema: SCHEMA, ledgers: vec![r], notes: vec![], gpus: vec![] }, 100);
         assert!(!text.contains('\x1b') && !text.lines().any(|l| l.starts_with("Ledger /fake")), "{text}");
     }
 
@@ -573,7 +606,7 @@ mod tests {
         let link = read(&Target::plain(dir.join("link"), Origin::Argument));
         assert_eq!(link.state, LedgerState::Error);
         assert!(link.error.as_deref().unwrap().contains("symbolic link"), "{:?}", link.error);
-        let text = render_text(&StatusReport { schema: 1, ledgers: vec![missing, foreign, link], notes: vec![] }, 80);
+        let text = render_text(&StatusReport { schema: 1, ledgers: vec![missing, foreign, link], notes: vec![], gpus: vec![] }, 80);
         assert!(text.contains("Not in use") && text.contains("Cannot be read"), "{text}");
         let _ = std::fs::remove_dir_all(&dir);
     }

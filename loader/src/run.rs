@@ -8,6 +8,7 @@ use fgpu_core::ledger::Ledger;
 use fgpu_core::limit::parse_limit;
 use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -236,6 +237,84 @@ fn mkdtemp(template: &Path) -> std::io::Result<PathBuf> {
     Ok(PathBuf::from(OsString::from(OsStr::from_bytes(&bytes))))
 }
 
+/// Where `--gpus auto` put the job: the GPU, and fgpu's own place in the job's ledger,
+/// which holds the job's cap on that GPU from before the placement lock is let go until
+/// the command ends (so the next placement counts it even before the job's first CUDA
+/// call).
+struct Placed {
+    uuid: String,
+    held: Option<(Ledger, fgpu_core::ledger::SlotId)>,
+}
+
+impl Drop for Placed {
+    fn drop(&mut self) {
+        if let Some((ledger, slot)) = self.held.take() {
+            ledger.leave(slot);
+        }
+    }
+}
+
+/// The placement lock: one `--gpus auto` at a time chooses and claims, per user (in the
+/// directory of the user's default ledger, which no other user can write). Users do not
+/// see each other's ledgers anyway; root sees all.
+fn placement_lock() -> Option<std::fs::File> {
+    use std::os::fd::AsRawFd;
+    let uid = fgpu_core::sys::geteuid();
+    let dir = fgpu_core::ledger::default_path::choose(uid, &fgpu_core::ledger::default_path::OsPlaces).ok()?.path.parent()?.to_path_buf();
+    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(&dir).ok()?;
+    let file = std::fs::OpenOptions::new().read(true).write(true).create(true).mode(0o600).custom_flags(libc::O_NOFOLLOW).open(dir.join("placement.lock")).ok()?;
+    // SAFETY: models flock(2) on a descriptor this File owns; waits for other placements.
+    (unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } == 0).then_some(file)
+}
+
+/// `--gpus auto`: chooses the GPU with the most room for the job's cap and registers the
+/// cap there in the job's ledger.
+fn place(args: &RunArgs, limit: Option<&str>, ledger: &Path) -> Result<Placed, String> {
+    let spec = limit.map(parse_limit).transpose().map_err(|e| format!("--limit: {e}"))?;
+    let compute = args.compute.as_ref().map(|c| fgpu_core::compute::parse_share(&c.text)).transpose().map_err(|e| format!("--compute: {e}"))?;
+    let mut said = false;
+    loop {
+        let probe = crate::doctor::probe_driver()?;
+        if probe.devices.is_empty() {
+            return Err(format!("--gpus auto: the driver lists no GPU ({})", probe.nvml.error.as_deref().unwrap_or("NVML lists none")));
+        }
+        let _lock = placement_lock();
+        let seen = crate::report::collect(crate::ledgers::resolve(&crate::cli::LedgerSelection { all: true, ..Default::default() }));
+        let rooms = crate::placement::rooms(&probe.devices, &seen.ledgers);
+        let need = |r: &crate::placement::GpuRoom| spec.as_ref().and_then(|s| s.cap_for(&r.uuid, r.total_bytes)).unwrap_or(0).min(r.total_bytes);
+        match crate::placement::choose(&rooms, need) {
+            Ok(room) if spec.is_none() => {
+                // No memory cap: nothing to commit; the GPU with the most room is enough.
+                eprintln!("fgpu run: on GPU {} ({}): {} left of {}", room.index, room.uuid, fgpu_core::limit::format_bytes(room.left_bytes), fgpu_core::limit::format_bytes(room.total_bytes));
+                return Ok(Placed { uuid: room.uuid.clone(), held: None });
+            }
+            Ok(room) => {
+                let sharing = if args.shared_ledger { fgpu_core::ledger::Sharing::Shared } else { fgpu_core::ledger::Sharing::Private };
+                let held = Ledger::open(ledger, sharing).map_err(|e| e.to_string())?;
+                let slot = held.join().map_err(|e| e.to_string())?;
+                let uuid = fgpu_core::uuid::parse_gpu_uuid(&room.uuid).ok_or_else(|| format!("the driver named a GPU {:?} fgpu cannot read", room.uuid))?;
+                let cap = need(room);
+                let cap = if cap == 0 { room.total_bytes } else { cap };
+                let device = held.register_device(uuid, room.total_bytes, cap, Some(slot)).map_err(|e| e.to_string())?.device;
+                if let Some(share) = compute.as_ref().and_then(|c| c.share_for(&room.uuid)) {
+                    held.register_compute(device, share, Some(slot)).map_err(|e| e.to_string())?;
+                }
+                eprintln!("fgpu run: on GPU {} ({}): {} left of {} before this job", room.index, room.uuid, fgpu_core::limit::format_bytes(room.left_bytes), fgpu_core::limit::format_bytes(room.total_bytes));
+                return Ok(Placed { uuid: room.uuid.clone(), held: Some((held, slot)) });
+            }
+            Err(why) if args.wait => {
+                if !said {
+                    eprintln!("fgpu run: waiting for room: {why}");
+                    said = true;
+                }
+                drop(_lock);
+                std::thread::sleep(std::time::Duration::from_secs(1));
+            }
+            Err(why) => return Err(why),
+        }
+    }
+}
+
 /// Runs `fgpu run` and returns the process exit code, or does not return when the command
 /// was killed by a signal (fgpu then dies of the same signal).
 pub fn run(args: RunArgs) -> i32 {
@@ -268,8 +347,21 @@ pub fn run(args: RunArgs) -> i32 {
             }
         },
     };
+    let placed = match args.gpus.as_deref() {
+        Some(_) => match place(&args, limit.as_deref(), &ledger) {
+            Ok(placed) => Some(placed),
+            Err(e) => {
+                eprintln!("fgpu run: {e}");
+                return EXIT_FGPU_FAILED;
+            }
+        },
+        None => None,
+    };
     let (program, rest) = args.command.split_first().expect("clap requires a command");
     let mut command = Command::new(program);
+    if let Some(placed) = &placed {
+        command.env("CUDA_VISIBLE_DEVICES", &placed.uuid);
+    }
     command
         .args(rest)
         .env("LD_PRELOAD", preload_value(&shim, std::env::var_os("LD_PRELOAD").as_deref()))
@@ -301,6 +393,9 @@ pub fn run(args: RunArgs) -> i32 {
     crate::signals::set_child(child.id() as libc::pid_t);
     let status = child.wait();
     crate::signals::restore_defaults();
+    // fgpu's own place in the ledger goes first, so that only the command's processes can
+    // keep the private directory.
+    drop(placed);
     if let Some(p) = private.as_mut() {
         p.finish();
     }

@@ -156,7 +156,7 @@ mod tests {
 
     #[test]
     fn screen_fits_the_terminal() {
-        let report = StatusReport { schema: 1, ledgers: vec![], notes: vec!["a note".into()] };
+        let report = StatusReport { schema: 1, ledgers: vec![], notes: vec!["a note".into()], gpus: vec![] };
         let lines = screen(&report, 20, 2, "12:00:00", 1.0);
         assert_eq!(lines.len(), 2);
         assert!(lines.iter().all(|l| l.chars().count() <= 20));

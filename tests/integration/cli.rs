@@ -976,3 +976,71 @@ fn an_idle_exporter_shows_the_configured_cap() {
     assert_eq!(sample(&body, "fgpu_ledger_up", &[("ledger", env.ledger.display().to_string())]), Some(0.0), "{body}");
     exporter.kill(libc::SIGTERM);
 }
+
+/// `fgpu run --gpus auto` on a machine with two 80 GiB GPUs: a 50 GiB job goes to GPU 0 (a
+/// tie: the lower index), the next to GPU 1 (GPU 0 has 30 GiB left), a third is refused
+/// with one line naming each GPU and what it has left, and one started with `--wait` goes
+/// where the first was once that one ends. `fgpu status` shows what each GPU has committed.
+/// The jobs run as a user of their own, whose ledgers are the only ones fgpu sees (other
+/// tests' ledgers, on simulated GPUs with the same UUIDs, belong to other users).
+#[test]
+fn run_gpus_auto_puts_jobs_where_there_is_room() {
+    if !prerequisite(is_root() && tool("setpriv"), "needs root and setpriv(1) to run the jobs as a user of their own") {
+        return;
+    }
+    let env = Env::new("cli-gpus-auto").devices(2);
+    env.client(&["init"]).success(); // the simulated GPUs, made by root for every user
+    let user = 4262;
+    let tmp = reachable().dir.join(format!("gpus-auto-{}", std::process::id()));
+    std::fs::create_dir_all(&tmp).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let fgpu_copy = reachable().dir.join("fgpu");
+    if !fgpu_copy.exists() {
+        std::fs::copy(fgpu_bin(), &fgpu_copy).unwrap();
+    }
+    let client = reachable_client("cuclient");
+    let as_user = |args: &[&str]| env.command_as(user, &fgpu_copy).args(args).env("TMPDIR", &tmp).env("FGPU_SHIM", &reachable().shim);
+    let job = |extra: &[&str]| {
+        as_user(&["run", "--limit", "50G", "--gpus", "auto"]).args(extra).arg("--").arg(&client).args(["init", "primary", "alloc", "1G", "hold"])
+    };
+    // The GPU the simulated driver shows a process's memory on (the ground truth).
+    let gpu_of = |pid: u32| {
+        let sim = env.sim();
+        eventually("the job's memory shows on a GPU", Duration::from_secs(10), || sim.processes().iter().any(|p| p.pid == pid && p.per_device_used.iter().any(|u| *u >= GIB)));
+        let p = sim.processes().into_iter().find(|p| p.pid == pid).unwrap();
+        p.per_device_used.iter().position(|u| *u >= GIB).unwrap()
+    };
+    let child_of = |b: &Background| {
+        let text = std::fs::read_to_string(format!("/proc/{}/task/{}/children", b.pid(), b.pid())).unwrap();
+        text.split_whitespace().next().unwrap().parse::<u32>().unwrap()
+    };
+    let mut first = job(&[]).spawn();
+    first.wait_for("holding");
+    assert_eq!(gpu_of(child_of(&first)), 0, "a tie goes to the lower index");
+    let mut second = job(&[]).spawn();
+    second.wait_for("holding");
+    assert_eq!(gpu_of(child_of(&second)), 1, "GPU 0 has 30 GiB left, GPU 1 80 GiB");
+    let third = job(&[]).run();
+    assert_eq!(third.output.status.code(), Some(125), "{third}");
+    let line = third.stderr();
+    assert!(line.contains("no GPU has room") && line.contains("GPU 0 (") && line.contains("GPU 1 (") && line.contains("needs 50 GiB"), "{third}");
+    assert_eq!(line.lines().count(), 1, "one line\n{third}");
+    let status = as_user(&["status", "--json"]).success();
+    let value = json(&status);
+    let gpus = value["gpus"].as_array().unwrap_or_else(|| panic!("{status}"));
+    assert_eq!(gpus.len(), 2, "{status}");
+    for g in gpus {
+        assert_eq!(g["committed_bytes"], 50 * GIB, "{status}");
+        assert!(g["left_bytes"].as_u64().unwrap() < 30 * GIB, "{status}");
+    }
+    // --wait: placed once the first job ends.
+    let mut waiting = job(&["--wait"]).spawn();
+    std::thread::sleep(Duration::from_millis(1500));
+    first.finish();
+    waiting.wait_for("holding");
+    assert_eq!(gpu_of(child_of(&waiting)), 0, "the room the first job left");
+    waiting.finish();
+    second.finish();
+    let _ = std::fs::remove_dir_all(&tmp);
+}
