@@ -63,7 +63,7 @@ pub fn rooms(devices: &[ProbedDevice], ledgers: &[LedgerReport]) -> Vec<GpuRoom>
 
 /// The GPU with the most room that fits `need(gpu)` bytes (the lower index on a tie), or
 /// one line naming each GPU and what it has left.
-pub fn choose<'a>(rooms: &'a [GpuRoom], need: impl Fn(&GpuRoom) -> u64) -> Result<&'a GpuRoom, String> {
+pub fn choose(rooms: &[GpuRoom], need: impl Fn(&GpuRoom) -> u64) -> Result<&GpuRoom, String> {
     let best = rooms.iter().filter(|r| need(r) <= r.left_bytes).max_by(|a, b| a.left_bytes.cmp(&b.left_bytes).then(b.index.cmp(&a.index)));
     best.ok_or_else(|| {
         if rooms.is_empty() {
