@@ -64,8 +64,8 @@ if [ -n "${CI:-}" ] && [ "$(id -u)" -ne 0 ]; then
     exit 1
 fi
 
-step "python clients (.venv: pynvml, gpustat, nvitop, cuda-bindings, jsonschema, PyYAML)"
-if [ ! -x .venv/bin/python ] || ! .venv/bin/python -c 'import pynvml, gpustat, nvitop, cuda.bindings, jsonschema, yaml' 2>/dev/null; then
+step "python clients (.venv: pynvml, gpustat, nvitop, cuda-bindings, jsonschema, PyYAML, kubernetes-validate)"
+if [ ! -x .venv/bin/python ] || ! .venv/bin/python -c 'import pynvml, gpustat, nvitop, cuda.bindings, jsonschema, yaml, kubernetes_validate' 2>/dev/null; then
     python3 -m venv .venv && .venv/bin/pip install -q --disable-pip-version-check -r tests/python/requirements.txt \
         || { echo "cannot set up .venv"; exit 1; }
 fi
