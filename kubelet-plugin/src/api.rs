@@ -13,6 +13,7 @@ use serde::Deserialize;
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::Path;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
 const SLICES: &str = "/apis/resource.k8s.io/v1/resourceslices";
@@ -23,6 +24,9 @@ const TIMEOUT: Duration = Duration::from_secs(20);
 pub struct Api {
     client: kube::Client,
     server: String,
+    /// The pool generation this driver last wrote or saw, so that a slice written anew
+    /// never goes back in generation.
+    generation: AtomicI64,
 }
 
 /// A ResourceClaim, as much of it as the driver reads.
@@ -119,7 +123,7 @@ impl Api {
         config.write_timeout = Some(TIMEOUT);
         let server = config.cluster_url.to_string();
         let client = kube::Client::try_from(config).map_err(|e| format!("cannot set up a client for {server}: {e}"))?;
-        Ok(Api { client, server })
+        Ok(Api { client, server, generation: AtomicI64::new(0) })
     }
 
     pub fn server(&self) -> &str {
@@ -204,15 +208,34 @@ impl Api {
         let name = slices::slice_name(node);
         let path = format!("{SLICES}/{name}");
         let count = devices.len();
-        let said = match self.get(&path).await? {
+        let existing = match self.get(&path).await {
+            Ok(existing) => existing,
+            Err(e) => {
+                // Write it all the same: a server that cannot read it back may take it.
+                crate::log(&format!("cannot read ResourceSlice {name} ({e}); writing it anyway"));
+                None
+            }
+        };
+        let said = match existing {
             None => {
-                let desired = slices::slice(node, owner.as_deref(), devices, 1);
+                let generation = self.generation.load(Ordering::Relaxed).saturating_add(1);
+                let desired = slices::slice(node, owner.as_deref(), devices, generation);
                 let body = serde_json::to_vec(&desired).expect("a ResourceSlice serialises");
                 let (status, answer) = self.call(http::Method::POST, SLICES, Some(("application/json", body))).await?;
-                if !(200..=299).contains(&status) {
+                if status == 409 {
+                    // It exists after all (made meanwhile, or not readable): replace it
+                    // unconditionally, with a generation above any this driver wrote.
+                    let mut desired = desired;
+                    desired.spec.pool.generation = generation.saturating_add(1);
+                    self.replace(&path, &desired).await?;
+                    self.generation.store(desired.spec.pool.generation, Ordering::Relaxed);
+                    Some(format!("replaced ResourceSlice {name}: {count} device{}", plural(count)))
+                } else if (200..=299).contains(&status) {
+                    self.generation.store(generation, Ordering::Relaxed);
+                    Some(format!("created ResourceSlice {name} with {count} device{}", plural(count)))
+                } else {
                     return Err(Self::refusal("POST", SLICES, status, &answer));
                 }
-                Some(format!("created ResourceSlice {name} with {count} device{}", plural(count)))
             }
             Some(existing) => {
                 let mut desired = slices::slice(node, owner.as_deref(), devices, 1);
@@ -222,13 +245,15 @@ impl Api {
                         .pointer("/metadata/ownerReferences")
                         .and_then(|o| serde_json::from_value(o.clone()).ok());
                 }
+                let generation = existing.pointer("/spec/pool/generation").and_then(Value::as_i64).unwrap_or(0);
+                self.generation.fetch_max(generation, Ordering::Relaxed);
                 if !slices::needs_update(&existing, &desired) {
                     None
                 } else {
-                    let generation = existing.pointer("/spec/pool/generation").and_then(Value::as_i64).unwrap_or(0);
-                    desired.spec.pool.generation = generation.saturating_add(1);
+                    desired.spec.pool.generation = generation.max(self.generation.load(Ordering::Relaxed)).saturating_add(1);
                     desired.metadata.resource_version = existing.pointer("/metadata/resourceVersion").and_then(Value::as_str).map(str::to_string);
                     self.replace(&path, &desired).await?;
+                    self.generation.store(desired.spec.pool.generation, Ordering::Relaxed);
                     Some(format!("updated ResourceSlice {name}: {count} device{}, pool generation {}", plural(count), desired.spec.pool.generation))
                 }
             }

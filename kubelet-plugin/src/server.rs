@@ -83,7 +83,7 @@ impl DraPlugin for DraService {
                     error: String::new(),
                 },
                 Err(error) => {
-                    crate::log(&format!("cannot prepare claim {}/{} ({}): {error}", claim.namespace, claim.name, claim.uid));
+                    crate::log(&format!("not prepared ({}): {error}", claim.uid));
                     NodePrepareResourceResponse { devices: Vec::new(), error }
                 }
             };
@@ -101,7 +101,7 @@ impl DraPlugin for DraService {
             let error = match self.plugin.unprepare(&claim.namespace, &claim.name, &claim.uid).await {
                 Ok(()) => String::new(),
                 Err(error) => {
-                    crate::log(&format!("cannot unprepare claim {}/{} ({}): {error}", claim.namespace, claim.name, claim.uid));
+                    crate::log(&format!("not unprepared ({}): {error}", claim.uid));
                     error
                 }
             };

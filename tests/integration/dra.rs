@@ -431,6 +431,20 @@ fn dra_slice_follows_the_gpus_and_the_server() {
 }
 
 #[test]
+fn dra_slice_is_written_when_the_server_cannot_read_it_back() {
+    let node = Node::new("dra-slice-blind", 1);
+    node.env.client(&["init"]).success();
+    node.api.state.lock().unwrap().slice_get_status = Some(500);
+    let plugin = node.start(&["--resync-interval", "1"]);
+    let created = node.slice(&plugin, "created without a GET", |_| true);
+    assert_eq!(created["spec"]["devices"].as_array().unwrap().len(), 1);
+    // The next rounds find it there (POST: 409) and replace it, never with a lower generation.
+    let replaced = node.slice(&plugin, "replaced", |s| s["spec"]["pool"]["generation"].as_i64() > created["spec"]["pool"]["generation"].as_i64());
+    assert_eq!(replaced["metadata"]["uid"], created["metadata"]["uid"], "{replaced}");
+    assert!(plugin.log().contains("writing it anyway"), "{}", plugin.log());
+}
+
+#[test]
 fn dra_claim_is_one_cap_for_a_pod_and_refused_to_a_second_pod() {
     let node = Node::new("dra-share", 1);
     node.env.client(&["init"]).success();

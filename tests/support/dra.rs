@@ -38,6 +38,9 @@ pub struct StubState {
     pub log: Vec<Logged>,
     /// Answer every Node request with this status instead (a server that refuses `get nodes`).
     pub nodes_status: Option<u16>,
+    /// Answer a GET of one ResourceSlice with this status instead (a server that cannot
+    /// read a slice back).
+    pub slice_get_status: Option<u16>,
     resource_version: u64,
 }
 
@@ -198,6 +201,9 @@ impl StubState {
                 }
                 let rv = self.resource_version.to_string();
                 (200, json!({"kind": "ResourceSliceList", "apiVersion": "resource.k8s.io/v1", "metadata": {"resourceVersion": rv}, "items": items}))
+            }
+            ("GET", ["apis", "resource.k8s.io", "v1", "resourceslices", _]) if self.slice_get_status.is_some() => {
+                status(self.slice_get_status.unwrap_or(500), "InternalError", "slices cannot be read")
             }
             ("GET", ["apis", "resource.k8s.io", "v1", "resourceslices", name]) => match self.slices.get(*name) {
                 Some(s) => (200, s.clone()),
