@@ -191,8 +191,21 @@ impl Plugin {
 
     /// Writes again the files of every prepared claim (after a reboot, `/var/run/cdi` and
     /// the ledger mounts are gone, and kubelet does not prepare its claims again).
+    /// Files of claims the checkpoint does not know (the plugin stopped between writing
+    /// them and the checkpoint, or the checkpoint was set aside) are kept: a running pod may
+    /// mount them, and its processes read the claim's fgpu.conf whenever they start, so
+    /// removing it would leave them uncapped. kubelet's NodeUnprepareResources removes them.
     pub async fn restore(&self) {
         let state = self.state.lock().await;
+        let unknown: Vec<String> = self.claims_on_disk().into_iter().filter(|uid| !state.claims.contains_key(uid)).collect();
+        if !unknown.is_empty() {
+            crate::log(&format!(
+                "files of {} claim{} not in the checkpoint are kept until kubelet unprepares them: {}",
+                unknown.len(),
+                if unknown.len() == 1 { "" } else { "s" },
+                unknown.join(" ")
+            ));
+        }
         for (uid, claim) in &state.claims {
             if let Err(e) = self.write_claim_files(uid, claim) {
                 crate::log(&format!("cannot restore the files of claim {}/{} ({uid}): {e}", claim.namespace, claim.name));
@@ -240,14 +253,13 @@ impl Plugin {
             })
             .collect();
         let record = PreparedClaim { namespace: namespace.into(), name: name.into(), caps: plan.caps, devices };
-        if let Err(e) = self.write_claim_files(uid, &record) {
-            let _ = self.remove_claim_files(uid);
-            return Err(format!("{what}: {e}"));
-        }
+        // On a failure the files written so far stay: kubelet prepares the claim again, and
+        // they may be a running pod's (written before a checkpoint that was lost), whose
+        // processes read the claim's fgpu.conf when they start.
+        self.write_claim_files(uid, &record).map_err(|e| format!("{what}: {e}"))?;
         state.claims.insert(uid.to_string(), record.clone());
         if let Err(e) = self.store.save(&state) {
             state.claims.remove(uid);
-            let _ = self.remove_claim_files(uid);
             return Err(format!("{what}: {e}"));
         }
         let pods: Vec<&str> = claim.status.reserved_for.iter().filter(|c| c.resource == "pods").map(|c| c.name.as_str()).collect();
@@ -278,6 +290,22 @@ impl Plugin {
             crate::log(&format!("unprepared ResourceClaim {namespace}/{name} ({uid})"));
         }
         Ok(())
+    }
+
+    /// The UIDs of the claims whose spec or directory this plugin's files hold.
+    fn claims_on_disk(&self) -> Vec<String> {
+        let names = |dir: &Path| -> Vec<String> {
+            std::fs::read_dir(dir).map(|d| d.flatten().filter_map(|e| e.file_name().into_string().ok()).collect()).unwrap_or_default()
+        };
+        let mut uids: Vec<String> = names(&self.settings.cdi_root)
+            .iter()
+            .filter_map(|n| n.strip_prefix("fgpu-claim-")?.strip_suffix(".json").map(str::to_string))
+            .chain(names(&self.settings.state_dir.join("claims")))
+            .filter(|uid| check_uid(uid).is_ok())
+            .collect();
+        uids.sort();
+        uids.dedup();
+        uids
     }
 
     fn claim_dir(&self, uid: &str) -> PathBuf {

@@ -357,8 +357,19 @@ fn dra_plugin_registers_publishes_the_gpus_and_prepares_capped_claims() {
     // writes the spec again at start.
     let log = plugin.kill();
     std::fs::remove_file(&train_spec).unwrap();
+    // Files of a claim the checkpoint does not know (the plugin stopped before it saved it).
+    let orphan = uid(9);
+    std::fs::write(node.cdi().join(format!("fgpu-claim-{orphan}.json")), "{}").unwrap();
+    std::fs::create_dir_all(node.state().join(format!("claims/{orphan}/config"))).unwrap();
     let plugin = node.start(&[]);
     assert!(train_spec.exists(), "the restarted plugin did not restore the spec\n{log}\n{}", plugin.log());
+    // They are kept (a running pod may read them) until kubelet unprepares the claim.
+    assert!(node.cdi().join(format!("fgpu-claim-{orphan}.json")).exists(), "{}", plugin.log());
+    assert!(plugin.log().contains(&format!("not in the checkpoint are kept until kubelet unprepares them: {orphan}")), "{}", plugin.log());
+    let answer = node.kubelet.unprepare(&node.dra(), &[ClaimRef::new("ml", "orphan", &orphan)]).unwrap();
+    assert_eq!(answer.claims[&orphan].error, "");
+    assert!(!node.cdi().join(format!("fgpu-claim-{orphan}.json")).exists(), "{}", plugin.log());
+    assert!(!node.state().join(format!("claims/{orphan}")).exists(), "{}", plugin.log());
     let restarted = node.kubelet.prepare(&node.dra(), &claims[..1]).unwrap();
     assert_eq!(restarted.claims[&uid(1)], *train, "{}", plugin.log());
     assert_eq!(api.count("GET", claim_path), gets, "{}", plugin.log());
