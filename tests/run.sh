@@ -7,7 +7,7 @@
 #      scripts/build-wheel.sh builds first (installed into a fresh venv, caps a job),
 #   2. the container tests of the images (images/test.sh),
 #   3. the CDI tests: `fgpu cdi generate` and podman capping a plain image at run time
-#      (tests/cdi/test.sh),
+#      (tests/cdi/test.sh), and the DRA driver's claims in podman (tests/cdi/dra.sh),
 #   4. the real-GPU script's dry run and self-test (tests/gpu/run.sh),
 #   5. the benchmark in quick mode, to prove it runs (figures: docs/benchmarks.md).
 # Ends with one "N passed, M failed" line over the suites.
@@ -65,8 +65,8 @@ if [ -n "${CI:-}" ] && [ "$(id -u)" -ne 0 ]; then
     exit 1
 fi
 
-step "python clients (.venv: pynvml, gpustat, nvitop, cuda-bindings, jsonschema, PyYAML)"
-if [ ! -x .venv/bin/python ] || ! .venv/bin/python -c 'import pynvml, gpustat, nvitop, cuda.bindings, jsonschema, yaml' 2>/dev/null; then
+step "python clients (.venv: pynvml, gpustat, nvitop, cuda-bindings, jsonschema, PyYAML, kubernetes-validate)"
+if [ ! -x .venv/bin/python ] || ! .venv/bin/python -c 'import pynvml, gpustat, nvitop, cuda.bindings, jsonschema, yaml, kubernetes_validate' 2>/dev/null; then
     python3 -m venv .venv && .venv/bin/pip install -q --disable-pip-version-check -r tests/python/requirements.txt \
         || { echo "cannot set up .venv"; exit 1; }
 fi
@@ -112,6 +112,7 @@ if [ "${FGPU_SKIP_IMAGES:-0}" != 1 ]; then
 fi
 if [ "${FGPU_SKIP_CDI:-0}" != 1 ]; then
     suite "CDI: fgpu cdi generate and podman (tests/cdi/test.sh)" bash tests/cdi/test.sh
+    suite "CDI: fgpu-kubelet-plugin's claims in podman (tests/cdi/dra.sh)" bash tests/cdi/dra.sh
 fi
 suite "real-GPU script: dry run" bash tests/gpu/run.sh --dry-run
 suite "real-GPU script: self-test against fake frameworks" bash tests/gpu/run.sh --self-test

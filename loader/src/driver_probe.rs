@@ -9,38 +9,9 @@
 //! interposes `dlvsym`), and resolves every driver function with that. No call of the probe
 //! then reaches the shim, which so never reads a cap, rewrites an answer or opens a ledger.
 
-use serde::{Deserialize, Serialize};
 use std::ffi::{c_char, c_void, CStr};
 
-/// What the probe reports about the driver libraries.
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
-pub struct DriverProbe {
-    pub cuda: LibraryProbe,
-    pub nvml: LibraryProbe,
-    pub devices: Vec<ProbedDevice>,
-}
-
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
-pub struct LibraryProbe {
-    pub loaded: bool,
-    pub error: Option<String>,
-    /// cuDriverGetVersion (e.g. 12080), or NVML's CUDA driver version.
-    pub cuda_version: Option<i32>,
-    /// nvmlSystemGetDriverVersion (e.g. "535.104.05").
-    pub driver_version: Option<String>,
-    pub device_count: Option<u32>,
-}
-
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
-pub struct ProbedDevice {
-    pub index: u32,
-    pub uuid: String,
-    pub name: String,
-    pub total_bytes: u64,
-    /// What the driver says is used on the GPU (every process's, and its own reserve).
-    #[serde(default)]
-    pub used_bytes: u64,
-}
+pub use fgpu_cdi::probe::{DriverProbe, LibraryProbe, ProbedDevice};
 
 type DlsymFn = unsafe extern "C" fn(*mut c_void, *const c_char) -> *mut c_void;
 

@@ -181,6 +181,25 @@ fn generate_refuses_bad_input_with_one_line() {
 }
 
 #[test]
+fn generate_without_the_shim_beside_the_library_writes_nothing() {
+    // libfgpu.so loads libfgpu_shim.so from its own directory: a copy of the front alone
+    // would leave every container uncapped, so the command refuses, before writing a file.
+    let env = Env::new("cdi-no-shim");
+    env.client(&["init"]).success();
+    let lone = env.dir.join("lone");
+    std::fs::create_dir_all(&lone).unwrap();
+    std::fs::copy(shim_path(), lone.join("libfgpu.so")).unwrap();
+    let output = env.dir.join("out/fgpu.json");
+    let config = env.dir.join("config");
+    let run = generate_to(&env, &output, &config, &[]).env("FGPU_SHIM", lone.join("libfgpu.so")).run();
+    assert_eq!(run.output.status.code(), Some(1), "{run}");
+    assert_eq!(run.stderr().lines().count(), 1, "{run}");
+    assert!(run.stderr().contains("libfgpu_shim.so"), "{run}");
+    assert!(!config.exists(), "a refused run left {} behind\n{run}", config.display());
+    assert!(!output.parent().unwrap().exists(), "{run}");
+}
+
+#[test]
 fn generated_files_cap_a_process_as_a_runtime_mounts_them() {
     let env = Env::new("cdi-mounted").devices(2);
     env.client(&["init"]).success();
@@ -192,7 +211,7 @@ fn generated_files_cap_a_process_as_a_runtime_mounts_them() {
     // preload names the generated copy of the library where it is on this host.
     let mount = |device: &str| {
         format!(
-            "mkdir /etc/fgpu; mount --bind {dir}/devices/{device} /etc/fgpu; mount -o remount,bind,ro /etc/fgpu; \
+            "mkdir -p /etc/fgpu; mount --bind {dir}/devices/{device} /etc/fgpu; mount -o remount,bind,ro /etc/fgpu; \
              echo {dir}/lib/libfgpu.so > /etc/ld.so.preload; mount -t tmpfs -o mode=1777 fgpu-test /run; mkdir -m 1777 /run/fgpu",
             dir = dir.display()
         )

@@ -12,6 +12,7 @@ mod compute;
 mod config_file;
 mod crash_windows;
 mod cuda_bindings;
+mod dra;
 mod entry_paths;
 mod front;
 mod host_pids;

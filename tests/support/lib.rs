@@ -4,6 +4,8 @@
 //! The tests drive the release build (`cargo build --release` first; `tests/run.sh` does).
 
 pub mod c_layout;
+pub mod dra;
+pub use fgpu_kubelet_plugin::proto as dra_proto;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};

@@ -1,0 +1,551 @@
+//! fgpu as a Container Device Interface (CDI) vendor: the specs that cap a container when it
+//! starts (`--device fgpu.io/gpu=0-8g`), with nothing of fgpu in its image, and the files they
+//! mount. Shared by `fgpu cdi generate` (devices of fixed sizes, this module) and
+//! fgpu-kubelet-plugin (one device per Kubernetes ResourceClaim, [`claim`]).
+//!
+//! Every spec (kind `fgpu.io/gpu`, `cdiVersion` 0.5.0, the newest Debian's podman 4.3 reads)
+//! gives every container, read-only:
+//! - [`CONTAINER_LIB_DIR`]: a copy of the shipped `libfgpu.so` and `libfgpu_shim.so` (and
+//!   the `fgpu` command);
+//! - `/etc/ld.so.preload` naming that library;
+//! - [`CONTAINER_CONFIG_DIR`]: the device's own `fgpu.conf`, with its cap and the ledger;
+//!
+//! and a directory at [`LEDGER_DIR`] for the ledger: a tmpfs of the container's own for
+//! `fgpu cdi generate`'s devices, a host directory of the claim's own for a claim's.
+//!
+//! Directories, not files, are mounted wherever a rename could take a file out of the way:
+//! a mount point cannot be renamed (`EBUSY`), but a directory the runtime created to hold a
+//! file mount can, and root inside would then put a file of its own in its place.
+//!
+//! The mounted files are written to a host directory, root-owned (or `--owner`'s), mode
+//! 0644, so the shim trusts them and nothing in the container can change them ([`files`]).
+//! Planning (names, sizes, the configuration text, the spec) is pure and unit-tested.
+
+pub mod claim;
+pub mod files;
+pub mod probe;
+pub mod shimpath;
+
+use fgpu_core::limit::format_bytes;
+use serde_json::{json, Value};
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+
+/// The CDI kind: devices are `fgpu.io/gpu=<name>`.
+pub const KIND: &str = "fgpu.io/gpu";
+/// The newest CDI version Debian's podman 4.3 reads; every field used exists in it.
+pub const CDI_VERSION: &str = "0.5.0";
+/// Where the library (and the `fgpu` command) appear in the container.
+pub const CONTAINER_LIB_DIR: &str = "/usr/lib/fgpu";
+pub const CONTAINER_SHIM: &str = "/usr/lib/fgpu/libfgpu.so";
+/// The container's preload list, replaced by a read-only file naming [`CONTAINER_SHIM`].
+pub const CONTAINER_PRELOAD: &str = "/etc/ld.so.preload";
+/// Holds the device's `fgpu.conf` ([`fgpu_core::config::CONFIG_PATH`]).
+pub const CONTAINER_CONFIG_DIR: &str = "/etc/fgpu";
+/// A tmpfs of each container's own: its ledger lives here, so `podman exec` shares the
+/// container's cap and no two containers share one.
+pub const LEDGER_DIR: &str = "/run/fgpu";
+pub const LEDGER: &str = "/run/fgpu/ledger";
+/// Sticky and writable by all, like /tmp: the first capped process of any user creates the
+/// ledger, and no other user can remove it.
+pub(crate) const LEDGER_TMPFS_OPTIONS: [&str; 5] = ["nosuid", "nodev", "noexec", "mode=1777", "size=16m"];
+/// The library must stay executable, so no `noexec`.
+pub(crate) const LIB_MOUNT_OPTIONS: [&str; 4] = ["ro", "nosuid", "nodev", "bind"];
+pub(crate) const FILE_MOUNT_OPTIONS: [&str; 5] = ["ro", "nosuid", "nodev", "noexec", "bind"];
+/// First line of every file this command writes.
+pub const HEADER: &str = "# Written by `fgpu cdi generate`";
+/// Layout of the configuration directory on the host.
+pub const PRELOAD_FILE: &str = "ld.so.preload";
+pub const LIB_SUBDIR: &str = "lib";
+pub const DEVICES_SUBDIR: &str = "devices";
+pub const CONFIG_FILE: &str = "fgpu.conf";
+pub(crate) const GIB: u64 = 1 << 30;
+pub(crate) const MIB: u64 = 1 << 20;
+
+/// How much of a GPU a device gives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Share {
+    /// A whole number of MiB.
+    Bytes(u64),
+    /// A whole percentage of the GPU's memory, 1..=100.
+    Percent(u32),
+}
+
+impl Share {
+    /// The size part of a device name: `8g`, `1536m`, `25pct`.
+    fn name(self) -> String {
+        match self {
+            Share::Bytes(b) if b % GIB == 0 => format!("{}g", b / GIB),
+            Share::Bytes(b) => format!("{}m", b / MIB),
+            Share::Percent(p) => format!("{p}pct"),
+        }
+    }
+
+    /// The amount in the `limit` syntax of fgpu.conf: `8G`, `1536M`, `25%`.
+    fn limit(self) -> String {
+        match self {
+            Share::Bytes(b) if b % GIB == 0 => format!("{}G", b / GIB),
+            Share::Bytes(b) => format!("{}M", b / MIB),
+            Share::Percent(p) => format!("{p}%"),
+        }
+    }
+
+    fn describe(self) -> String {
+        match self {
+            Share::Bytes(b) => format_bytes(b),
+            Share::Percent(p) => format!("{p}% of the memory"),
+        }
+    }
+
+    fn fits(self, total: u64) -> bool {
+        match self {
+            Share::Bytes(b) => b <= total,
+            Share::Percent(_) => true,
+        }
+    }
+}
+
+/// One GPU as NVML numbers it (the index `nvidia-smi` and `nvidia.com/gpu=N` use).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Gpu {
+    pub index: u32,
+    pub uuid: String,
+    pub total: u64,
+}
+
+/// Which GPUs one part of a device caps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Target {
+    /// Every GPU the container is given.
+    All,
+    /// The GPU with this index; the container gets nothing on any other.
+    Gpu(u32),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Part {
+    pub target: Target,
+    pub share: Share,
+}
+
+impl Part {
+    fn name(self) -> String {
+        match self.target {
+            Target::All => format!("all-{}", self.share.name()),
+            Target::Gpu(i) => format!("{i}-{}", self.share.name()),
+        }
+    }
+}
+
+/// One CDI device: its name and what it caps.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Device {
+    pub name: String,
+    pub parts: Vec<Part>,
+}
+
+impl Device {
+    fn new(parts: Vec<Part>) -> Device {
+        let name = parts.iter().map(|p| p.name()).collect::<Vec<_>>().join("_");
+        Device { name, parts }
+    }
+}
+
+/// The devices to generate: every size and percentage on every GPU it fits, the same on
+/// all GPUs (`all-SIZE`, when it fits the smallest), then the combinations asked for.
+pub fn plan(gpus: &[Gpu], sizes: &[u64], percents: &[u32], combine: &[String]) -> Result<Vec<Device>, String> {
+    let shares: Vec<Share> = sizes
+        .iter()
+        .map(|&b| Share::Bytes(b))
+        .chain(percents.iter().map(|&p| Share::Percent(p)))
+        .collect();
+    let mut out: Vec<Device> = Vec::new();
+    let push = |device: Device, out: &mut Vec<Device>| {
+        if !out.iter().any(|d| d.name == device.name) {
+            out.push(device);
+        }
+    };
+    for gpu in gpus {
+        for &share in shares.iter().filter(|s| s.fits(gpu.total)) {
+            push(Device::new(vec![Part { target: Target::Gpu(gpu.index), share }]), &mut out);
+        }
+    }
+    let smallest = gpus.iter().map(|g| g.total).min().unwrap_or(0);
+    for &share in shares.iter().filter(|s| s.fits(smallest)) {
+        push(Device::new(vec![Part { target: Target::All, share }]), &mut out);
+    }
+    for text in combine {
+        let device = parse_combination(text, gpus)?;
+        if out.iter().any(|d| d.name == device.name) {
+            return Err(format!("--combine {text:?}: device {} is already generated", device.name));
+        }
+        out.push(device);
+    }
+    if out.is_empty() {
+        return Err("no device to generate: every size is larger than the GPUs, and no percentage was asked for".into());
+    }
+    Ok(out)
+}
+
+/// Parses `0-8g,1-4g` (or `0-8g_1-4g`): caps on two or more different GPUs.
+fn parse_combination(text: &str, gpus: &[Gpu]) -> Result<Device, String> {
+    let bad = |why: String| format!("--combine {text:?}: {why}");
+    let mut parts: Vec<Part> = Vec::new();
+    for item in text.split([',', '_']).map(str::trim) {
+        let part = parse_part(item, gpus).map_err(bad)?;
+        let Target::Gpu(index) = part.target else {
+            return Err(bad(format!("{item:?}: a combination names GPUs by index; all-SIZE alone caps every GPU")));
+        };
+        if parts.iter().any(|p| p.target == Target::Gpu(index)) {
+            return Err(bad(format!("GPU {index} is named twice")));
+        }
+        parts.push(part);
+    }
+    if parts.len() < 2 {
+        return Err(bad("a combination needs two or more GPUs, such as 0-8g,1-4g".into()));
+    }
+    parts.sort_by_key(|p| match p.target {
+        Target::Gpu(i) => i,
+        Target::All => u32::MAX,
+    });
+    Ok(Device::new(parts))
+}
+
+/// Parses one `<index>-<size>` or `<index>-<N>pct` (or `all-...`).
+fn parse_part(item: &str, gpus: &[Gpu]) -> Result<Part, String> {
+    let (target, amount) = item
+        .split_once('-')
+        .ok_or_else(|| format!("{item:?} is not <index>-<size> such as 0-8g or 1-25pct"))?;
+    let target = if target == "all" {
+        Target::All
+    } else {
+        let index: u32 = target.parse().map_err(|_| format!("{item:?}: {target:?} is not a GPU index"))?;
+        if !gpus.iter().any(|g| g.index == index) {
+            return Err(format!("{item:?}: there is no GPU {index} (this machine has {})", gpus.len()));
+        }
+        Target::Gpu(index)
+    };
+    let share = if let Some(number) = amount.strip_suffix("pct") {
+        match number.parse::<u32>() {
+            Ok(p) if (1..=100).contains(&p) => Share::Percent(p),
+            _ => return Err(format!("{item:?}: {number:?} is not a whole percentage between 1 and 100")),
+        }
+    } else {
+        let bytes = fgpu_core::limit::parse_size(amount).map_err(|e| format!("{item:?}: {e}"))?;
+        if bytes == 0 || bytes % MIB != 0 {
+            return Err(format!("{item:?}: {amount:?} is not a positive whole number of MiB"));
+        }
+        Share::Bytes(bytes)
+    };
+    let too_small = gpus.iter().find(|g| target == Target::All || target == Target::Gpu(g.index)).filter(|g| !share.fits(g.total));
+    if let Some(gpu) = too_small {
+        return Err(format!("{item:?}: GPU {} has only {}", gpu.index, format_bytes(gpu.total)));
+    }
+    Ok(Part { target, share })
+}
+
+/// The text of the device's `/etc/fgpu/fgpu.conf`.
+///
+/// A device for named GPUs ends its limit with `*=1`: one byte, so nothing fits on any
+/// other GPU the container is given (`nvidia.com/gpu=all` beside `fgpu.io/gpu=0-8g` must
+/// not leave GPUs 1..N uncapped, and fgpu's limits have no zero).
+pub fn config_text(device: &Device, gpus: &[Gpu]) -> String {
+    let mut text = format!("{HEADER} for the CDI device {KIND}={}.\n", device.name);
+    let mut entries: Vec<String> = Vec::new();
+    let mut all = false;
+    for part in &device.parts {
+        match part.target {
+            Target::All => {
+                all = true;
+                let _ = writeln!(text, "# {} on every GPU the container is given.", part.share.describe());
+                entries.push(part.share.limit());
+            }
+            Target::Gpu(index) => {
+                let gpu = gpus.iter().find(|g| g.index == index).expect("planned devices name existing GPUs");
+                let _ = writeln!(text, "# {} on GPU {index} ({}, {}).", part.share.describe(), gpu.uuid, format_bytes(gpu.total));
+                entries.push(format!("{}={}", gpu.uuid, part.share.limit()));
+            }
+        }
+    }
+    if !all {
+        text.push_str("# *=1 (one byte): no memory on any other GPU the container is given.\n");
+        entries.push("*=1".into());
+    }
+    let _ = writeln!(text, "limit = {}", entries.join(","));
+    let _ = writeln!(text, "ledger = {LEDGER}");
+    text
+}
+
+/// The text of the `/etc/ld.so.preload` the containers get.
+pub fn preload_text() -> String {
+    format!("{CONTAINER_SHIM}\n")
+}
+
+pub(crate) fn bind(host: &Path, container: &str, options: &[&str]) -> Value {
+    json!({ "hostPath": host.to_string_lossy(), "containerPath": container, "options": options })
+}
+
+/// The CDI spec as a JSON value, for files laid out under `config_dir` as `fgpu cdi
+/// generate` writes them ([`files::Payload::install`], then [`device_dir`] of each device).
+/// `service_dir`: the host directory of `fgpu service`'s socket, mounted read-only at the
+/// same path so processes of the container learn their host PID (when it exists).
+pub fn spec(devices: &[Device], config_dir: &Path, service_dir: Option<&Path>) -> Value {
+    let mut mounts = library_mounts(config_dir);
+    mounts.push(json!({ "hostPath": "tmpfs", "containerPath": LEDGER_DIR, "type": "tmpfs", "options": LEDGER_TMPFS_OPTIONS }));
+    mounts.extend(service_mount(service_dir));
+    let shared = json!({ "mounts": mounts });
+    let devices: Vec<Value> = devices
+        .iter()
+        .map(|d| {
+            json!({
+                "name": d.name,
+                "containerEdits": { "mounts": [bind(&device_dir(config_dir, d), CONTAINER_CONFIG_DIR, &FILE_MOUNT_OPTIONS)] }
+            })
+        })
+        .collect();
+    json!({ "cdiVersion": CDI_VERSION, "kind": KIND, "containerEdits": shared, "devices": devices })
+}
+
+/// The library directory and the preload list that [`files::Payload::install`] wrote under
+/// `config_dir`, read-only.
+pub(crate) fn library_mounts(config_dir: &Path) -> Vec<Value> {
+    vec![
+        bind(&config_dir.join(LIB_SUBDIR), CONTAINER_LIB_DIR, &LIB_MOUNT_OPTIONS),
+        bind(&config_dir.join(PRELOAD_FILE), CONTAINER_PRELOAD, &FILE_MOUNT_OPTIONS),
+    ]
+}
+
+/// `fgpu service`'s directory at the same path, read-only, when there is one.
+pub(crate) fn service_mount(service_dir: Option<&Path>) -> Option<Value> {
+    service_dir.map(|dir| bind(dir, fgpu_core::hostpid::SERVICE_DIR, &FILE_MOUNT_OPTIONS))
+}
+
+/// Where `fgpu cdi generate` writes a device's `fgpu.conf`.
+pub fn device_dir(config_dir: &Path, device: &Device) -> PathBuf {
+    config_dir.join(DEVICES_SUBDIR).join(&device.name)
+}
+
+/// Devices whose directory an earlier run wrote and this one no longer generates. They
+/// are left alone: a running container mounts the directory, and its processes read
+/// fgpu.conf from it whenever they start, so removing the file would leave them uncapped.
+pub fn no_longer_generated(devices_dir: &Path, devices: &[Device]) -> Vec<String> {
+    let Ok(entries) = std::fs::read_dir(devices_dir) else { return Vec::new() };
+    let mut kept: Vec<String> = entries
+        .flatten()
+        .filter_map(|e| e.file_name().into_string().ok())
+        .filter(|name| !devices.iter().any(|d| &d.name == name))
+        .filter(|name| std::fs::read_to_string(devices_dir.join(name).join(CONFIG_FILE)).is_ok_and(|t| t.starts_with(HEADER)))
+        .collect();
+    kept.sort();
+    kept
+}
+
+/// Block-style YAML for the spec. Strings are written as JSON strings, which YAML reads as
+/// double-quoted scalars with the same escapes; lists of strings in flow style (`[...]`).
+pub fn to_yaml(value: &Value) -> String {
+    let mut out = String::new();
+    yaml_map_body(value, 0, &mut out);
+    out
+}
+
+fn scalar(value: &Value) -> String {
+    serde_json::to_string(value).expect("JSON values serialise")
+}
+
+fn is_flow(value: &Value) -> bool {
+    match value {
+        Value::Array(items) => items.iter().all(|v| !v.is_array() && !v.is_object()),
+        Value::Object(map) => map.is_empty(),
+        _ => true,
+    }
+}
+
+fn yaml_map_body(value: &Value, indent: usize, out: &mut String) {
+    let Value::Object(map) = value else { return };
+    for (i, (key, item)) in map.iter().enumerate() {
+        // The first key of a list item goes on the dash's line.
+        if i > 0 || !out.ends_with("- ") {
+            out.push_str(&" ".repeat(indent));
+        }
+        if is_flow(item) {
+            let _ = writeln!(out, "{key}: {}", scalar(item));
+        } else {
+            let _ = writeln!(out, "{key}:");
+            yaml_block(item, indent + 2, out);
+        }
+    }
+}
+
+fn yaml_block(value: &Value, indent: usize, out: &mut String) {
+    match value {
+        Value::Array(items) => {
+            for item in items {
+                out.push_str(&" ".repeat(indent));
+                out.push_str("- ");
+                if is_flow(item) {
+                    let _ = writeln!(out, "{}", scalar(item));
+                } else if item.is_object() {
+                    yaml_map_body(item, indent + 2, out);
+                } else {
+                    out.push('\n');
+                    yaml_block(item, indent + 2, out);
+                }
+            }
+        }
+        Value::Object(_) => yaml_map_body(value, indent, out),
+        _ => {
+            let _ = writeln!(out, "{}{}", " ".repeat(indent), scalar(value));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const U0: &str = "GPU-7f2f4a87-663d-b312-36f4-6ad9417f4505";
+    const U1: &str = "GPU-11111111-2222-3333-4444-555555555555";
+
+    fn gpus() -> Vec<Gpu> {
+        vec![Gpu { index: 0, uuid: U0.into(), total: 80 * GIB }, Gpu { index: 1, uuid: U1.into(), total: 24 * GIB }]
+    }
+
+    fn names(devices: &[Device]) -> Vec<&str> {
+        devices.iter().map(|d| d.name.as_str()).collect()
+    }
+
+    #[test]
+    fn names_cover_each_gpu_size_and_percentage_that_fits() {
+        let devices = plan(&gpus(), &[8 * GIB, 40 * GIB, 1536 * MIB], &[25], &[]).unwrap();
+        assert_eq!(
+            names(&devices),
+            ["0-8g", "0-40g", "0-1536m", "0-25pct", "1-8g", "1-1536m", "1-25pct", "all-8g", "all-1536m", "all-25pct"]
+        );
+    }
+
+    #[test]
+    fn device_names_are_valid_cdi_names() {
+        // CDI: letters, digits, '_', '-', '.', ':'; starts and ends with a letter or digit.
+        let devices = plan(&gpus(), &[2 * GIB, 1536 * MIB], &[10, 100], &["0-8g,1-4g".into()]).unwrap();
+        for name in names(&devices) {
+            let ok_char = |c: char| c.is_ascii_alphanumeric() || "_-.:".contains(c);
+            assert!(name.chars().all(ok_char), "{name}");
+            assert!(name.starts_with(|c: char| c.is_ascii_alphanumeric()) && name.ends_with(|c: char| c.is_ascii_alphanumeric()), "{name}");
+        }
+    }
+
+    #[test]
+    fn config_of_one_gpu_caps_it_by_uuid_and_leaves_nothing_on_others() {
+        let devices = plan(&gpus(), &[8 * GIB], &[25], &[]).unwrap();
+        let text = config_text(&devices[0], &gpus());
+        assert!(text.starts_with(HEADER), "{text}");
+        assert!(text.contains(&format!("\nlimit = {U0}=8G,*=1\n")), "{text}");
+        assert!(text.contains("\nledger = /run/fgpu/ledger\n"), "{text}");
+        // The file must parse as fgpu.conf does, and give 8 GiB on GPU 0 and 1 byte elsewhere.
+        let limit = text.lines().find_map(|l| l.strip_prefix("limit = ")).unwrap();
+        let spec = fgpu_core::limit::parse_limit(limit).unwrap();
+        assert_eq!(spec.cap_for(U0, 80 * GIB), Some(8 * GIB));
+        assert_eq!(spec.cap_for(U1, 24 * GIB), Some(1));
+        let pct = devices.iter().find(|d| d.name == "1-25pct").unwrap();
+        let limit = config_text(pct, &gpus()).lines().find_map(|l| l.strip_prefix("limit = ").map(str::to_string)).unwrap();
+        assert_eq!(fgpu_core::limit::parse_limit(&limit).unwrap().cap_for(U1, 24 * GIB), Some(6 * GIB));
+    }
+
+    #[test]
+    fn config_of_all_caps_every_gpu() {
+        let devices = plan(&gpus(), &[8 * GIB], &[], &[]).unwrap();
+        let all = devices.iter().find(|d| d.name == "all-8g").unwrap();
+        let text = config_text(all, &gpus());
+        assert!(text.contains("\nlimit = 8G\n"), "{text}");
+        assert!(!text.contains("*=1"), "{text}");
+    }
+
+    #[test]
+    fn combinations_cap_several_gpus_in_one_file() {
+        let devices = plan(&gpus(), &[8 * GIB], &[], &["1-4g,0-8g".into(), "0-50pct_1-2g".into()]).unwrap();
+        let combo = devices.iter().find(|d| d.name == "0-8g_1-4g").expect("sorted by GPU index");
+        let text = config_text(combo, &gpus());
+        assert!(text.contains(&format!("\nlimit = {U0}=8G,{U1}=4G,*=1\n")), "{text}");
+        assert!(devices.iter().any(|d| d.name == "0-50pct_1-2g"));
+    }
+
+    #[test]
+    fn bad_combinations_say_what_is_wrong() {
+        let err = |c: &str| plan(&gpus(), &[8 * GIB], &[], &[c.to_string()]).unwrap_err();
+        assert!(err("0-8g").contains("two or more GPUs"), "{}", err("0-8g"));
+        assert!(err("0-8g,0-4g").contains("GPU 0 is named twice"));
+        assert!(err("0-8g,7-4g").contains("there is no GPU 7"));
+        assert!(err("0-8g,1-40g").contains("GPU 1 has only 24 GiB"), "{}", err("0-8g,1-40g"));
+        assert!(err("0-8g,all-4g").contains("all-SIZE alone"));
+        assert!(err("0-8x,1-4g").contains("0-8x"));
+        assert!(err("0-0pct,1-4g").contains("whole percentage"));
+        assert!(err("0-8g,1-4g,").contains("\"\""), "{}", err("0-8g,1-4g,"));
+    }
+
+    #[test]
+    fn nothing_to_generate_is_an_error() {
+        assert!(plan(&gpus(), &[100 * GIB], &[], &[]).unwrap_err().contains("no device"));
+    }
+
+    #[test]
+    fn spec_mounts_library_preload_config_read_only_and_a_private_tmpfs() {
+        let devices = plan(&gpus(), &[8 * GIB], &[], &[]).unwrap();
+        let spec = spec(&devices, Path::new("/var/lib/fgpu/cdi"), Some(Path::new("/run/fgpu-service")));
+        assert_eq!(spec["cdiVersion"], "0.5.0");
+        assert_eq!(spec["kind"], "fgpu.io/gpu");
+        let shared = spec["containerEdits"]["mounts"].as_array().unwrap();
+        let find = |mounts: &[Value], path: &str| mounts.iter().find(|m| m["containerPath"] == path).cloned().unwrap();
+        let options = |m: &Value| -> Vec<String> { m["options"].as_array().unwrap().iter().map(|o| o.as_str().unwrap().to_string()).collect() };
+        let lib = find(shared, "/usr/lib/fgpu");
+        assert_eq!(lib["hostPath"], "/var/lib/fgpu/cdi/lib");
+        assert!(!options(&lib).contains(&"noexec".to_string()), "{lib}");
+        let preload = find(shared, "/etc/ld.so.preload");
+        assert_eq!(preload["hostPath"], "/var/lib/fgpu/cdi/ld.so.preload");
+        let service = find(shared, "/run/fgpu-service");
+        assert_eq!(service["hostPath"], "/run/fgpu-service");
+        assert!(options(&service).contains(&"ro".to_string()));
+        let tmpfs = find(shared, "/run/fgpu");
+        assert_eq!(tmpfs["type"], "tmpfs");
+        assert!(options(&tmpfs).contains(&"mode=1777".to_string()));
+        let device = spec["devices"].as_array().unwrap().iter().find(|d| d["name"] == "0-8g").unwrap();
+        let conf = find(device["containerEdits"]["mounts"].as_array().unwrap(), "/etc/fgpu");
+        assert_eq!(conf["hostPath"], "/var/lib/fgpu/cdi/devices/0-8g");
+        for m in [&lib, &preload, &conf] {
+            let o = options(m);
+            assert!(["ro", "bind", "nosuid", "nodev"].iter().all(|w| o.contains(&w.to_string())), "{m}");
+        }
+        // Only fields that CDI 0.5.0 defines, in its order.
+        assert_eq!(spec.as_object().unwrap().keys().collect::<Vec<_>>(), ["cdiVersion", "kind", "containerEdits", "devices"]);
+        // The configuration the shim reads is the mounted directory's fgpu.conf.
+        assert_eq!(Path::new(CONTAINER_CONFIG_DIR).join(CONFIG_FILE), Path::new(fgpu_core::config::CONFIG_PATH));
+        assert_eq!(Path::new(CONTAINER_LIB_DIR).join(shimpath::SHIM_NAME), Path::new(CONTAINER_SHIM));
+    }
+
+    #[test]
+    fn preload_names_the_mounted_library() {
+        assert_eq!(preload_text(), "/usr/lib/fgpu/libfgpu.so\n");
+    }
+
+    #[test]
+    fn yaml_is_block_style_with_json_scalars() {
+        let value = json!({
+            "cdiVersion": "0.5.0",
+            "containerEdits": {"mounts": [{"hostPath": "/a b", "containerPath": "/c", "options": ["ro", "bind"]}]},
+            "devices": [{"name": "0-8g", "containerEdits": {"mounts": []}}]
+        });
+        let expected = "\
+cdiVersion: \"0.5.0\"
+containerEdits:
+  mounts:
+    - hostPath: \"/a b\"
+      containerPath: \"/c\"
+      options: [\"ro\",\"bind\"]
+devices:
+  - name: \"0-8g\"
+    containerEdits:
+      mounts: []
+";
+        assert_eq!(to_yaml(&value), expected);
+    }
+}

@@ -1,0 +1,126 @@
+//! What the driver prepared, kept in a file so that a restarted driver answers kubelet's
+//! repeated NodePrepareResources with the same devices (and rewrites the files a reboot
+//! took, without asking the API server), and still knows what to undo.
+//!
+//! The file is JSON, replaced atomically after every change. One that cannot be read is set
+//! aside (`.corrupt`) and the driver starts from nothing: a claim kubelet prepares again is
+//! read from the API server again, and unpreparing needs only the claim's UID.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// The file's format; a file of another version is set aside like a corrupt one.
+const VERSION: u32 = 1;
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Checkpoint {
+    pub version: u32,
+    /// By claim UID.
+    pub claims: BTreeMap<String, PreparedClaim>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct PreparedClaim {
+    pub namespace: String,
+    pub name: String,
+    /// The caps written to the claim's fgpu.conf, one per GPU.
+    pub caps: Vec<CapRecord>,
+    /// What NodePrepareResources answered.
+    pub devices: Vec<DeviceRecord>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct CapRecord {
+    pub index: u32,
+    pub uuid: String,
+    pub total: u64,
+    pub memory: u64,
+    pub compute_millipercent: Option<u64>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct DeviceRecord {
+    pub requests: Vec<String>,
+    pub pool: String,
+    pub device: String,
+    pub cdi_ids: Vec<String>,
+}
+
+pub struct Store {
+    path: PathBuf,
+}
+
+impl Store {
+    pub fn new(path: PathBuf) -> Store {
+        Store { path }
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The checkpoint on disk; an empty one when there is none. A file that cannot be read
+    /// is renamed aside, and the reason returned beside the empty checkpoint.
+    pub fn load(&self) -> (Checkpoint, Option<String>) {
+        let text = match std::fs::read(&self.path) {
+            Ok(text) => text,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return (Self::empty(), None),
+            Err(e) => return (Self::empty(), Some(format!("cannot read {}: {e}", self.path.display()))),
+        };
+        match serde_json::from_slice::<Checkpoint>(&text) {
+            Ok(c) if c.version == VERSION => (c, None),
+            result => {
+                let why = match result {
+                    Ok(c) => format!("version {} (this driver writes {VERSION})", c.version),
+                    Err(e) => e.to_string(),
+                };
+                let aside = self.path.with_extension("json.corrupt");
+                let _ = std::fs::rename(&self.path, &aside);
+                (Self::empty(), Some(format!("{} cannot be used ({why}); set aside as {}", self.path.display(), aside.display())))
+            }
+        }
+    }
+
+    fn empty() -> Checkpoint {
+        Checkpoint { version: VERSION, claims: BTreeMap::new() }
+    }
+
+    pub fn save(&self, checkpoint: &Checkpoint) -> Result<(), String> {
+        let text = serde_json::to_vec_pretty(checkpoint).expect("a checkpoint serialises");
+        fgpu_cdi::files::write_file(&self.path, &text, 0o600, None)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn saved_checkpoints_load_and_corrupt_ones_are_set_aside() {
+        let dir = std::env::temp_dir().join(format!("fgpu-checkpoint-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let store = Store::new(dir.join("checkpoint.json"));
+        assert_eq!(store.load(), (Store::empty(), None));
+        let mut c = Store::empty();
+        c.claims.insert(
+            "u1".into(),
+            PreparedClaim {
+                namespace: "ml".into(),
+                name: "train".into(),
+                caps: vec![CapRecord { index: 0, uuid: "GPU-a".into(), total: 80 << 30, memory: 8 << 30, compute_millipercent: Some(30_000) }],
+                devices: vec![DeviceRecord { requests: vec!["gpu".into()], pool: "n".into(), device: "gpu-0".into(), cdi_ids: vec!["x.io/y=z".into()] }],
+            },
+        );
+        store.save(&c).unwrap();
+        assert_eq!(store.load(), (c, None));
+        std::fs::write(store.path(), b"{ not json").unwrap();
+        let (loaded, why) = store.load();
+        assert_eq!(loaded, Store::empty());
+        assert!(why.unwrap().contains("set aside"));
+        assert!(dir.join("checkpoint.json.corrupt").exists());
+        assert!(!store.path().exists());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

@@ -1,0 +1,339 @@
+#!/usr/bin/env bash
+# fgpu-kubelet-plugin's claims in real podman containers: the CDI devices that the DRA
+# driver gpu.fgpu.io answers NodePrepareResources with cap a plain Debian image, on the
+# simulated driver, as tests/cdi/test.sh does for `fgpu cdi generate`'s devices. No
+# kubelet and no API server exist here: fgpu-dra-harness (tests/support/dra.rs) plays
+# both, the API server on 127.0.0.1 serving resource.k8s.io/v1 claims with
+# consumedCapacity, the fake kubelet calling the plugin over its sockets.
+#
+#   bash tests/cdi/dra.sh           (as root; tests/run.sh runs it)
+#
+# It checks:
+#   - Prepare of a claim allocated 8Gi and 30 % of GPU 0 answers NVIDIA's device under the
+#     GPU's UUID (from a stand-in for NVIDIA's spec) and fgpu.io/gpu=claim-<uid>, both
+#     defined by specs in /var/run/cdi; the same again on a repeated Prepare;
+#   - a container started with those devices sees an 8192 MiB GPU in nvidia-smi, pynvml and
+#     cuMemGetInfo, is refused 9000 MiB and granted 7000 MiB, and has the 30 % share in its
+#     configuration;
+#   - a second container in the first one's IPC namespace (a pod's second container) shares
+#     the one 8 GiB cap; a container of the same claim in an IPC namespace of its own (a
+#     second pod) is refused GPU memory, and told why;
+#   - a claim allocated a device the node lacks gets an error and no spec;
+#   - Unprepare removes the claim's spec.
+# Host state: the specs go to /var/run/cdi (podman 4.3 reads only it and /etc/cdi) under
+# names of this script's own, removed at exit; everything else lives in a temporary
+# directory. The base image is tests/cdi/test.sh's (the same cache, the same name).
+# Prints PASS/FAIL lines and "N passed, M failed"; exits non-zero if anything failed.
+#
+# Environment:
+#   FGPU_IMAGES_CACHE  cache of the base rootfs (default /var/cache/fgpu-images)
+#   FGPU_DRA_WORK      scratch directory (default target/dra-test)
+#   FGPU_DRA_KEEP=1    leave the containers, the plugin's files and the specs behind
+set -uo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+cd "$root" || exit 1
+
+CACHE=${FGPU_IMAGES_CACHE:-/var/cache/fgpu-images}
+WORK=${FGPU_DRA_WORK:-$root/target/dra-test}
+PREFIX=fgpu-dra-test
+IMAGE=localhost/fgpu-cdi-test/bookworm-python3:latest
+CDI_DIR=/var/run/cdi
+NVIDIA_SPEC=$CDI_DIR/$PREFIX-nvidia.yaml
+NODE=node-a
+ARCH=$(uname -m)
+LIBDIR=/usr/lib/$ARCH-linux-gnu
+CAP_MIB=8192
+# The claims: UIDs of this script's own, so that their specs never meet another's.
+UID_TRAIN=0d7a2c4e-dra0-4000-8000-000000000001
+UID_LOST=0d7a2c4e-dra0-4000-8000-000000000003
+HOSTDIR=
+API_PID=
+PLUGIN_PID=
+T0=$(date +%s)
+
+npass=0
+nfail=0
+failed=()
+log() { printf '[%3ds] %s\n' "$(($(date +%s) - T0))" "$*" >&2; }
+pass() { echo "PASS $1"; npass=$((npass + 1)); }
+fail() {
+    echo "FAIL $1${2:+: $2}"
+    nfail=$((nfail + 1))
+    failed+=("$1")
+}
+summary() {
+    log "done in $(($(date +%s) - T0)) s"
+    [ "${#failed[@]}" -gt 0 ] && echo "failed: ${failed[*]}"
+    echo "$npass passed, $nfail failed"
+}
+die() {
+    fail setup "$*"
+    summary
+    exit 1
+}
+
+# run CMD...: runs it, keeping what a failure report shows.
+CMD= RC= OUT= ERR=
+run() {
+    CMD=$(printf '%q ' "$@")
+    "$@" >"$WORK/out" 2>"$WORK/err"
+    RC=$?
+    OUT=$(cat "$WORK/out")
+    ERR=$(cat "$WORK/err")
+}
+# check NAME WHY CONDITION...: PASS if CONDITION succeeds; else FAIL with WHY and the
+# last command run (its exit status, stdout and stderr).
+check() {
+    local name=$1 why=$2
+    shift 2
+    if "$@"; then
+        pass "$name"
+    else
+        fail "$name" "$why"
+        printf '    command: %s\n    exit status: %s\n' "$CMD" "$RC"
+        printf '%s\n' "$OUT" | sed 's/^/    stdout: /' | head -n 30
+        printf '%s\n' "$ERR" | sed 's/^/    stderr: /' | head -n 30
+    fi
+}
+field() { printf '%s\n' "$OUT" | sed -n "s/^$1=//p" | head -n 1; }
+
+mkdir -p "$WORK" "$CACHE" "$CDI_DIR" || die "cannot create $WORK, $CACHE or $CDI_DIR"
+
+# ------------------------------------------------------------------ tools
+
+need=()
+command -v podman >/dev/null || need+=(podman)
+command -v debootstrap >/dev/null || need+=(debootstrap)
+command -v runc >/dev/null || need+=(runc)
+command -v cc >/dev/null || need+=(gcc libc6-dev)
+if [ "${#need[@]}" -gt 0 ]; then
+    log "apt-get install ${need[*]}"
+    { DEBIAN_FRONTEND=noninteractive apt-get update -qq \
+        && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}"; } \
+        >"$WORK/apt.log" 2>&1 || die "apt-get install ${need[*]} failed (see $WORK/apt.log)"
+fi
+
+PY=${FGPU_TEST_PYTHON:-$root/.venv/bin/python}
+if ! "$PY" -c 'import pynvml' 2>/dev/null; then
+    log "pip install -r tests/python/requirements.txt into .venv"
+    { [ -x "$PY" ] || python3 -m venv "$root/.venv"; } && PY=$root/.venv/bin/python \
+        && "$PY" -m pip install -q --disable-pip-version-check -r tests/python/requirements.txt >"$WORK/pip.log" 2>&1 \
+        || die "pip install failed (see $WORK/pip.log)"
+fi
+
+# Podman on these machines (docs/cdi.md, Tests): root has no CAP_SYS_RESOURCE, so no
+# default ulimits; the hybrid cgroup layout needs cgroupfs and runc. A real host needs
+# none of this.
+cat >"$WORK/containers.conf" <<'EOF'
+[containers]
+default_ulimits = []
+[engine]
+cgroup_manager = "cgroupfs"
+runtime = "runc"
+EOF
+export CONTAINERS_CONF=$WORK/containers.conf
+RUN_ARGS=(--network=none --ulimit nofile=1024:4096 --ulimit nproc=4096:4096 --label "$PREFIX=1")
+
+cleanup() {
+    [ "${FGPU_DRA_KEEP:-0}" = 1 ] && return 0
+    local ids
+    ids=$(podman ps -aq --filter "label=$PREFIX=1" 2>/dev/null)
+    [ -n "$ids" ] && podman rm -f -t 0 $ids >/dev/null 2>&1
+    [ -n "$PLUGIN_PID" ] && kill "$PLUGIN_PID" 2>/dev/null && wait "$PLUGIN_PID" 2>/dev/null
+    [ -n "$API_PID" ] && kill "$API_PID" 2>/dev/null && wait "$API_PID" 2>/dev/null
+    { exec 9>&-; } 2>/dev/null
+    rm -f "$NVIDIA_SPEC" "$CDI_DIR/fgpu-claim-$UID_TRAIN.json" "$CDI_DIR/fgpu-claim-$UID_LOST.json"
+    if [ -n "$HOSTDIR" ]; then
+        # The claims' ledger tmpfs, should a failure have left one mounted.
+        grep -o " $HOSTDIR/[^ ]*" /proc/self/mountinfo | sort -r | while read -r m; do umount -l "$m"; done
+        rm -rf "$HOSTDIR"
+    fi
+    return 0
+}
+trap cleanup EXIT
+# Stopped by a signal: leave through the EXIT trap, which cleans up.
+trap 'exit 1' INT TERM
+cleanup
+
+# ------------------------------------------------------------------ builds
+
+log "cargo build --release (fgpu, the shim, the simulated driver, fgpu-kubelet-plugin, fgpu-dra-harness)"
+cargo build --release -p fgpu-cli -p fgpu-shim -p fgpu-sim-cuda -p fgpu-sim-nvml -p fgpu-kubelet-plugin -p fgpu-tests --bins \
+    >"$WORK/cargo.log" 2>&1 || die "cargo build failed (see $WORK/cargo.log)"
+REL=$root/target/release
+for f in fgpu libfgpu.so libfgpu_shim.so fgpu-kubelet-plugin fgpu-dra-harness libfgpu_sim_cuda.so libfgpu_sim_nvml.so; do
+    [ -e "$REL/$f" ] || die "$REL/$f was not built"
+done
+HOSTDIR=$(mktemp -d /tmp/$PREFIX.XXXXXX) && chmod 755 "$HOSTDIR" || die "mktemp failed"
+mkdir -p "$HOSTDIR/simlib" "$HOSTDIR/bin" "$HOSTDIR/sim"
+SIM_CUDA=$HOSTDIR/simlib/libcuda.so.1
+SIM_NVML=$HOSTDIR/simlib/libnvidia-ml.so.1
+cp "$REL/libfgpu_sim_cuda.so" "$SIM_CUDA" && cp "$REL/libfgpu_sim_nvml.so" "$SIM_NVML" || die "cannot copy the simulated driver"
+CLIENT=$HOSTDIR/bin/fgpu-client
+cc -O2 -Wall -o "$CLIENT" images/test/fgpu-client.c -ldl >"$WORK/client.log" 2>&1 \
+    || die "building images/test/fgpu-client.c failed (see $WORK/client.log)"
+NVSMI=${FGPU_TEST_NVIDIA_SMI:-}
+if [ ! -x "$NVSMI" ]; then
+    NVSMI=$(bash scripts/get-nvidia-smi.sh "$root/target/nvidia-smi" 2>"$WORK/nvidia-smi.log" | tail -n 1)
+fi
+[ -x "$NVSMI" ] || die "no nvidia-smi (see $WORK/nvidia-smi.log)"
+cp "$NVSMI" "$HOSTDIR/bin/nvidia-smi" && NVSMI=$HOSTDIR/bin/nvidia-smi
+PYNVML=$("$PY" -c 'import pynvml; print(pynvml.__file__)') && cp "$PYNVML" "$HOSTDIR/bin/pynvml.py" \
+    && PYNVML=$HOSTDIR/bin/pynvml.py || die "no pynvml in $PY"
+chmod -R a+rX "$HOSTDIR"
+
+if ! podman image exists "$IMAGE"; then
+    tar=$CACHE/bookworm-minbase-python3.tar
+    if [ ! -s "$tar" ]; then
+        log "debootstrap --variant=minbase --include=python3 bookworm (once; cached in $CACHE)"
+        tmp=$CACHE/rootfs-python3.$$.tmp
+        rm -rf "$tmp"
+        debootstrap --variant=minbase --include=python3 bookworm "$tmp" >"$WORK/debootstrap.log" 2>&1 \
+            || die "debootstrap failed (see $WORK/debootstrap.log)"
+        rm -rf "$tmp/var/cache/apt/archives/"*.deb "$tmp/var/lib/apt/lists/"*
+        tar -C "$tmp" -cf "$tar.$$.part" . && mv "$tar.$$.part" "$tar"
+        rm -rf "$tmp"
+    fi
+    log "podman import $IMAGE"
+    podman import --change 'CMD ["bash"]' "$tar" "$IMAGE" >"$WORK/import.log" 2>&1 || die "podman import failed (see $WORK/import.log)"
+fi
+
+# ------------------------------------------------------------------ the node
+
+# One simulated 80 GiB GPU, its state shared with the containers.
+SIM_STATE=$HOSTDIR/sim/one
+sim() { LD_LIBRARY_PATH=$HOSTDIR/simlib FGPU_SIM_STATE=$SIM_STATE FGPU_SIM_DEVICES=1 FGPU_SIM_MEMORY=80G FGPU_SIM_CONTEXT_OVERHEAD=300M "$@"; }
+sim "$CLIENT" nvml >/dev/null 2>&1
+chmod 0666 "$SIM_STATE" || die "the simulated driver did not create its state file"
+GPU_UUID=$(sim "$PY" -c 'import pynvml as n; n.nvmlInit(); u = n.nvmlDeviceGetUUID(n.nvmlDeviceGetHandleByIndex(0)); print(u.decode() if isinstance(u, bytes) else u)')
+[ -n "$GPU_UUID" ] || die "pynvml does not read the simulated GPU's UUID"
+
+# The stand-in for NVIDIA's spec: the GPU under its UUID only (nvidia-ctk's uuid names), so
+# that its names meet no other stand-in's.
+cat >"$NVIDIA_SPEC" <<EOF
+cdiVersion: "0.5.0"
+kind: "nvidia.com/gpu"
+containerEdits:
+  mounts:
+    - {hostPath: "$SIM_CUDA", containerPath: "$LIBDIR/libcuda.so.1", options: ["ro", "nosuid", "nodev", "bind"]}
+    - {hostPath: "$SIM_NVML", containerPath: "$LIBDIR/libnvidia-ml.so.1", options: ["ro", "nosuid", "nodev", "bind"]}
+    - {hostPath: "$NVSMI", containerPath: "/usr/bin/nvidia-smi", options: ["ro", "nosuid", "nodev", "bind"]}
+devices:
+  - name: "$GPU_UUID"
+    containerEdits:
+      mounts:
+        - {hostPath: "$SIM_STATE", containerPath: "/tmp/fgpu-sim-state", options: ["rw", "nosuid", "nodev", "bind"]}
+EOF
+
+# The API server, with the claims as the scheduler allocated them: 8Gi and 30 % of gpu-0,
+# and one on a device this node lacks. It serves until its standard input (fd 9) closes.
+log "the stub API server and fgpu-kubelet-plugin"
+mkfifo "$HOSTDIR/api.in" || die "mkfifo failed"
+"$REL/fgpu-dra-harness" api "$HOSTDIR/kubeconfig" "$NODE" 5e0c1a2b-0000-4000-8000-00000000node \
+    "default/train/$UID_TRAIN/gpu-0/8Gi/30" "default/lost/$UID_LOST/gpu-5/8Gi/-" \
+    <"$HOSTDIR/api.in" >"$HOSTDIR/api.out" 2>"$HOSTDIR/api.err" &
+API_PID=$!
+exec 9>"$HOSTDIR/api.in"
+for _ in $(seq 1 100); do grep -q '^ready ' "$HOSTDIR/api.out" && break; sleep 0.1; done
+grep -q '^ready ' "$HOSTDIR/api.out" || die "the stub API server did not start: $(cat "$HOSTDIR/api.err")"
+
+sim env FGPU_SHIM="$REL/libfgpu.so" "$REL/fgpu-kubelet-plugin" --node-name "$NODE" --kubeconfig "$HOSTDIR/kubeconfig" \
+    --cdi-root "$CDI_DIR" --state-dir "$HOSTDIR/state" --fgpu "$REL/fgpu" \
+    --kubelet-registrar-directory-path "$HOSTDIR/registry" --kubelet-plugins-directory-path "$HOSTDIR/plugins" \
+    >"$HOSTDIR/plugin.log" 2>&1 &
+PLUGIN_PID=$!
+for _ in $(seq 1 100); do [ -S "$HOSTDIR/registry/gpu.fgpu.io-reg.sock" ] && break; sleep 0.1; done
+[ -S "$HOSTDIR/registry/gpu.fgpu.io-reg.sock" ] || die "the plugin did not start: $(cat "$HOSTDIR/plugin.log")"
+
+# ------------------------------------------------------------------ prepare
+
+log "NodePrepareResources"
+run "$REL/fgpu-dra-harness" prepare "$HOSTDIR/registry" "default/train/$UID_TRAIN"
+IDS=$(printf '%s\n' "$OUT" | sed -n "s/^cdi $UID_TRAIN //p")
+check prepare-answers-nvidia-and-fgpu-devices "Prepare did not answer NVIDIA's UUID device and fgpu's claim device" \
+    test "$RC/$IDS" = "0/$(printf 'nvidia.com/gpu=%s\nfgpu.io/gpu=claim-%s' "$GPU_UUID" "$UID_TRAIN")"
+check prepared-spec-in-cdi-dir "no spec defines fgpu.io/gpu=claim-$UID_TRAIN in $CDI_DIR" \
+    grep -q "\"name\": \"claim-$UID_TRAIN\"" "$CDI_DIR/fgpu-claim-$UID_TRAIN.json"
+FIRST=$OUT
+run "$REL/fgpu-dra-harness" prepare "$HOSTDIR/registry" "default/train/$UID_TRAIN"
+check prepare-again-same-ids "a repeated Prepare answered otherwise" test "$RC/$OUT" = "0/$FIRST"
+run "$REL/fgpu-dra-harness" prepare "$HOSTDIR/registry" "default/lost/$UID_LOST"
+check prepare-device-the-node-lacks-fails "a claim on gpu-5 must get an error naming it, and no spec" \
+    eval 'test "$RC" = 3 && printf "%s" "$OUT" | grep -q "^error $UID_LOST .*gpu-5 is not on this node" && test ! -e "$CDI_DIR/fgpu-claim-$UID_LOST.json"'
+DEVICES=()
+for id in $IDS; do DEVICES+=(--device "$id"); done
+
+# ------------------------------------------------------------------ containers
+
+start() { # start NAME PODMAN-RUN-ARGS...: a long-running container of the plain image
+    local name=$1
+    shift
+    run podman run -d --name "$PREFIX-$name" "${RUN_ARGS[@]}" \
+        -v "$CLIENT:/usr/local/bin/fgpu-client:ro" \
+        -v "$PYNVML:/usr/lib/python3/dist-packages/pynvml.py:ro" \
+        "$@" "$IMAGE" sleep infinity
+    test "$RC" = 0
+}
+px() { # px NAME [podman exec args] -- CMD...: podman exec with a timeout, through run
+    local name=$1
+    shift
+    local args=()
+    while [ "$#" -gt 0 ] && [ "$1" != "--" ]; do args+=("$1"); shift; done
+    shift
+    run timeout 60 podman exec "${args[@]}" "$PREFIX-$name" "$@"
+}
+refused() { local name=$1 mib=$2; shift 2; px "$name" "$@" -- fgpu-client alloc "$mib"; test "$RC" = 2; }
+granted() { local name=$1 mib=$2; shift 2; px "$name" "$@" -- fgpu-client alloc "$mib"; test "$RC" = 0; }
+total_is() { px "$1" -- fgpu-client info; test "$RC" = 0 && test "$(field total_mib)" = "$2"; }
+hold() { # hold NAME OUTFILE MIB: a background allocation held until killed
+    local name=$1 out=$2 mib=$3
+    podman exec -d "$PREFIX-$name" sh -c "exec fgpu-client alloc $mib --hold >$out 2>&1" >/dev/null
+    for _ in $(seq 1 100); do
+        px "$name" -- cat "$out"
+        printf '%s\n' "$OUT" | grep -q '^holding=1' && return 0
+        printf '%s\n' "$OUT" | grep -q '^alloc_result=' && return 1
+        sleep 0.1
+    done
+    return 1
+}
+
+log "a pod's container with the claim's devices"
+start a "${DEVICES[@]}" || die "podman run with ${IDS//$'\n'/ } failed: $ERR"
+px a -- nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits
+check nvidia-smi-total-8192 "nvidia-smi does not show the claim's 8192 MiB" test "$(printf '%s' "$OUT" | tr -d ' ')" = "$CAP_MIB"
+px a -- python3 -c 'import pynvml as n; n.nvmlInit(); h = n.nvmlDeviceGetHandleByIndex(0); print(n.nvmlDeviceGetMemoryInfo(h).total >> 20)'
+check pynvml-total-8192 "pynvml's total is not the claim's 8192 MiB" test "$OUT" = "$CAP_MIB"
+check cuMemGetInfo-total-8192 "cuMemGetInfo's total is not the claim's 8192 MiB" total_is a "$CAP_MIB"
+check over-claim-refused "9000 MiB must be refused under the claim's 8 GiB" refused a 9000
+check under-claim-granted "7000 MiB must be granted under the claim's 8 GiB" granted a 7000
+check raise-FGPU_LIMIT-refused "FGPU_LIMIT=64G raised the claim's cap" refused a 9000 -e FGPU_LIMIT=64G
+px a -- sh -c 'grep -E "^(limit|compute|ledger) " /etc/fgpu/fgpu.conf; stat -c "%U:%G %a" /etc/fgpu/fgpu.conf; grep -c " /run/fgpu " /proc/mounts'
+check claim-config-in-container "the container's configuration is not the claim's (8G and 30 % of $GPU_UUID, root-owned, the ledger mounted)" \
+    test "$OUT" = "$(printf 'limit = %s=8G,*=1\ncompute = %s=30%%\nledger = /run/fgpu/ledger\nroot:root 644\n1' "$GPU_UUID" "$GPU_UUID")"
+
+log "the pod's second container (the first one's IPC namespace) and a second pod"
+if hold a /tmp/holder.out 5000; then
+    pass pod-first-container-holds-5000
+    start a2 --ipc "container:$PREFIX-a" "${DEVICES[@]}" || die "podman run --ipc container:... failed: $ERR"
+    check pod-second-container-shares-cap "a second container of the pod got 3000 MiB beside 5000 held under 8 GiB" refused a2 3000
+    check pod-second-container-gets-the-rest "a second container of the pod was refused what is left of the claim" granted a2 2000
+    start b "${DEVICES[@]}" || die "podman run failed: $ERR"
+    px b -- fgpu-client alloc 1000
+    check second-pod-refused "a container of the claim in another IPC namespace must be refused while the first pod uses it, and told why" \
+        eval 'test "$RC" != 0 && printf "%s\n%s" "$OUT" "$ERR" | grep -q "another IPC namespace"'
+else
+    fail pod-first-container-holds-5000 "$OUT $ERR"
+fi
+podman rm -f -t 0 "$PREFIX-a" "$PREFIX-a2" "$PREFIX-b" >/dev/null 2>&1
+
+# ------------------------------------------------------------------ unprepare
+
+log "NodeUnprepareResources"
+run "$REL/fgpu-dra-harness" unprepare "$HOSTDIR/registry" "default/train/$UID_TRAIN"
+check unprepare-removes-spec "Unprepare failed or left the claim's spec or files" \
+    eval 'test "$RC" = 0 && test ! -e "$CDI_DIR/fgpu-claim-$UID_TRAIN.json" && test ! -e "$HOSTDIR/state/claims/$UID_TRAIN"'
+check plugin-still-running "the plugin exited: $(tail -n 5 "$HOSTDIR/plugin.log" 2>/dev/null)" kill -0 "$PLUGIN_PID"
+
+summary
+[ "$nfail" = 0 ]
