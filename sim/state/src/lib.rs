@@ -61,6 +61,9 @@ const TIMELINE_OFF: usize = SLOTS_OFF + MAX_PROCESSES * SLOT_SIZE;
 /// Total size of the state file (sparse: a device's timeline pages are touched only when
 /// it runs work).
 pub const FILE_SIZE: usize = TIMELINE_OFF + MAX_DEVICES * timeline::DEVICE_TIMELINE_SIZE;
+/// How long a process of a nested PID namespace waits at registration for its host PID
+/// under [`NvmlPidsMode::Host`] ([`SimState::register`]).
+pub const HOST_PID_WAIT_NS: u64 = 2_000_000_000;
 /// Byte locked (blocking) while a process creates or checks the file.
 const INIT_LOCK_BYTE: i64 = 8;
 
@@ -86,7 +89,10 @@ struct Header {
     realtime_offset_ns: i64,
     /// NVML's sample period, ns (0: [`timeline::SAMPLE_PERIOD_NS`]).
     sample_period_ns: u64,
-    _reserved: [u64; 23],
+    /// Which PIDs NVML gives ([`NvmlPidsMode`] as its code; 0 for the default).
+    nvml_pids: u32,
+    _pad1: u32,
+    _reserved: [u64; 22],
 }
 
 #[repr(C)]
@@ -115,7 +121,10 @@ struct SlotRec {
     pidns_ino: AtomicU64,
     used: [AtomicU64; MAX_DEVICES],
     contexts: [AtomicU32; MAX_DEVICES],
-    _pad: [u8; 128],
+    /// What else the process is to NVML besides a compute process ([`KIND_GRAPHICS`],
+    /// [`KIND_MPS`]), from `FGPU_SIM_PROCESS_KINDS` when it registered.
+    kinds: AtomicU32,
+    _pad: [u8; 124],
 }
 
 const _: () = assert!(std::mem::size_of::<Header>() == HEADER_SIZE);
@@ -151,6 +160,8 @@ pub struct SimConfig {
     pub timeslice_ns: u64,
     /// NVML's utilisation sample period, ns.
     pub sample_period_ns: u64,
+    /// Which PIDs NVML gives a caller outside the host's PID namespace.
+    pub nvml_pids: NvmlPidsMode,
 }
 
 impl Default for SimConfig {
@@ -162,8 +173,82 @@ impl Default for SimConfig {
             driver_version: 12080,
             timeslice_ns: timeline::DEFAULT_TIMESLICE_NS,
             sample_period_ns: timeline::SAMPLE_PERIOD_NS,
+            nvml_pids: NvmlPidsMode::Caller,
         }
     }
+}
+
+/// Which PIDs the simulated NVML gives (`FGPU_SIM_NVML_PIDS`), modelled on the drivers
+/// described in docs/simulator.md. A caller in the host's PID namespace gets host PIDs
+/// with their memory in every mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NvmlPidsMode {
+    /// Older drivers: host PIDs in process lists, per-process memory, utilisation samples.
+    Host,
+    /// Current drivers (NVIDIA's open kernel modules, `gpuGetProcWithObject` →
+    /// `_gpuConvertPid` → `osFindNsPid`): PIDs as the caller's namespace sees them, processes
+    /// it cannot see left out, memory matched through the same conversion; samples carry
+    /// the caller's PID for a process it can see and the raw host PID otherwise.
+    Caller,
+    /// As `Caller`, but the per-process memory query compares the caller's PID with raw
+    /// host PIDs (open-gpu-kernel-modules pull request 614): a listed process's memory is
+    /// that of the process whose host PID equals the listed number, usually none (0).
+    CallerNoMemory,
+    /// No process at all in the lists a caller outside the host's namespace gets; samples
+    /// keep raw host PIDs.
+    None,
+}
+
+impl NvmlPidsMode {
+    /// The name `FGPU_SIM_NVML_PIDS` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            NvmlPidsMode::Host => "host",
+            NvmlPidsMode::Caller => "caller",
+            NvmlPidsMode::CallerNoMemory => "caller-no-memory",
+            NvmlPidsMode::None => "none",
+        }
+    }
+
+    pub fn parse(v: &str) -> Option<NvmlPidsMode> {
+        [NvmlPidsMode::Host, NvmlPidsMode::Caller, NvmlPidsMode::CallerNoMemory, NvmlPidsMode::None].into_iter().find(|m| m.name() == v.trim())
+    }
+
+    fn code(self) -> u32 {
+        match self {
+            NvmlPidsMode::Caller => 0,
+            NvmlPidsMode::Host => 1,
+            NvmlPidsMode::CallerNoMemory => 2,
+            NvmlPidsMode::None => 3,
+        }
+    }
+
+    fn from_code(code: u32) -> NvmlPidsMode {
+        match code {
+            1 => NvmlPidsMode::Host,
+            2 => NvmlPidsMode::CallerNoMemory,
+            3 => NvmlPidsMode::None,
+            _ => NvmlPidsMode::Caller,
+        }
+    }
+}
+
+/// The process is a graphics client too (it shows in the graphics process lists).
+pub const KIND_GRAPHICS: u32 = 1;
+/// The process is an MPS client (it shows in the MPS process lists).
+pub const KIND_MPS: u32 = 2;
+
+/// `FGPU_SIM_PROCESS_KINDS` of the calling process: `graphics`, `mps`, comma-separated.
+fn own_kinds() -> u32 {
+    std::env::var("FGPU_SIM_PROCESS_KINDS")
+        .unwrap_or_default()
+        .split(',')
+        .map(|k| match k.trim() {
+            "graphics" => KIND_GRAPHICS,
+            "mps" => KIND_MPS,
+            _ => 0,
+        })
+        .fold(0, |a, b| a | b)
 }
 
 fn bad_env(name: &str, value: &str) -> io::Error {
@@ -172,8 +257,8 @@ fn bad_env(name: &str, value: &str) -> io::Error {
 
 impl SimConfig {
     /// Reads `FGPU_SIM_DEVICES`, `FGPU_SIM_MEMORY`, `FGPU_SIM_CONTEXT_OVERHEAD`,
-    /// `FGPU_SIM_DRIVER_VERSION`, `FGPU_SIM_TIMESLICE`, `FGPU_SIM_SAMPLE_PERIOD`; unset or empty variables take the
-    /// defaults.
+    /// `FGPU_SIM_DRIVER_VERSION`, `FGPU_SIM_TIMESLICE`, `FGPU_SIM_SAMPLE_PERIOD`,
+    /// `FGPU_SIM_NVML_PIDS`; unset or empty variables take the defaults.
     pub fn from_env() -> io::Result<SimConfig> {
         let mut c = SimConfig::default();
         let get = |n: &str| std::env::var(n).ok().filter(|v| !v.trim().is_empty());
@@ -199,6 +284,9 @@ impl SimConfig {
             // NVML documents 1/6 s to 1 s, depending on the product.
             let range = timeline::SAMPLE_PERIOD_NS..=1_000_000_000;
             c.sample_period_ns = parse_duration(&v).filter(|t| range.contains(t)).ok_or_else(|| bad_env("FGPU_SIM_SAMPLE_PERIOD", &v))?;
+        }
+        if let Some(v) = get("FGPU_SIM_NVML_PIDS") {
+            c.nvml_pids = NvmlPidsMode::parse(&v).ok_or_else(|| bad_env("FGPU_SIM_NVML_PIDS", &v))?;
         }
         Ok(c)
     }
@@ -231,20 +319,8 @@ pub struct SimProcess {
     pub per_device_used: Vec<u64>,
     /// CUDA contexts per device.
     pub per_device_contexts: Vec<u32>,
-}
-
-impl SimProcess {
-    /// The pid NVML reports: the host pid where known, else the pid visible to the
-    /// querier, else the pid in the process's own namespace.
-    pub fn reported_pid(&self) -> u32 {
-        if self.host_pid != 0 {
-            self.host_pid
-        } else if self.visible_pid != 0 {
-            self.visible_pid
-        } else {
-            self.pid
-        }
-    }
+    /// [`KIND_GRAPHICS`], [`KIND_MPS`].
+    pub kinds: u32,
 }
 
 struct Mapping {
@@ -531,6 +607,7 @@ impl SimState {
         h.file_size = FILE_SIZE as u64;
         h.timeslice_ns = cfg.timeslice_ns.max(1);
         h.sample_period_ns = cfg.sample_period_ns;
+        h.nvml_pids = cfg.nvml_pids.code();
         h.realtime_offset_ns = timeline::realtime_offset_ns();
         for i in 0..MAX_DEVICES {
             // SAFETY: device records lie inside the mapping; exclusive as above.
@@ -589,6 +666,10 @@ impl SimState {
             0 => timeline::SAMPLE_PERIOD_NS,
             p => p,
         }
+    }
+    /// Which PIDs NVML gives (`FGPU_SIM_NVML_PIDS`).
+    pub fn nvml_pids(&self) -> NvmlPidsMode {
+        NvmlPidsMode::from_code(self.header().nvml_pids)
     }
     /// Device memory each CUDA context takes.
     pub fn context_overhead(&self) -> u64 {
@@ -701,9 +782,67 @@ impl SimState {
                 visible_pid: visible,
                 per_device_used: (0..n).map(|d| slot.used[d].load(Ordering::Acquire)).collect(),
                 per_device_contexts: (0..n).map(|d| slot.contexts[d].load(Ordering::Acquire)).collect(),
+                kinds: slot.kinds.load(Ordering::Acquire),
             });
         }
         out
+    }
+
+    /// The PID NVML's process lists give `p` to the calling process, or `None` when they
+    /// leave it out (see [`NvmlPidsMode`]). A caller in the host's PID namespace gets host
+    /// PIDs in every mode.
+    pub fn nvml_list_pid(&self, p: &SimProcess) -> Option<u32> {
+        let host = (p.host_pid != 0).then_some(p.host_pid);
+        if in_init_pid_namespace() {
+            return host.or((p.visible_pid != 0).then_some(p.visible_pid));
+        }
+        match self.nvml_pids() {
+            // The real driver always knows a host PID; the simulator learns a namespaced
+            // process's only when a process of the host's namespace looks (docs/simulator.md),
+            // and leaves it out until then rather than give a PID it does not have.
+            NvmlPidsMode::Host => host,
+            NvmlPidsMode::Caller | NvmlPidsMode::CallerNoMemory => (p.visible_pid != 0).then_some(p.visible_pid),
+            NvmlPidsMode::None => None,
+        }
+    }
+
+    /// The memory NVML's lists give for the entry `listed` (a PID from
+    /// [`SimState::nvml_list_pid`]) of process `p` on device `dev`. Under
+    /// [`NvmlPidsMode::CallerNoMemory`], outside the host's namespace, the driver looks the
+    /// listed number up among raw host PIDs: the memory of the process whose host PID it
+    /// is, usually none.
+    pub fn nvml_list_memory(&self, p: &SimProcess, listed: u32, dev: usize, all: &[SimProcess]) -> u64 {
+        if self.nvml_pids() == NvmlPidsMode::CallerNoMemory && !in_init_pid_namespace() {
+            return all.iter().filter(|q| q.host_pid == listed && q.host_pid != 0).map(|q| q.per_device_used.get(dev).copied().unwrap_or(0)).sum();
+        }
+        p.per_device_used.get(dev).copied().unwrap_or(0)
+    }
+
+    /// The PID a utilisation sample of the process in `slot` (generation `gen`) carries for
+    /// the calling process: in the caller modes its PID here
+    /// when the caller can see it, else its raw host PID; in the others its host PID. 0 when
+    /// the simulator does not know the host PID it would need. `host` caches the host PID.
+    pub(crate) fn sample_pid(&self, slot: usize, gen: u32, host: &AtomicU32) -> u32 {
+        let rec = self.slot(slot);
+        let same = st_gen(rec.state.load(Ordering::Acquire)) == gen;
+        if host.load(Ordering::Acquire) == 0 && same {
+            let known = rec.host_pid.load(Ordering::Acquire);
+            if known != 0 {
+                host.store(known, Ordering::Release);
+            }
+        }
+        let visible = if same { self.slot_alive(slot, owner_key()).unwrap_or(0) } else { 0 };
+        if in_init_pid_namespace() {
+            if host.load(Ordering::Acquire) == 0 && visible != 0 {
+                let _ = rec.host_pid.compare_exchange(0, visible, Ordering::AcqRel, Ordering::Acquire);
+                host.store(visible, Ordering::Release);
+            }
+            return host.load(Ordering::Acquire);
+        }
+        match self.nvml_pids() {
+            NvmlPidsMode::Caller | NvmlPidsMode::CallerNoMemory if visible != 0 => visible,
+            _ => host.load(Ordering::Acquire),
+        }
     }
 
     /// Frees the memory of every process that died (its slot byte can be locked). Returns
@@ -742,6 +881,7 @@ impl SimState {
                 slot.pid.store(0, Ordering::Release);
                 slot.host_pid.store(0, Ordering::Release);
                 slot.pidns_ino.store(0, Ordering::Release);
+                slot.kinds.store(0, Ordering::Release);
                 slot.state.store(pack(0, st_gen(st).wrapping_add(1), ST_FREE), Ordering::Release);
                 n += 1;
             }
@@ -752,7 +892,24 @@ impl SimState {
 
     /// Claims a process slot for the calling process and locks its byte for the rest of
     /// the process's life. Call once per process.
+    ///
+    /// Under [`NvmlPidsMode::Host`], a process of a nested PID namespace whose host PID the
+    /// simulator does not know then waits (up to [`HOST_PID_WAIT_NS`]) until a process of the
+    /// host's namespace has looked and filled it in: the real driver knows every client's
+    /// host PID from the start, and NVML must not leave out a process that exists
+    /// (docs/simulator.md).
     pub fn register(&self) -> io::Result<usize> {
+        let slot = self.claim_slot()?;
+        if self.nvml_pids() == NvmlPidsMode::Host && self.slot(slot).host_pid.load(Ordering::Acquire) == 0 {
+            let deadline = now_ns() + HOST_PID_WAIT_NS;
+            while self.slot(slot).host_pid.load(Ordering::Acquire) == 0 && now_ns() < deadline {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+        }
+        Ok(slot)
+    }
+
+    fn claim_slot(&self) -> io::Result<usize> {
         let _g = SLOT_LOCK.lock().unwrap_or_else(|e| e.into_inner());
         let key = owner_key();
         let tag = tag_of(key);
@@ -772,6 +929,7 @@ impl SimState {
                 slot.pid.store(getpid(), Ordering::Release);
                 slot.host_pid.store(own_host_pid(), Ordering::Release);
                 slot.pidns_ino.store(ns_inode("/proc/self/ns/pid").unwrap_or(0), Ordering::Release);
+                slot.kinds.store(own_kinds(), Ordering::Release);
                 for d in 0..MAX_DEVICES {
                     slot.used[d].store(0, Ordering::Release);
                     slot.contexts[d].store(0, Ordering::Release);
