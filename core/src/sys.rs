@@ -122,6 +122,16 @@ pub fn peer_credentials(fd: BorrowedFd<'_>) -> io::Result<(u32, u32)> {
     Ok((cred.pid.max(0) as u32, cred.uid))
 }
 
+/// `listen(2)` again on a listening socket, to set its backlog (tests fill it).
+#[cfg(test)]
+pub fn relisten(fd: BorrowedFd<'_>, backlog: i32) -> io::Result<()> {
+    // SAFETY: models listen(2) on a descriptor the caller owns.
+    if unsafe { libc::listen(fd.as_raw_fd(), backlog) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// `socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC)` + `connect(2)` to `path`.
 pub fn unix_connect_nonblocking(path: &std::path::Path) -> io::Result<OwnedFd> {
     use std::os::unix::ffi::OsStrExt;

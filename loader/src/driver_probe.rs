@@ -37,6 +37,10 @@ pub struct ProbedDevice {
     pub uuid: String,
     pub name: String,
     pub total_bytes: u64,
+    /// NVML's compute-process list as the driver gives it here: (PID, usedGpuMemory), for
+    /// the doctor's look at which PIDs NVML gives (`fgpu_core::nvmlpids`).
+    #[serde(default)]
+    pub compute_processes: Vec<(u32, u64)>,
 }
 
 type DlsymFn = unsafe extern "C" fn(*mut c_void, *const c_char) -> *mut c_void;
@@ -123,6 +127,14 @@ struct NvmlMemory {
     used: u64,
 }
 type NvmlMemoryInfo = unsafe extern "C" fn(*mut c_void, *mut NvmlMemory) -> u32;
+/// `nvmlProcessInfo_v1_t` (nvml.h): `{ unsigned pid; unsigned long long usedGpuMemory; }`.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct NvmlProcessInfoV1 {
+    pid: u32,
+    used_gpu_memory: u64,
+}
+type NvmlProcesses = unsafe extern "C" fn(*mut c_void, *mut u32, *mut NvmlProcessInfoV1) -> u32;
 
 fn c_buffer_to_string(buf: &[c_char]) -> String {
     let bytes: Vec<u8> = buf.iter().take_while(|c| **c != 0).map(|c| *c as u8).collect();
@@ -209,6 +221,7 @@ fn probe_nvml(devices: &mut Vec<ProbedDevice>) -> LibraryProbe {
                 let uuid = lib.get::<NvmlDevString>(c"nvmlDeviceGetUUID");
                 let name = lib.get::<NvmlDevString>(c"nvmlDeviceGetName");
                 let memory = lib.get::<NvmlMemoryInfo>(c"nvmlDeviceGetMemoryInfo");
+                let processes = lib.get::<NvmlProcesses>(c"nvmlDeviceGetComputeRunningProcesses");
                 if let (Some(handle), Some(uuid)) = (handle, uuid) {
                     for index in 0..n.min(64) {
                         let mut dev = std::ptr::null_mut();
@@ -230,6 +243,13 @@ fn probe_nvml(devices: &mut Vec<ProbedDevice>) -> LibraryProbe {
                             let mut m = NvmlMemory { total: 0, free: 0, used: 0 };
                             if memory(dev, &mut m) == 0 {
                                 d.total_bytes = m.total;
+                            }
+                        }
+                        if let Some(processes) = processes {
+                            let mut entries = [NvmlProcessInfoV1::default(); 256];
+                            let mut n = entries.len() as u32;
+                            if processes(dev, &mut n, entries.as_mut_ptr()) == 0 {
+                                d.compute_processes = entries[..(n as usize).min(entries.len())].iter().map(|e| (e.pid, e.used_gpu_memory)).collect();
                             }
                         }
                         devices.push(d);
