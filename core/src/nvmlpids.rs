@@ -13,9 +13,11 @@
 //! of them answer alike.
 //!
 //! The evidence, in a nested namespace: an entry for this process's own `getpid()` whose
-//! memory is what the ledger counts for it (its usage follows its own count), and the
-//! same for the ledger's other processes this namespace can see; or, under host PIDs, an
-//! entry that no other process claims and that follows this process's count. Wherever two
+//! memory is what the ledger counts for it, and the same for the ledger's other processes
+//! this namespace can see; or, under host PIDs, the entry under the host PID the host's
+//! service told, else one that no other process claims and that moved with this process's
+//! count between two looks (an entry merely alone is not taken: a list that does not show
+//! this process yet would hand it another's). Wherever two
 //! entries could both be this process (a host PID can equal a PID of this namespace), only
 //! a look in which exactly one of them moved with this process's count decides
 //! ([`Identifier::look`]). Pure logic, unit-tested: the shim and `fgpu doctor` feed it.
@@ -221,8 +223,8 @@ impl Identifier {
             }
             self.absent_since = None;
             // Not listed under its own PID, as caller-namespace PIDs would list it: host PIDs.
-            let host_pid = self.which_host_entry(own, &candidates, entries, &claimed);
-            return Verdict { behaviour: NvmlPids::Host, host_pid, ambiguous: host_pid.is_none() };
+            let host_pid = self.which_host_entry(own, &candidates);
+            return Verdict { behaviour: NvmlPids::Host, host_pid, ambiguous: host_pid.is_none() && candidates.len() > 1 };
         }
         self.absent_since = None;
         let here_used = at_here.flatten();
@@ -256,20 +258,13 @@ impl Identifier {
         }
     }
 
-    /// Under host PIDs: the one entry that is this process, if only one can be.
-    fn which_host_entry(&self, own: Own, candidates: &[Entry], entries: &[Entry], claimed: &[u32]) -> Option<u32> {
+    /// Under host PIDs: the entry that is this process, once one look tells: the host PID
+    /// it was told, or the one candidate that moved with this process's count since the
+    /// previous look. A candidate that is merely alone is not enough: a list taken before the
+    /// driver shows this process (or one that never does) would hand it someone else's.
+    fn which_host_entry(&self, own: Own, candidates: &[Entry]) -> Option<u32> {
         if let Some(host) = own.host {
             return candidates.iter().any(|e| e.pid == host).then_some(host);
-        }
-        if let ([only], true) = (candidates, own.counted > SLACK) {
-            // The only entry left that holds at least what this process holds, and nobody
-            // else unaccounted for on the device (another process the ledger does not know,
-            // even one that holds less, leaves only history to tell). Not while nothing is
-            // counted for this process yet: then any entry would fit.
-            let unclaimed = entries.iter().filter(|e| e.pid != own.here && e.pid != only.pid && !claimed.contains(&e.pid)).count();
-            if unclaimed == 0 {
-                return Some(only.pid);
-            }
         }
         let previous = self.previous.as_ref()?;
         let change = own.counted as i128 - previous.counted as i128;
@@ -352,9 +347,12 @@ mod tests {
     }
 
     #[test]
-    fn not_under_its_own_pid_is_host_pids_and_the_only_candidate_is_it() {
-        let v = Identifier::default().look(&Look { at_ns: 0, own: own(7, 300), others: &[], entries: &[e(40123, 300)] });
-        assert_eq!(v, Verdict { behaviour: NvmlPids::Host, host_pid: Some(40123), ambiguous: false });
+    fn not_under_its_own_pid_is_host_pids_and_the_one_that_follows_it_is_it() {
+        let mut id = Identifier::default();
+        let v = id.look(&Look { at_ns: 0, own: own(7, 300), others: &[], entries: &[e(40123, 300)] });
+        assert_eq!(v, Verdict { behaviour: NvmlPids::Host, host_pid: None, ambiguous: false }, "alone is not enough");
+        let v = id.look(&Look { at_ns: 0, own: own(7, 556), others: &[], entries: &[e(40123, 556)] });
+        assert_eq!(v, Verdict { behaviour: NvmlPids::Host, host_pid: Some(40123), ambiguous: false }, "it moved with this process");
         // Another tenant's process holding more could be it too: host PIDs, PID unknown.
         let v = Identifier::default().look(&Look { at_ns: 0, own: own(7, 300), others: &[], entries: &[e(40123, 300), e(50000, 900)] });
         assert_eq!((v.behaviour, v.host_pid, v.ambiguous), (NvmlPids::Host, None, true));
@@ -409,11 +407,14 @@ mod tests {
     }
 
     #[test]
-    fn nothing_counted_yet_matches_no_single_entry() {
-        // Just after its first context, under host PIDs, with another tenant listed and this
-        // process not (yet): the other tenant must not be taken for it.
-        let v = Identifier::default().look(&Look { at_ns: 0, own: own(7, 0), others: &[], entries: &[e(40000, 2300)] });
-        assert_eq!((v.behaviour, v.host_pid), (NvmlPids::Host, None));
+    fn another_process_that_does_not_follow_it_is_never_taken_for_it() {
+        // Under host PIDs, with another tenant listed and this process not (yet): the other
+        // tenant must not be taken for it, however long it stays alone.
+        let mut id = Identifier::default();
+        for (counted, at_ns) in [(0, 0), (300, 1), (300, 2), (1324, 3)] {
+            let v = id.look(&Look { at_ns, own: own(7, counted), others: &[], entries: &[e(40000, 2300)] });
+            assert_eq!((v.behaviour, v.host_pid), (NvmlPids::Host, None), "{counted}");
+        }
     }
 
     #[test]
@@ -442,9 +443,13 @@ mod tests {
         let others = [Member { here: Some(12), host: None, counted: 2000 * MIB }];
         let v = Identifier::default().look(&Look { at_ns: 0, own: own(7, 300), others: &others, entries: &[e(7, 300), e(12, 2000)] });
         assert_eq!(v.behaviour, NvmlPids::Caller);
-        // Host PIDs: member 40012 (known) holds more; 40123 is the only one left.
+        // Host PIDs: member 40012 (known) holds more; 40123 is the only one left, and it
+        // follows this process.
         let others = [Member { here: Some(12), host: Some(40012), counted: 2000 * MIB }];
-        let v = Identifier::default().look(&Look { at_ns: 0, own: own(7, 300), others: &others, entries: &[e(40012, 2000), e(40123, 300)] });
+        let mut id = Identifier::default();
+        let v = id.look(&Look { at_ns: 0, own: own(7, 300), others: &others, entries: &[e(40012, 2000), e(40123, 300)] });
+        assert_eq!((v.behaviour, v.host_pid, v.ambiguous), (NvmlPids::Host, None, false));
+        let v = id.look(&Look { at_ns: 0, own: own(7, 400), others: &others, entries: &[e(40012, 2000), e(40123, 400)] });
         assert_eq!((v.behaviour, v.host_pid), (NvmlPids::Host, Some(40123)));
     }
 

@@ -180,11 +180,11 @@ impl HostPid {
         }
     }
 
-    /// Whether a look at NVML's list can still tell something (the behaviour, or under host
-    /// PIDs which entry is this process).
+    /// Whether a look at NVML's list can still tell something (the behaviour, under host
+    /// PIDs which entry is this process, or whether a process NVML did not list shows now).
     pub fn needs_a_look(&self) -> bool {
         match self.behaviour() {
-            NvmlPids::Unknown => true,
+            NvmlPids::Unknown | NvmlPids::Absent => true,
             NvmlPids::Host => self.known().is_none(),
             _ => false,
         }
@@ -253,12 +253,14 @@ mod tests {
             return;
         }
         let h = HostPid::default();
-        let own = Some(Own { here: 7, host: None, counted: 300 * MIB });
+        let own = |mib| Some(Own { here: 7, host: None, counted: mib * MIB });
         let mut learnt = Vec::new();
-        let v = h.observe(&Look { at_ns: 0, own, others: &[], entries: &[Entry::new(40123, 300 * MIB)] }, |p| learnt.push(p));
+        h.observe(&Look { at_ns: 0, own: own(300), others: &[], entries: &[Entry::new(40123, 300 * MIB)] }, |p| learnt.push(p));
+        assert_eq!((h.behaviour(), h.nvml_pid()), (NvmlPids::Host, None), "host PIDs, which one not told yet");
+        let v = h.observe(&Look { at_ns: 1, own: own(400), others: &[], entries: &[Entry::new(40123, 400 * MIB)] }, |p| learnt.push(p));
         assert_eq!(v.host_pid, Some(40123));
         assert_eq!((h.behaviour(), h.nvml_pid(), h.memory_pid()), (NvmlPids::Host, Some(40123), Some(40123)));
-        h.observe(&Look { at_ns: 0, own, others: &[], entries: &[Entry::new(40123, 300 * MIB)] }, |p| learnt.push(p));
+        h.observe(&Look { at_ns: 2, own: own(500), others: &[], entries: &[Entry::new(40123, 500 * MIB)] }, |p| learnt.push(p));
         assert_eq!(learnt, [40123]);
     }
 

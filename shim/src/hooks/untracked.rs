@@ -100,7 +100,7 @@ fn check(active: &Active, last: u64) {
             return;
         }
     }
-    say_what_cannot_be_counted(active);
+    say_what_cannot_be_counted(active, false);
 }
 
 /// One device; false when a settlement got in the way (try again later).
@@ -181,6 +181,9 @@ pub fn around_load(active: &Active, load: impl FnOnce() -> CUresult) -> CUresult
     if active.host_pid.memory_pid().is_some() {
         return rc; // the look just taken found this process's own figure
     }
+    if !baseline.is_empty() {
+        say_what_cannot_be_counted(active, true);
+    }
     for before in baseline {
         let Some(dev) = active.known_device(before.ordinal) else { continue };
         if active.settling.load(SeqCst) != 0 || active.settle_generation.load(SeqCst) != before.generation {
@@ -209,24 +212,35 @@ pub fn forget_if_no_context(active: &Active, ordinal: i32) {
 }
 
 /// Where NVML gives no figure for this process, one line says what cannot be counted and
-/// what fixes it, instead of letting such memory pass the cap silently.
-fn say_what_cannot_be_counted(active: &Active) {
+/// what fixes it, instead of letting such memory pass the cap silently. `measured_around`
+/// says a module load was just measured on the whole device for want of that figure.
+fn say_what_cannot_be_counted(active: &Active, measured_around: bool) {
     static SAID: AtomicBool = AtomicBool::new(false);
-    let message = match active.host_pid.behaviour() {
-        NvmlPids::CallerNoMemory => "NVML lists this container's processes without their memory (a driver that translates PIDs into the container's namespace in its process list but not in its memory query)",
-        NvmlPids::Absent => "NVML lists none of this container's processes",
-        NvmlPids::Unknown | NvmlPids::Host if AMBIGUOUS.load(Relaxed) && active.host_pid.known().is_none() => {
-            let Some(why) = active.host_pid.failure() else { return };
-            if SAID.swap(true, SeqCst) {
-                return;
-            }
-            log_at!(
-                Level::Warn,
-                "this process's host PID is unknown ({why}) and several processes in NVML's list could be it: memory the driver takes without an allocation call (module code, lazily loaded kernels) cannot be counted against the cap until one look tells them apart; run `fgpu service` on the host and mount its socket ({}) into the container, or run it with --pid=host",
-                fgpu_core::hostpid::DEFAULT_SOCKET
-            );
+    if SAID.load(Relaxed) || active.host_pid.memory_pid().is_some() {
+        return;
+    }
+    let behaviour = active.host_pid.behaviour();
+    let ambiguous = AMBIGUOUS.load(Relaxed);
+    if matches!(behaviour, NvmlPids::Host) || (behaviour == NvmlPids::Unknown && ambiguous) {
+        if !ambiguous {
+            return; // the next look may still match it
+        }
+        // While the service may still answer, it may still tell.
+        let Some(why) = active.host_pid.failure() else { return };
+        if SAID.swap(true, SeqCst) {
             return;
         }
+        log_at!(
+            Level::Warn,
+            "this process's host PID is unknown ({why}) and several processes in NVML's list could be it: memory the driver takes without an allocation call (module code, lazily loaded kernels) is measured on the whole device around module loads at best, until one look tells them apart; run `fgpu service` on the host and mount its socket ({}) into the container, or run it with --pid=host",
+            fgpu_core::hostpid::DEFAULT_SOCKET
+        );
+        return;
+    }
+    let what = match behaviour {
+        NvmlPids::CallerNoMemory => "NVML lists this container's processes without their memory (a driver that translates PIDs into the container's namespace in its process list but not in its memory query)",
+        NvmlPids::Absent => "NVML lists none of this container's processes",
+        NvmlPids::Unknown if measured_around => "NVML's list has no entry that can be this process",
         _ => return,
     };
     if SAID.swap(true, SeqCst) {
@@ -234,6 +248,6 @@ fn say_what_cannot_be_counted(active: &Active) {
     }
     log_at!(
         Level::Warn,
-        "{message}: memory the driver takes without an allocation call is counted only around module loads, measured on the whole device, and kernels loaded lazily are not counted; run the container with --pid=host for an exact figure (`fgpu doctor` tells which driver behaviour it sees)"
+        "{what}: memory the driver takes without an allocation call is counted only around module loads, measured on the whole device, and kernels loaded lazily are not counted; run the container with --pid=host for an exact figure (`fgpu doctor` tells which PIDs NVML gives here)"
     );
 }
