@@ -62,8 +62,10 @@ const TIMELINE_OFF: usize = SLOTS_OFF + MAX_PROCESSES * SLOT_SIZE;
 /// it runs work).
 pub const FILE_SIZE: usize = TIMELINE_OFF + MAX_DEVICES * timeline::DEVICE_TIMELINE_SIZE;
 /// How long a process of a nested PID namespace waits at registration for its host PID
-/// under [`NvmlPidsMode::Host`] ([`SimState::register`]).
+/// while a watcher runs ([`SimState::register`]).
 pub const HOST_PID_WAIT_NS: u64 = 2_000_000_000;
+/// A watcher that looked this recently runs ([`SimState::watch_host_pids`]).
+const WATCH_FRESH_NS: u64 = 200_000_000;
 /// Byte locked (blocking) while a process creates or checks the file.
 const INIT_LOCK_BYTE: i64 = 8;
 
@@ -92,7 +94,10 @@ struct Header {
     /// Which PIDs NVML gives ([`NvmlPidsMode`] as its code; 0 for the default).
     nvml_pids: u32,
     _pad1: u32,
-    _reserved: [u64; 22],
+    /// When a process of the host's namespace last filled host PIDs in for the others
+    /// ([`SimState::watch_host_pids`]), `CLOCK_MONOTONIC` ns; 0 if never.
+    host_watch_ns: AtomicU64,
+    _reserved: [u64; 21],
 }
 
 #[repr(C)]
@@ -788,6 +793,20 @@ impl SimState {
         out
     }
 
+    /// Fills in the host PID of every live process that could not know its own, as the kernel
+    /// driver knows every client's: call it from a process of the host's PID namespace, every
+    /// few milliseconds, for as long as processes of nested namespaces should be given their
+    /// host PIDs at once (tests do, `Env::driver_watch`). Returns false outside the host's
+    /// namespace, where it can do nothing.
+    pub fn watch_host_pids(&self) -> bool {
+        if !in_init_pid_namespace() {
+            return false;
+        }
+        let _ = self.processes();
+        self.header().host_watch_ns.store(now_ns().max(1), Ordering::Release);
+        true
+    }
+
     /// The PID NVML's process lists give `p` to the calling process, or `None` when they
     /// leave it out (see [`NvmlPidsMode`]). A caller in the host's PID namespace gets host
     /// PIDs in every mode.
@@ -893,14 +912,14 @@ impl SimState {
     /// Claims a process slot for the calling process and locks its byte for the rest of
     /// the process's life. Call once per process.
     ///
-    /// Under [`NvmlPidsMode::Host`], a process of a nested PID namespace whose host PID the
-    /// simulator does not know then waits (up to [`HOST_PID_WAIT_NS`]) until a process of the
-    /// host's namespace has looked and filled it in: the real driver knows every client's
-    /// host PID from the start, and NVML must not leave out a process that exists
-    /// (docs/simulator.md).
+    /// A process of a nested PID namespace whose host PID the simulator does not know then
+    /// waits (up to [`HOST_PID_WAIT_NS`]), while a watcher runs ([`SimState::watch_host_pids`]),
+    /// until the watcher has filled it in: the real driver knows every client's host PID from
+    /// the start, and gives it in host-PID lists, samples and accounting (docs/simulator.md).
     pub fn register(&self) -> io::Result<usize> {
         let slot = self.claim_slot()?;
-        if self.nvml_pids() == NvmlPidsMode::Host && self.slot(slot).host_pid.load(Ordering::Acquire) == 0 {
+        let watched = now_ns().saturating_sub(self.header().host_watch_ns.load(Ordering::Acquire)) < WATCH_FRESH_NS;
+        if watched && self.slot(slot).host_pid.load(Ordering::Acquire) == 0 {
             let deadline = now_ns() + HOST_PID_WAIT_NS;
             while self.slot(slot).host_pid.load(Ordering::Acquire) == 0 && now_ns() < deadline {
                 std::thread::sleep(std::time::Duration::from_millis(1));
