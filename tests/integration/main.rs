@@ -18,5 +18,6 @@ mod host_pids;
 mod kernels;
 mod ledger_file;
 mod nvml;
+mod pid_modes;
 mod sharing;
 mod wheel;

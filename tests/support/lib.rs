@@ -230,7 +230,7 @@ impl Env {
         let flag = stop.clone();
         let thread = std::thread::spawn(move || {
             while !flag.load(std::sync::atomic::Ordering::Relaxed) {
-                let _ = sim.processes();
+                sim.watch_host_pids();
                 std::thread::sleep(Duration::from_millis(5));
             }
         });
