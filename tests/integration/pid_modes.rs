@@ -182,6 +182,101 @@ fn nvml_in_a_pid_namespace_answers_for_the_container_under_every_driver() {
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }
 
+/// The host PID `fgpu status` inside the namespace of `target` shows for its processes (its
+/// own snapshot does not fill host PIDs in, as one taken on the host would).
+fn ledger_host_pids_seen_inside(env: &Env, target: u32) -> Vec<u64> {
+    let status = env.command("nsenter").args(["--target", &target.to_string(), "--pid", "--mount", "--"]).arg(fgpu_bin()).args(["status", "--json"]).run();
+    let report: Value = serde_json::from_str(&status.stdout()).unwrap_or(Value::Null);
+    report["ledgers"][0]["processes"].as_array().map(|ps| ps.iter().filter_map(|p| p["host_pid"].as_u64()).collect()).unwrap_or_default()
+}
+
+/// NVML's utilisation samples inside the container, under every behaviour: the container's
+/// process by its PID there (its samples carry that PID, or its host PID, which the service
+/// told it); an uncapped process on the host never shows.
+#[test]
+fn utilisation_samples_in_a_pid_namespace_answer_for_the_container_under_every_driver() {
+    if !can_unshare() {
+        return;
+    }
+    let mut failures = Vec::new();
+    for mode in MODES {
+        let env = Env::new(&format!("modes-util-{mode}")).nvml_pids(mode);
+        let (mut service, socket) = service(&env);
+        let _watch = env.driver_watch();
+        let mut neighbour = env.command(client("compute_load")).env("FGPU_LEDGER", env.dir.join("other")).spawn();
+        neighbour.wait_for("ready");
+        let script = format!("exec {} --sync-every 8", client("compute_load").display());
+        let mut inside = in_namespace(&env, &script, Some(&socket)).spawn();
+        inside.wait_for("ready");
+        let host_pid = child_of(inside.pid());
+        eventually("the process inside learns its host PID from the service", Duration::from_secs(5), || ledger_host_pids_seen_inside(&env, host_pid).contains(&(host_pid as u64)));
+        std::thread::sleep(Duration::from_millis(600));
+        let reader = env
+            .command("nsenter")
+            .args(["--target", &host_pid.to_string(), "--pid", "--mount", "--"])
+            .arg(crate::nvml::nvml_client(crate::nvml::Variant::Dlsym))
+            .arg("util")
+            .shim()
+            .limit("8G")
+            .env("FGPU_HOST_SOCKET", &socket)
+            .run();
+        let pids = out_field(&reader, "util", "pids");
+        println!("{mode}: samples for {pids:?}");
+        if !reader.output.status.success() || pids.split(',').any(|p| p != "1") || pids.is_empty() {
+            failures.push(format!("{mode}: expected samples of PID 1 only\n{reader}"));
+        }
+        inside.finish();
+        neighbour.finish();
+        service.kill(libc::SIGTERM);
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
+/// A ledger whose processes sit in two PID namespaces (the containers of one pod): each
+/// process measures its own utilisation samples, under the PID NVML knows it by, and
+/// charges the ledger's one bucket, so together they hold the share. Under caller-namespace
+/// PIDs nothing else is needed; under host PIDs the host's service tells each its host PID.
+#[test]
+fn a_ledger_across_two_pid_namespaces_holds_its_share() {
+    if !can_unshare() {
+        return;
+    }
+    let mut failures = Vec::new();
+    for mode in ["caller", "host"] {
+        let env = Env::new(&format!("modes-pod-{mode}")).nvml_pids(mode);
+        let service = (mode == "host").then(|| service(&env));
+        let socket = service.as_ref().map(|(_, s)| s.clone());
+        let _watch = env.driver_watch();
+        let script = format!("exec {}", client("compute_load").display());
+        // One second apart: two processes of one ledger that start at the same instant can
+        // run past the share for reasons of their own, namespaces or not (issue 19, part C).
+        let mut a = in_namespace(&env, &script, socket.as_deref()).env("FGPU_COMPUTE", "30%").spawn();
+        a.wait_for("ready");
+        std::thread::sleep(Duration::from_secs(1));
+        let mut b = in_namespace(&env, &script, socket.as_deref()).env("FGPU_COMPUTE", "30%").spawn();
+        b.wait_for("ready");
+        let (pa, pb) = (child_of(a.pid()), child_of(b.pid()));
+        let mut uncapped = env.command(client("compute_load")).env("FGPU_LEDGER", env.dir.join("uncapped")).spawn();
+        uncapped.wait_for("ready");
+        std::thread::sleep(Duration::from_millis(1500));
+        let from = now_ns();
+        std::thread::sleep(Duration::from_secs(10));
+        let w = env.sim().device_busy(0, from, now_ns());
+        let got = (w.busy_of_host_pid(pa) + w.busy_of_host_pid(pb)) as f64 * 100.0 / w.len_ns().max(1) as f64;
+        println!("{mode}: the two processes of one 30 % ledger ran {got:.2} % together ({:.2} % and {:.2} %)", w.busy_of_host_pid(pa) as f64 * 100.0 / w.len_ns().max(1) as f64, w.busy_of_host_pid(pb) as f64 * 100.0 / w.len_ns().max(1) as f64);
+        if !(25.0..=35.0).contains(&got) {
+            failures.push(format!("{mode}: {got:.2} % for a 30 % share\n{w:?}"));
+        }
+        a.finish();
+        b.finish();
+        uncapped.finish();
+        if let Some((mut s, _)) = service {
+            s.kill(libc::SIGTERM);
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
 /// `fgpu status` inside the container, under every behaviour: the container's process by
 /// its PID there, with what the simulated driver holds for it (module memory included).
 #[test]

@@ -177,7 +177,7 @@ fn start_measuring(limiter: &Limiter, share: &DevShare, book: &mut DevBook, now:
     };
     let offset = realtime_ns() - now as i64;
     let start_us = ((now as i64 + offset) / 1000).max(0) as u64;
-    log_at!(Level::Debug, "the compute share on {uuid} is measured by NVML (host PID {pid})");
+    log_at!(Level::Debug, "the compute share on {uuid} is measured by NVML (its samples under PID {pid})");
     book.nvml = Some(NvmlState { handle: handle as usize, book: UtilisationBook::new(start_us), host_pid: pid, offset_ns: offset, next_poll: 0, since: now });
 }
 

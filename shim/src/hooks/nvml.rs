@@ -374,27 +374,33 @@ enum Keyed {
 /// gives here ([`NvmlPids`]). A driver PID that could stand for two of them stands for none:
 /// nothing of one process is shown, or charged, as another's.
 fn pid_map(active: &Active, device: NvmlDevice, snapshot: &Snapshot, keyed: Keyed) -> Vec<(u32, u32)> {
-    let host = host_pid_map(snapshot);
-    if keyed == Keyed::Raw {
-        return host;
-    }
-    let mut map = match settled_behaviour(active, device) {
-        NvmlPids::HostNamespace | NvmlPids::Host => host,
-        NvmlPids::Absent if keyed == Keyed::Samples => host,
-        NvmlPids::Caller | NvmlPids::CallerNoMemory => {
-            let alive = || snapshot.processes.iter().filter(|p| p.alive);
-            let mut map: Vec<(u32, u32)> = alive().filter_map(|p| p.pid_here.map(|h| (h, h))).collect();
-            if keyed == Keyed::Samples {
-                map.extend(alive().filter(|p| p.pid_here.is_none()).filter_map(|p| p.host_pid.map(|h| (h, h))));
+    let alive = || snapshot.processes.iter().filter(|p| p.alive);
+    let by_host = || alive().filter_map(|p| Some((p.host_pid?, p.pid_here.or(p.host_pid)?, p.slot))).collect::<Vec<_>>();
+    let mut map: Vec<(u32, u32, SlotId)> = if keyed == Keyed::Raw {
+        by_host()
+    } else {
+        match settled_behaviour(active, device) {
+            NvmlPids::HostNamespace | NvmlPids::Host => by_host(),
+            NvmlPids::Absent if keyed == Keyed::Samples => by_host(),
+            NvmlPids::Caller | NvmlPids::CallerNoMemory => {
+                let mut map: Vec<(u32, u32, SlotId)> = alive().filter_map(|p| p.pid_here.map(|h| (h, h, p.slot))).collect();
+                if keyed == Keyed::Samples {
+                    map.extend(alive().filter(|p| p.pid_here.is_none()).filter_map(|p| p.host_pid.map(|h| (h, h, p.slot))));
+                }
+                map
             }
-            map
+            // Lists name nobody (Absent), or it is not known yet how: nothing is shown.
+            NvmlPids::Absent | NvmlPids::Unknown => Vec::new(),
         }
-        // Lists name nobody (Absent), or it is not known yet how: nothing is shown.
-        NvmlPids::Absent | NvmlPids::Unknown => Vec::new(),
     };
-    let twice: Vec<u32> = map.iter().filter(|(k, v)| map.iter().any(|(k2, v2)| k2 == k && v2 != v)).map(|(k, _)| *k).collect();
-    map.retain(|(k, _)| !twice.contains(k));
-    map
+    drop_ambiguous(&mut map);
+    map.into_iter().map(|(driver, here, _)| (driver, here)).collect()
+}
+
+/// Leaves out every driver PID that stands for two different processes (slots) in `map`.
+fn drop_ambiguous<T: PartialEq + Copy>(map: &mut Vec<(u32, u32, T)>) {
+    let twice: Vec<u32> = map.iter().filter(|(k, _, a)| map.iter().any(|(k2, _, b)| k2 == k && b != a)).map(|(k, _, _)| *k).collect();
+    map.retain(|(k, _, _)| !twice.contains(k));
 }
 
 /// Which PIDs NVML gives here, looked for now (at most every [`LOOK_EVERY_NS`]) while it is
@@ -966,6 +972,20 @@ pub unsafe extern "C" fn nvmlDeviceGetFBCSessions(device: NvmlDevice, count: *mu
 
 #[cfg(test)]
 mod tests {
+    /// A raw host PID can equal a PID of the caller's namespace: a sample under such a
+    /// number is nobody's.
+    #[test]
+    fn a_driver_pid_that_could_be_two_processes_is_neither() {
+        // 7: this namespace's process 7 (slot 0), and a process it cannot see whose host PID
+        // is 7 (slot 1): both would be shown as 7.
+        let mut map = vec![(7, 7, 0), (40123, 40123, 2), (7, 7, 1), (12, 12, 3)];
+        super::drop_ambiguous(&mut map);
+        assert_eq!(map, [(40123, 40123, 2), (12, 12, 3)]);
+        let mut map = vec![(7, 7, 0), (7, 7, 0)];
+        super::drop_ambiguous(&mut map);
+        assert_eq!(map, [(7, 7, 0), (7, 7, 0)], "the same process twice is still that process");
+    }
+
     #[test]
     fn only_early_535_drivers_use_wide_v3_entries() {
         assert!(super::wide_v3_driver("535.54.03"));
