@@ -154,7 +154,11 @@ impl HostPid {
     /// Which PIDs NVML gives, as found out so far.
     pub fn behaviour(&self) -> NvmlPids {
         match NvmlPids::from_u8(self.behaviour.load(Ordering::Acquire)) {
-            NvmlPids::Unknown if fgpu_core::pidns::in_host_pidns() => NvmlPids::HostNamespace,
+            NvmlPids::Unknown if fgpu_core::pidns::in_host_pidns() => {
+                // Never changes for a process: looked up once.
+                self.behaviour.store(NvmlPids::HostNamespace as u8, Ordering::Release);
+                NvmlPids::HostNamespace
+            }
             b => b,
         }
     }

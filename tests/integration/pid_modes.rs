@@ -277,6 +277,54 @@ fn a_ledger_across_two_pid_namespaces_holds_its_share() {
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }
 
+/// `fgpu doctor` inside the container names the behaviour it sees, while a capped process
+/// runs there, under every behaviour; on the host it says it cannot tell.
+#[test]
+fn doctor_in_a_pid_namespace_names_the_behaviour() {
+    if !can_unshare() {
+        return;
+    }
+    let mut failures = Vec::new();
+    for mode in MODES {
+        let env = Env::new(&format!("modes-doctor-{mode}")).nvml_pids(mode);
+        let (mut service, socket) = service(&env);
+        let _watch = env.driver_watch();
+        let script = format!("exec {} init primary alloc 1G hold", client("cuclient").display());
+        let mut holder = in_namespace(&env, &script, Some(&socket)).spawn();
+        holder.wait_for("holding");
+        let host_pid = child_of(holder.pid());
+        if mode == "host" {
+            // Under host PIDs the doctor tells by the holder's entry under its host PID.
+            eventually("the holder learns its host PID", Duration::from_secs(5), || ledger_host_pids_seen_inside(&env, host_pid).contains(&(host_pid as u64)));
+        }
+        let doctor = env
+            .command("nsenter")
+            .args(["--target", &host_pid.to_string(), "--pid", "--mount", "--"])
+            .arg(fgpu_bin())
+            .args(["doctor", "--json"])
+            .shim()
+            .limit("8G")
+            .env("FGPU_HOST_SOCKET", &socket)
+            .run();
+        let report: Value = serde_json::from_str(&doctor.stdout()).unwrap_or(Value::Null);
+        let said = report["nvml_pids"].as_str().unwrap_or("").to_string();
+        println!("{mode}: fgpu doctor says {said:?}");
+        if said != mode {
+            failures.push(format!("{mode}: fgpu doctor says {said:?}\n{doctor}"));
+        }
+        if mode == "host" {
+            let outside = env.command(fgpu_bin()).args(["doctor", "--json"]).shim().limit("8G").run();
+            let report: Value = serde_json::from_str(&outside.stdout()).unwrap_or(Value::Null);
+            if report["nvml_pids"] != "host-namespace" || !outside.stdout().contains("cannot be told from here") {
+                failures.push(format!("on the host, fgpu doctor must say it cannot tell\n{outside}"));
+            }
+        }
+        holder.finish();
+        service.kill(libc::SIGTERM);
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
 /// `fgpu status` inside the container, under every behaviour: the container's process by
 /// its PID there, with what the simulated driver holds for it (module memory included).
 #[test]

@@ -224,13 +224,25 @@ pub mod query {
 
     /// The PID NVML's utilisation samples name this process by, once known (the compute
     /// sampler's). While it is not, a look at NVML's lists is taken now and then.
+    /// Where the driver gives PIDs as this namespace sees them, a process of the ledger that
+    /// this namespace cannot see keeps its raw host PID in the samples: if that equals this
+    /// process's PID, the samples under it could be either's, and none is taken as this
+    /// process's (its events measure it instead).
     pub fn sampled_pid() -> Option<u32> {
         let Mode::On(active) = state::mode() else { return None };
         let _ = active.own_host_pid();
         if active.host_pid.needs_a_look() {
             crate::hooks::untracked::count_untracked(active);
         }
-        active.host_pid.nvml_pid()
+        let pid = active.host_pid.nvml_pid()?;
+        if active.host_pid.behaviour().lists_in_caller_namespace() {
+            let snapshot = active.ledger.snapshot(active.slot_if_joined());
+            let own = active.slot_if_joined();
+            if snapshot.processes.iter().any(|p| p.alive && Some(p.slot) != own && p.pid_here.is_none() && p.host_pid == Some(pid)) {
+                return None;
+            }
+        }
+        Some(pid)
     }
 
     /// The size of the context just created on `dev`, while `reserved` bytes for it are

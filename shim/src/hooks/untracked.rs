@@ -78,6 +78,10 @@ pub fn count_untracked_now(active: &Active) {
 /// Before a large reservation: what the driver took unannounced must count before more is
 /// granted (at most every [`INTERVAL_NS`]).
 pub fn before_reserving(active: &Active, bytes: u64) {
+    if active.host_pid.known().is_none() {
+        // Picks the host's service's answer up if it has come (no wait; nothing once known).
+        let _ = active.own_host_pid();
+    }
     if bytes >= LARGE {
         count_untracked(active);
     }
