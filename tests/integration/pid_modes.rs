@@ -289,7 +289,8 @@ fn doctor_in_a_pid_namespace_names_the_behaviour() {
         let env = Env::new(&format!("modes-doctor-{mode}")).nvml_pids(mode);
         let (mut service, socket) = service(&env);
         let _watch = env.driver_watch();
-        let script = format!("exec {} init primary alloc 1G hold", client("cuclient").display());
+        // Later small allocations pick the service's answer up (no call waits for it).
+        let script = format!("exec {} init primary alloc 1G sleep 300 alloc 1M sleep 700 alloc 1M hold", client("cuclient").display());
         let mut holder = in_namespace(&env, &script, Some(&socket)).spawn();
         holder.wait_for("holding");
         let host_pid = child_of(holder.pid());

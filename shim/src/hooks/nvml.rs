@@ -186,8 +186,11 @@ pub mod query {
         let slot = active.slot_if_joined();
         let snapshot = active.ledger.snapshot(slot);
         let others = members(&snapshot, slot, dev);
-        // The service's answer, or what a process of the host's namespace filled in.
-        let host = active.own_host_pid().or_else(|| snapshot.processes.iter().find(|p| Some(p.slot) == slot).and_then(|p| p.host_pid));
+        // The service's answer (asked when the process joined its ledger; a process without a
+        // slot, such as nvidia-smi, asks nothing), or what a process of the host's namespace
+        // filled in.
+        let told = if slot.is_some() { active.own_host_pid() } else { active.host_pid.known() };
+        let host = told.or_else(|| snapshot.processes.iter().find(|p| Some(p.slot) == slot).and_then(|p| p.host_pid));
         let own = counted.map(|counted| Own { here: std::process::id(), host, counted });
         Some(active.host_pid.observe(&Look { at_ns: fgpu_core::log::monotonic_ns(), own, others: &others, entries }, |pid| {
             if let Some(slot) = slot {
@@ -230,7 +233,9 @@ pub mod query {
     /// process's (its events measure it instead).
     pub fn sampled_pid() -> Option<u32> {
         let Mode::On(active) = state::mode() else { return None };
-        let _ = active.own_host_pid();
+        if active.slot_if_joined().is_some() {
+            let _ = active.own_host_pid();
+        }
         if active.host_pid.needs_a_look() {
             crate::hooks::untracked::count_untracked(active);
         }
