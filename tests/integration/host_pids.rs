@@ -209,14 +209,15 @@ fn a_service_that_turns_a_connect_away_is_asked_again_later() {
     }
     let env = host_pids_env("hostpid-retry");
     let socket = env.dir.join("busy.sock");
-    let mut fake = env.command(client("fake_service")).arg(&socket).args(["--full-for", "600"]).spawn();
+    let mut fake = env.command(client("fake_service")).arg(&socket).args(["--full-for", "1500"]).spawn();
     fake.wait_for("listening");
     let _watch = env.driver_watch();
     let mut other = env.client(&["init", "primary", "alloc", "2G", "hold"]).shim().limit("8G").env("FGPU_LEDGER", env.dir.join("other")).spawn();
     other.wait_for("holding");
     // It keeps working meanwhile (synchronisations), as programs do: each call may ask again
     // when the backoff allows, and pick the answer up; none waits for it.
-    let script = format!("{} init primary sleep 800 ctxsync sleep 600 ctxsync sleep 600 ctxsync module 1G alloc 6900M info", client("cuclient").display());
+    let syncs = "sleep 400 ctxsync ".repeat(8);
+    let script = format!("{} init primary {syncs}module 1G alloc 6900M info", client("cuclient").display());
     let run = env
         .command("unshare")
         .args(["--pid", "--fork", "--mount-proc", "sh", "-c", &script])
