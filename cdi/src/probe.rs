@@ -36,6 +36,10 @@ pub struct ProbedDevice {
     /// What the driver says is used on the GPU (every process's, and its own reserve).
     #[serde(default)]
     pub used_bytes: u64,
+    /// NVML's compute-process list as the driver gives it here: (PID, usedGpuMemory), for
+    /// the doctor's look at which PIDs NVML gives (`fgpu_core::nvmlpids`).
+    #[serde(default)]
+    pub compute_processes: Vec<(u32, u64)>,
 }
 
 /// Runs `fgpu __driver-probe` with the `fgpu` binary at `fgpu`, without `LD_PRELOAD`.
@@ -78,7 +82,7 @@ mod tests {
 
     #[test]
     fn gpus_need_a_uuid_and_a_size() {
-        let device = |index, uuid: &str, total_bytes| ProbedDevice { index, uuid: uuid.into(), name: "NVIDIA H100".into(), total_bytes, used_bytes: 0 };
+        let device = |index, uuid: &str, total_bytes| ProbedDevice { index, uuid: uuid.into(), name: "NVIDIA H100".into(), total_bytes, ..Default::default() };
         let mut probe = DriverProbe { devices: vec![device(0, "GPU-a", 80 << 30), device(1, "GPU-b", 24 << 30)], ..Default::default() };
         assert_eq!(gpus(&probe).unwrap()[1], Gpu { index: 1, uuid: "GPU-b".into(), total: 24 << 30 });
         probe.devices[1].uuid.clear();

@@ -8,9 +8,13 @@
 //!
 //! The request costs no wait: it is sent (a non-blocking connect) when the process first
 //! joins its ledger, and the answer is picked up, without blocking, the next time something
-//! needs it. A process trusts only a service it cannot see: `SO_PEERCRED` gives the
-//! service's PID as 0 from inside the container's PID namespace (any process of the
-//! container, even in a nested namespace, is visible there), and its user as root.
+//! needs it. A connect the service's full backlog turns away (`EAGAIN`) says so
+//! ([`SendError::retry`]), and the shim asks again later. A process trusts only a service
+//! it cannot see, run by the host's root: `SO_PEERCRED` gives the service's PID as 0 from
+//! inside the container's PID namespace (any process of the container, even in a nested
+//! namespace, is visible there), and its user as 0, which means the host's root only in the
+//! initial user namespace. In any other user namespace (a rootless container) an ordinary
+//! user outside can show as 0, so there no service is trusted.
 
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
@@ -59,16 +63,54 @@ pub enum Answer {
     Failed(String),
 }
 
+/// Why no request could be sent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SendError {
+    /// For one line of diagnostics.
+    pub message: String,
+    /// The service is there but could not take the connection now (its backlog is full):
+    /// asking again later may succeed.
+    pub retry: bool,
+}
+
+impl std::fmt::Display for SendError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl From<SendError> for String {
+    fn from(e: SendError) -> String {
+        e.message
+    }
+}
+
 impl Request {
     /// Connects to the service at `path` without blocking. `Err` says why there is none.
-    pub fn send(path: &Path) -> Result<Request, String> {
-        let socket = crate::sys::unix_connect_nonblocking(path).map_err(|e| format!("{}: {e}", path.display()))?;
-        let (pid, uid) = peer_credentials(&socket).map_err(|e| format!("{}: {e}", path.display()))?;
+    pub fn send(path: &Path) -> Result<Request, SendError> {
+        Self::send_trusting(path, crate::pidns::in_initial_userns(), crate::pidns::in_host_pidns())
+    }
+
+    /// [`Request::send`] with the caller's namespaces given: whether its user namespace is the
+    /// initial one (where uid 0 is the host's root) and its PID namespace the host's.
+    fn send_trusting(path: &Path, initial_userns: bool, host_pidns: bool) -> Result<Request, SendError> {
+        let fail = |message: String| SendError { message, retry: false };
+        let socket = crate::sys::unix_connect_nonblocking(path).map_err(|e| SendError {
+            message: format!("{}: {e}", path.display()),
+            retry: matches!(e.raw_os_error(), Some(libc::EAGAIN) | Some(libc::EINTR)),
+        })?;
+        let (pid, uid) = peer_credentials(&socket).map_err(|e| fail(format!("{}: {e}", path.display())))?;
         if uid != 0 {
-            return Err(format!("{}: the service runs as uid {uid}, not root; not trusted", path.display()));
+            return Err(fail(format!("{}: the service runs as uid {uid}, not root; not trusted", path.display())));
         }
-        if pid != 0 && !crate::pidns::in_host_pidns() {
-            return Err(format!("{}: the service (PID {pid}) runs inside this PID namespace, so it cannot know host PIDs; not trusted", path.display()));
+        if !initial_userns {
+            return Err(fail(format!(
+                "{}: this process is in a user namespace of its own, where uid 0 need not be the host's root; no service is trusted here",
+                path.display()
+            )));
+        }
+        if pid != 0 && !host_pidns {
+            return Err(fail(format!("{}: the service (PID {pid}) runs inside this PID namespace, so it cannot know host PIDs; not trusted", path.display())));
         }
         Ok(Request { socket })
     }
@@ -142,7 +184,7 @@ mod tests {
             answer(&stream).unwrap()
         });
         let result = Request::send(&path);
-        if crate::ledger::store::euid() != 0 || !crate::pidns::in_host_pidns() {
+        if crate::ledger::store::euid() != 0 || !crate::pidns::in_host_pidns() || !crate::pidns::in_initial_userns() {
             // As another user, the service in this test is not root and is refused.
             assert!(result.is_err());
             let _ = std::os::unix::net::UnixStream::connect(&path);
@@ -151,7 +193,57 @@ mod tests {
             assert_eq!(request.wait(std::time::Duration::from_secs(5)), Answer::HostPid(std::process::id()));
         }
         assert_eq!(server.join().unwrap(), std::process::id());
-        assert!(Request::send(&dir.join("nothing-here")).unwrap_err().contains("nothing-here"));
+        let missing = Request::send(&dir.join("nothing-here")).unwrap_err();
+        assert!(missing.message.contains("nothing-here") && !missing.retry, "{missing:?}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A service whose uid reads as 0 is not trusted from a user namespace of its own: there
+    /// an ordinary user outside can map to 0 (L1 of issue 18).
+    #[test]
+    fn uid_0_is_trusted_only_in_the_initial_user_namespace() {
+        if crate::ledger::store::euid() != 0 || !crate::pidns::in_host_pidns() || !crate::pidns::in_initial_userns() {
+            return; // the peer would not read as root here anyway
+        }
+        let dir = std::env::temp_dir().join(format!("fgpu-hostpid-userns-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("host.sock");
+        let _listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
+        let refused = Request::send_trusting(&path, false, true).unwrap_err();
+        assert!(refused.message.contains("user namespace") && !refused.retry, "{refused:?}");
+        assert!(Request::send_trusting(&path, true, true).is_ok());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A listener whose backlog is full turns a non-blocking connect away with EAGAIN: the
+    /// error says to ask again (M3 of issue 18).
+    #[test]
+    fn a_full_backlog_says_to_ask_again() {
+        let dir = std::env::temp_dir().join(format!("fgpu-hostpid-backlog-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("host.sock");
+        let listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
+        // Nobody accepts: connections queue until the backlog (set to 1 here) is full.
+        crate::sys::relisten(std::os::fd::AsFd::as_fd(&listener), 1).unwrap();
+        let mut held = Vec::new();
+        let mut turned_away = None;
+        for _ in 0..64 {
+            match crate::sys::unix_connect_nonblocking(&path) {
+                Ok(fd) => held.push(fd),
+                Err(e) => {
+                    turned_away = Some(e);
+                    break;
+                }
+            }
+        }
+        let e = turned_away.expect("the backlog filled");
+        assert_eq!(e.raw_os_error(), Some(libc::EAGAIN), "{e}");
+        let error = Request::send_trusting(&path, true, true).unwrap_err();
+        assert!(error.retry, "{error:?}");
+        drop(held);
+        drop(listener);
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

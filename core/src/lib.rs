@@ -5,6 +5,7 @@
 //! * [`config`]: where a process's cap, ledger and log level come from.
 //! * [`ledger`]: the shared-memory record of who holds what, per GPU.
 //! * [`pidns`]: PID namespaces and host PIDs.
+//! * [`nvmlpids`]: which PIDs NVML gives a caller outside the host's namespace, found out.
 //! * [`hostpid`]: host PIDs for processes in containers, from the host's `fgpu service`.
 //! * [`log`]: one-line diagnostics.
 //! * [`resolve`]: opening a path another process named, inside that process's root.
@@ -30,6 +31,7 @@ pub mod hostpid;
 pub mod ledger;
 pub mod limit;
 pub mod log;
+pub mod nvmlpids;
 pub mod pidns;
 pub mod resolve;
 #[allow(unsafe_code)]

@@ -23,6 +23,16 @@ pub fn in_host_pidns() -> bool {
     own_pidns() == INIT_PIDNS_INODE
 }
 
+/// Inode number of the initial user namespace (`PROC_USER_INIT_INO`, fixed ABI).
+pub const INIT_USERNS_INODE: u64 = 0xEFFF_FFFD;
+
+/// True when the caller is in the initial user namespace, where uid 0 is the host's root.
+/// In any other (a rootless container, `unshare --user --map-root-user`) the uid a peer
+/// shows as may belong to anyone outside; false too when /proc cannot tell.
+pub fn in_initial_userns() -> bool {
+    pidns_of("/proc/self/ns/user") == INIT_USERNS_INODE
+}
+
 /// The caller's PID in the host PID namespace, if it can be known without help.
 pub fn host_pid() -> Option<u32> {
     if in_host_pidns() {
@@ -56,6 +66,16 @@ mod tests {
         let status = "Name:\tx\nNSpid:\t4242\t17\t1\nTgid:\t1\n";
         assert_eq!(parse_first_nspid(status), Some(4242));
         assert_eq!(parse_first_nspid("Name:\tx\n"), None);
+    }
+
+    #[test]
+    fn the_initial_user_namespace_is_recognised() {
+        // The test runs in some user namespace; /proc/1 (when it is ours) is in the same one
+        // unless the test runs in a container of its own.
+        if pidns_of("/proc/1/ns/user") == INIT_USERNS_INODE && pidns_of("/proc/self/ns/user") == pidns_of("/proc/1/ns/user") {
+            assert!(in_initial_userns());
+        }
+        assert_ne!(pidns_of("/proc/self/ns/user"), 0);
     }
 
     #[test]

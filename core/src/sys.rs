@@ -47,6 +47,11 @@ pub fn random_16() -> Option<[u8; 16]> {
 pub fn kill_self() {
     // SAFETY: models kill(2) of the calling process with SIGKILL; it does not return.
     unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+    // Still here: this is the init of a PID namespace, which the kernel does not signal from
+    // inside its namespace. End it as abruptly (no handler, no flush), with the status a
+    // shell gives a process killed by SIGKILL.
+    // SAFETY: models _exit(2); it does not return.
+    unsafe { libc::_exit(128 + libc::SIGKILL) };
 }
 
 /// `setns(2)` of the calling thread into the IPC namespace open at `ns`.
@@ -120,6 +125,16 @@ pub fn peer_credentials(fd: BorrowedFd<'_>) -> io::Result<(u32, u32)> {
         return Err(io::Error::last_os_error());
     }
     Ok((cred.pid.max(0) as u32, cred.uid))
+}
+
+/// `listen(2)` again on a listening socket, to set its backlog (tests fill it).
+#[cfg(test)]
+pub fn relisten(fd: BorrowedFd<'_>, backlog: i32) -> io::Result<()> {
+    // SAFETY: models listen(2) on a descriptor the caller owns.
+    if unsafe { libc::listen(fd.as_raw_fd(), backlog) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 /// `socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC)` + `connect(2)` to `path`.

@@ -15,6 +15,7 @@ use crate::shimpath::{self, ShimError};
 use fgpu_core::config::{Config, ConfigError, LimitSource, CONFIG_PATH};
 use fgpu_core::ledger::{Ledger, LedgerError};
 use fgpu_core::limit::{format_bytes, Amount, LimitSpec};
+use fgpu_core::nvmlpids::{Entry, Identifier, Look, Member, NvmlPids};
 use serde::Serialize;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
@@ -86,6 +87,8 @@ pub struct Facts {
     pub host_pidns: bool,
     /// Outside the host's PID namespace: the host PID from `fgpu service`, or why not.
     pub host_pid: Result<u32, String>,
+    /// Which PIDs NVML gives here, as told by its lists and the ledger's processes.
+    pub nvml_pids: NvmlPids,
 }
 
 fn describe_amount(a: Amount) -> String {
@@ -326,9 +329,14 @@ pub fn assess(f: &Facts) -> Vec<Finding> {
         LedgerFact::Broken(e) => out.push(finding("ledger", Level::Fail, format!("The ledger cannot be used: {e}"), Some("Stop the capped processes that use it, then remove the file; or set FGPU_LEDGER to another file.".into()))),
     }
 
-    // 6. PID namespace.
+    // 6. PID namespace, and which PIDs NVML gives here (docs/configuration.md).
     if f.host_pidns {
-        out.push(finding("pidns", Level::Info, "This is the host PID namespace: PIDs that fgpu status shows are host PIDs, the same as nvidia-smi shows.", None));
+        out.push(finding(
+            "pidns",
+            Level::Info,
+            "This is the host PID namespace: PIDs that fgpu status shows are host PIDs, the same as nvidia-smi shows. Every driver gives host PIDs here, so which PIDs it gives a container cannot be told from here: run `fgpu doctor` in the container while a capped process runs there.",
+            None,
+        ));
     } else {
         out.push(finding(
             "pidns",
@@ -336,22 +344,8 @@ pub fn assess(f: &Facts) -> Vec<Finding> {
             "This is not the host PID namespace (a container): fgpu status shows PIDs as seen here; nvidia-smi on the host shows other (host) PIDs. Run `fgpu status --all` as root on the host to see both.",
             None,
         ));
-        match &f.host_pid {
-            Ok(pid) => out.push(finding(
-                "pidns",
-                Level::Ok,
-                format!("The host's fgpu service answers: this process is host PID {pid}, so memory the driver takes without an allocation call (modules, lazily loaded kernels) is counted against the cap."),
-                None,
-            )),
-            Err(why) => out.push(finding(
-                "pidns",
-                Level::Warn,
-                format!("Host PIDs are unknown here ({why}): memory the driver takes without an allocation call (module code, lazily loaded kernels; hundreds of MiB for PyTorch) cannot be counted against the cap."),
-                Some(format!("Run `fgpu service` on the host and mount {} into the container (read-only), or run the container with --pid=host.", fgpu_core::hostpid::SERVICE_DIR)),
-            )),
-        }
+        out.push(pid_behaviour_finding(f));
     }
-
     // 7. Other interposers.
     let others: Vec<&PreloadEntry> = f.preloads.iter().filter(|p| p.interposes).collect();
     if others.is_empty() {
@@ -375,6 +369,81 @@ pub fn assess(f: &Facts) -> Vec<Finding> {
         }
     }
     out
+}
+
+/// What the doctor says about the PIDs NVML gives a container, and what it needs.
+fn pid_behaviour_finding(f: &Facts) -> Finding {
+    let service = fgpu_core::hostpid::SERVICE_DIR;
+    let counted = "memory the driver takes without an allocation call (module code, lazily loaded kernels) is counted against the cap, and the compute share reads this process's own utilisation samples";
+    match (f.nvml_pids, &f.host_pid) {
+        (NvmlPids::Caller, _) => finding(
+            "pidns",
+            Level::Ok,
+            format!("NVML gives PIDs as this namespace sees them, with their memory (NVML PIDs: caller, as current drivers): {counted}. Neither `fgpu service` nor --pid=host is needed."),
+            None,
+        ),
+        (NvmlPids::Host, Ok(pid)) => finding(
+            "pidns",
+            Level::Ok,
+            format!("NVML gives host PIDs (NVML PIDs: host, as older drivers), and the host's fgpu service answers: this process is host PID {pid}, so {counted}."),
+            None,
+        ),
+        (NvmlPids::Host, Err(why)) => finding(
+            "pidns",
+            Level::Warn,
+            format!("NVML gives host PIDs (NVML PIDs: host, as older drivers), and host PIDs are unknown here ({why}): a process is then found in NVML's list by what it holds, which fails while several could be it, and until then memory the driver takes without an allocation call cannot be counted against the cap."),
+            Some(format!("Run `fgpu service` on the host and mount {service} into the container (read-only), or run the container with --pid=host.")),
+        ),
+        (NvmlPids::CallerNoMemory | NvmlPids::Absent, _) => {
+            let what = if f.nvml_pids == NvmlPids::Absent {
+                "NVML lists none of this namespace's processes (NVML PIDs: none)"
+            } else {
+                "NVML lists this namespace's processes under the PIDs it sees but without their memory (NVML PIDs: caller-no-memory)"
+            };
+            finding(
+                "pidns",
+                Level::Warn,
+                format!("{what}: no per-process figure is usable, so module memory is measured on the whole device around each load (exact only while nothing else on the GPU changes meanwhile) and kernels loaded lazily are not counted."),
+                Some("Run the container with --pid=host: in the host's namespace every driver gives each process's memory. (`fgpu service` does not help here: NVML takes no host PIDs from inside the container.)".into()),
+            )
+        }
+        (_, Ok(pid)) => finding(
+            "pidns",
+            Level::Ok,
+            format!("The host's fgpu service answers: this process is host PID {pid}. Which PIDs NVML gives here cannot be told yet (NVML PIDs: unknown): no process of this ledger that this namespace sees holds GPU memory. With host PIDs the service's answer is used; with PIDs as this namespace sees them nothing is needed."),
+            None,
+        ),
+        (_, Err(why)) => finding(
+            "pidns",
+            Level::Warn,
+            format!("Host PIDs are unknown here ({why}), and which PIDs NVML gives cannot be told yet (NVML PIDs: unknown): no process of this ledger that this namespace sees holds GPU memory. Drivers that give PIDs as this namespace sees them need nothing; drivers that give host PIDs need the host's PID of each process for memory the driver takes without an allocation call (module code, lazily loaded kernels) to count against the cap."),
+            Some(format!("Run `fgpu doctor` again while a capped process runs here; if it says host PIDs, run `fgpu service` on the host and mount {service} into the container (read-only), or run the container with --pid=host.")),
+        ),
+    }
+}
+
+/// Which PIDs NVML gives here, from the probe's lists and the ledger's live processes.
+fn nvml_pids_here(driver: &Result<DriverProbe, String>, ledger: &Path) -> NvmlPids {
+    if fgpu_core::pidns::in_host_pidns() {
+        return NvmlPids::HostNamespace;
+    }
+    let (Ok(driver), Ok(ledger)) = (driver, Ledger::open_existing(ledger)) else { return NvmlPids::Unknown };
+    let snap = ledger.snapshot(None);
+    for device in &snap.devices {
+        let Some(probed) = driver.devices.iter().find(|d| d.uuid.eq_ignore_ascii_case(&device.uuid_string())) else { continue };
+        let others: Vec<Member> = snap
+            .processes
+            .iter()
+            .filter(|p| p.alive)
+            .map(|p| Member { here: p.pid_here, host: p.host_pid, counted: p.used.get(device.id.0).copied().unwrap_or(0) })
+            .collect();
+        let entries: Vec<Entry> = probed.compute_processes.iter().map(|(pid, used)| Entry::new(*pid, *used)).collect();
+        let verdict = Identifier::default().look(&Look { at_ns: 0, own: None, others: &others, entries: &entries });
+        if verdict.behaviour != NvmlPids::Unknown {
+            return verdict.behaviour;
+        }
+    }
+    NvmlPids::Unknown
 }
 
 fn newer_glibc(info: &ElfInfo, running: Option<&str>) -> Option<String> {
@@ -522,6 +591,9 @@ pub fn gather() -> Facts {
     let ld_preload = std::env::var("LD_PRELOAD").ok();
     let ld_so_preload = std::fs::read_to_string(LD_SO_PRELOAD).ok();
     let (target, _) = ledgers::in_effect(&fgpu_core::config::OsSources);
+    let driver = probe_driver();
+    let host_pid = ask_host_pid();
+    let nvml_pids = nvml_pids_here(&driver, &target.open_path);
     Facts {
         shim,
         shim_elf,
@@ -531,12 +603,13 @@ pub fn gather() -> Facts {
         preloads: preload_entries(ld_preload.as_deref(), ld_so_preload.as_deref(), shim_path.as_deref()),
         // Not Config::load(): its warnings are findings here, not lines on stderr.
         config: Config::from_sources(&fgpu_core::config::OsSources),
-        driver: probe_driver(),
+        driver,
         ledger: ledger_fact(&target.open_path),
         ledger_path: target.path,
         ledger_origin: target.origin,
         host_pidns: fgpu_core::pidns::in_host_pidns(),
-        host_pid: ask_host_pid(),
+        host_pid,
+        nvml_pids,
     }
 }
 
@@ -545,14 +618,18 @@ struct DoctorJson<'a> {
     schema: u32,
     /// True when a cap applies to programs started here (the exit status is 0).
     cap_applies: bool,
+    /// Which PIDs NVML gives here: host-namespace, host, caller, caller-no-memory, none or
+    /// unknown (`fgpu_core::nvmlpids`, docs/configuration.md).
+    nvml_pids: &'static str,
     findings: &'a [Finding],
 }
 
 pub fn doctor(args: &DoctorArgs) -> i32 {
-    let findings = assess(&gather());
+    let facts = gather();
+    let findings = assess(&facts);
     let failed = findings.iter().any(|f| f.level == Level::Fail);
     if args.json {
-        let json = DoctorJson { schema: 1, cap_applies: !failed, findings: &findings };
+        let json = DoctorJson { schema: 1, cap_applies: !failed, nvml_pids: facts.nvml_pids.label(), findings: &findings };
         println!("{}", serde_json::to_string_pretty(&json).expect("findings serialise"));
     } else {
         for f in &findings {
@@ -595,13 +672,14 @@ mod tests {
             driver: Ok(DriverProbe {
                 cuda: LibraryProbe { loaded: true, cuda_version: Some(12080), device_count: Some(1), ..Default::default() },
                 nvml: LibraryProbe { loaded: true, driver_version: Some("570.1".into()), device_count: Some(1), ..Default::default() },
-                devices: vec![ProbedDevice { index: 0, uuid: "GPU-12345678-0000-0000-0000-000000000000".into(), name: "H100".into(), total_bytes: 80 << 30, used_bytes: 0 }],
+                devices: vec![ProbedDevice { index: 0, uuid: "GPU-12345678-0000-0000-0000-000000000000".into(), name: "H100".into(), total_bytes: 80 << 30, ..Default::default() }],
             }),
             ledger_path: "/tmp/.fgpu-ledger".into(),
             ledger_origin: Origin::Default,
             ledger: LedgerFact::Missing { dir: "/tmp".into(), dir_problem: None },
             host_pidns: true,
             host_pid: Err("not asked".into()),
+            nvml_pids: NvmlPids::HostNamespace,
         }
     }
 
@@ -707,6 +785,40 @@ mod tests {
         assert!(all.iter().any(|x| x.message.contains("not the host PID namespace")));
     }
 
+    /// Each PID behaviour gets its finding: what it means, and the remedy where one is
+    /// needed (docs/configuration.md).
+    #[test]
+    fn the_pid_behaviour_is_named_with_its_remedy() {
+        let mut f = good_facts();
+        f.host_pidns = false;
+        let pid_finding = |f: &Facts| assess(f).into_iter().rfind(|x| x.check == "pidns").unwrap();
+        let cases = [
+            (NvmlPids::Caller, Err("no service".to_string()), Level::Ok, "NVML PIDs: caller", None),
+            (NvmlPids::Host, Ok(4242), Level::Ok, "host PID 4242", None),
+            (NvmlPids::Host, Err("no service".to_string()), Level::Warn, "NVML PIDs: host", Some("fgpu service")),
+            (NvmlPids::CallerNoMemory, Ok(4242), Level::Warn, "NVML PIDs: caller-no-memory", Some("--pid=host")),
+            (NvmlPids::Absent, Err("no service".to_string()), Level::Warn, "NVML PIDs: none", Some("--pid=host")),
+            (NvmlPids::Unknown, Err("no service".to_string()), Level::Warn, "Host PIDs are unknown here", Some("fgpu service")),
+            (NvmlPids::Unknown, Ok(4242), Level::Ok, "The host's fgpu service answers: this process is host PID 4242", None),
+        ];
+        for (behaviour, host_pid, level, says, advice) in cases {
+            f.nvml_pids = behaviour;
+            f.host_pid = host_pid;
+            let x = pid_finding(&f);
+            assert_eq!(x.level, level, "{behaviour:?}: {x:?}");
+            assert!(x.message.contains(says), "{behaviour:?}: {x:?}");
+            match advice {
+                Some(a) => assert!(x.advice.as_deref().unwrap_or("").contains(a), "{behaviour:?}: {x:?}"),
+                None => assert!(x.advice.is_none(), "{behaviour:?}: {x:?}"),
+            }
+        }
+        // In the host's namespace it says it cannot tell.
+        f.host_pidns = true;
+        f.nvml_pids = NvmlPids::HostNamespace;
+        assert!(pid_finding(&f).message.contains("cannot be told from here"));
+        assert!(fails(&f).is_empty());
+    }
+
     #[test]
     fn a_bad_log_level_is_a_warning_and_the_cap_still_applies() {
         let mut f = good_facts();
@@ -721,7 +833,7 @@ mod tests {
     fn an_ambiguous_device_key_fails_as_in_the_shim() {
         let mut f = good_facts();
         if let Ok(d) = &mut f.driver {
-            d.devices.push(ProbedDevice { index: 1, uuid: "GPU-12345678-1111-0000-0000-000000000000".into(), name: "H100".into(), total_bytes: 80 << 30, used_bytes: 0 });
+            d.devices.push(ProbedDevice { index: 1, uuid: "GPU-12345678-1111-0000-0000-000000000000".into(), name: "H100".into(), total_bytes: 80 << 30, ..Default::default() });
         }
         f.config = Ok(Config { env_limit: Some(parse_limit("GPU-1234=2G").unwrap()), ..f.config.unwrap() });
         assert!(fails(&f).iter().any(|(c, m)| *c == "cap" && m.contains("\"GPU-1234\" is ambiguous") && m.contains("GPU-12345678-1111")), "{:?}", fails(&f));

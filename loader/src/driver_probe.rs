@@ -97,6 +97,14 @@ struct NvmlMemory {
     used: u64,
 }
 type NvmlMemoryInfo = unsafe extern "C" fn(*mut c_void, *mut NvmlMemory) -> u32;
+/// `nvmlProcessInfo_v1_t` (nvml.h): `{ unsigned pid; unsigned long long usedGpuMemory; }`.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct NvmlProcessInfoV1 {
+    pid: u32,
+    used_gpu_memory: u64,
+}
+type NvmlProcesses = unsafe extern "C" fn(*mut c_void, *mut u32, *mut NvmlProcessInfoV1) -> u32;
 
 fn c_buffer_to_string(buf: &[c_char]) -> String {
     let bytes: Vec<u8> = buf.iter().take_while(|c| **c != 0).map(|c| *c as u8).collect();
@@ -183,6 +191,7 @@ fn probe_nvml(devices: &mut Vec<ProbedDevice>) -> LibraryProbe {
                 let uuid = lib.get::<NvmlDevString>(c"nvmlDeviceGetUUID");
                 let name = lib.get::<NvmlDevString>(c"nvmlDeviceGetName");
                 let memory = lib.get::<NvmlMemoryInfo>(c"nvmlDeviceGetMemoryInfo");
+                let processes = lib.get::<NvmlProcesses>(c"nvmlDeviceGetComputeRunningProcesses");
                 if let (Some(handle), Some(uuid)) = (handle, uuid) {
                     for index in 0..n.min(64) {
                         let mut dev = std::ptr::null_mut();
@@ -205,6 +214,13 @@ fn probe_nvml(devices: &mut Vec<ProbedDevice>) -> LibraryProbe {
                             if memory(dev, &mut m) == 0 {
                                 d.total_bytes = m.total;
                                 d.used_bytes = m.used;
+                            }
+                        }
+                        if let Some(processes) = processes {
+                            let mut entries = [NvmlProcessInfoV1::default(); 256];
+                            let mut n = entries.len() as u32;
+                            if processes(dev, &mut n, entries.as_mut_ptr()) == 0 {
+                                d.compute_processes = entries[..(n as usize).min(entries.len())].iter().map(|e| (e.pid, e.used_gpu_memory)).collect();
                             }
                         }
                         devices.push(d);

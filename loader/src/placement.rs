@@ -82,7 +82,7 @@ mod tests {
     const GIB: u64 = 1 << 30;
 
     fn gpu(index: u32, used: u64) -> ProbedDevice {
-        ProbedDevice { index, uuid: format!("GPU-{index}"), name: "x".into(), total_bytes: 80 * GIB, used_bytes: used }
+        ProbedDevice { index, uuid: format!("GPU-{index}"), name: "x".into(), total_bytes: 80 * GIB, used_bytes: used, ..Default::default() }
     }
 
     fn ledger(uuid: &str, cap: u64, used: u64) -> LedgerReport {

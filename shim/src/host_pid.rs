@@ -1,29 +1,50 @@
-//! This process's host PID, which NVML reports it by: known at once in the host's PID
-//! namespace, otherwise asked of the host's `fgpu service` when the process joins its
-//! ledger, and picked up without waiting when next needed (`fgpu_core::hostpid`).
+//! Which PID NVML knows this process by, and which PIDs NVML gives at all
+//! (`fgpu_core::nvmlpids`).
 //!
-//! Without a service, it is matched passively ([`HostPid::match_nvml`]): at the points where
-//! the process compares its NVML usage with the ledger anyway, the NVML processes that no
-//! other process of the ledger claims and that hold at least what the ledger counts for this
-//! one are candidates; when one candidate is left, or when only one followed every change of
-//! this process's count since the last look, it is this process. No call waits for it, and
+//! In the host's PID namespace every driver gives host PIDs, and `getpid()` is one. In a
+//! nested namespace (a container without `--pid=host`) it depends on the driver: current
+//! drivers give PIDs as this namespace sees them, so `getpid()` again; older ones give host
+//! PIDs; some give a container's processes without a memory figure, or not at all. The
+//! behaviour is found out from NVML's own lists ([`HostPid::observe`]), never assumed:
+//! the process's own `getpid()` listed with the memory it holds, or under host PIDs an entry
+//! that only this process can be (the movement check where two could).
+//!
+//! The host PID itself, needed under host PIDs, is known at once in the host's namespace,
+//! otherwise asked of the host's `fgpu service` when the process joins its ledger and
+//! picked up without waiting when next needed (`fgpu_core::hostpid`); a connect the
+//! service's backlog turns away is tried again later, with a bounded backoff, never with a
+//! wait. Without a service it is matched in NVML's list as above. No call waits for it, and
 //! nothing is allocated to probe.
 
 use fgpu_core::hostpid::{Answer, Request, DEFAULT_SOCKET, ENV_SOCKET};
 use fgpu_core::log::{self, Level};
 use fgpu_core::log_at;
+use fgpu_core::nvmlpids::{Identifier, Look, NvmlPids, Verdict};
 use parking_lot::Mutex;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
 
 /// How long an unanswered request is waited for before it counts as failed.
 const PATIENCE_NS: u64 = 2_000_000_000;
+/// A connect turned away (the service's backlog full) is tried again after this, doubling
+/// each time up to [`RETRY_MAX_NS`], at most [`RETRIES`] times.
+const RETRY_FIRST_NS: u64 = 20_000_000;
+const RETRY_MAX_NS: u64 = 1_000_000_000;
+const RETRIES: u32 = 10;
 
 #[derive(Debug, Default)]
 enum Query {
     #[default]
     NotAsked,
-    Asked { request: Request, since_ns: u64 },
+    Asked {
+        request: Request,
+        since_ns: u64,
+    },
+    /// Turned away `tries` times; ask again at `at_ns`.
+    Retry {
+        at_ns: u64,
+        tries: u32,
+    },
     Failed(String),
 }
 
@@ -32,36 +53,22 @@ pub struct HostPid {
     /// 0 while unknown.
     known: AtomicU32,
     query: Mutex<Query>,
-    /// The last look at NVML while matching: this process's count, and each candidate's
-    /// usage.
-    last_look: Mutex<Option<Look>>,
+    /// [`NvmlPids`] as found out so far.
+    behaviour: AtomicU8,
+    identifier: Mutex<Identifier>,
 }
-
-/// One look at NVML while matching.
-#[derive(Debug)]
-struct Look {
-    /// What the ledger counted for this process.
-    counted: u64,
-    /// Each candidate's (host PID, used bytes).
-    candidates: Vec<(u32, u64)>,
-}
-
-/// What a look at NVML's list told.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Match {
-    HostPid(u32),
-    /// Several processes could be this one.
-    Ambiguous,
-    /// None can be yet (this process shows nothing in NVML).
-    Nothing,
-}
-
-/// NVML's figure for a process can trail or lead the ledger's by this much (page rounding;
-/// memory the driver takes unannounced only adds).
-const MATCH_SLACK: u64 = 2 << 20;
 
 fn socket_path() -> PathBuf {
     std::env::var_os(ENV_SOCKET).filter(|v| !v.is_empty()).map(PathBuf::from).unwrap_or_else(|| PathBuf::from(DEFAULT_SOCKET))
+}
+
+fn getpid() -> u32 {
+    std::process::id()
+}
+
+/// The delay before try number `tries` (1-based) of a connect that was turned away.
+fn backoff_ns(tries: u32) -> u64 {
+    RETRY_FIRST_NS.saturating_mul(1u64 << tries.saturating_sub(1).min(20)).min(RETRY_MAX_NS)
 }
 
 impl HostPid {
@@ -71,18 +78,33 @@ impl HostPid {
         if !matches!(*query, Query::NotAsked) {
             return;
         }
+        if fgpu_core::pidns::in_host_pidns() {
+            self.behaviour.store(NvmlPids::HostNamespace as u8, Ordering::Release);
+        }
         if let Some(pid) = fgpu_core::pidns::host_pid() {
             self.known.store(pid, Ordering::Release);
             *query = Query::Failed(String::new());
             return;
         }
-        *query = match Request::send(&socket_path()) {
-            Ok(request) => Query::Asked { request, since_ns: log::monotonic_ns() },
-            Err(why) => Query::Failed(why),
-        };
+        *query = Self::send(0);
     }
 
-    /// The host PID if known by now; `on_learnt` runs once when the answer comes.
+    /// A request, or when the service's backlog turns the connect away, a later try.
+    fn send(tries: u32) -> Query {
+        match Request::send(&socket_path()) {
+            Ok(request) => Query::Asked { request, since_ns: log::monotonic_ns() },
+            Err(e) if e.retry && tries < RETRIES => {
+                log_at!(Level::Debug, "{e}; asking the host's fgpu service again later");
+                Query::Retry { at_ns: log::monotonic_ns() + backoff_ns(tries + 1), tries: tries + 1 }
+            }
+            Err(e) => {
+                log_at!(Level::Debug, "the host's fgpu service is not used: {e}");
+                Query::Failed(e.message)
+            }
+        }
+    }
+
+    /// The host PID if known by now; `on_learnt` runs once when the service's answer comes.
     pub fn get(&self, on_learnt: impl FnOnce(u32)) -> Option<u32> {
         let known = self.known.load(Ordering::Acquire);
         if known != 0 {
@@ -90,18 +112,29 @@ impl HostPid {
         }
         self.ask();
         let mut query = self.query.lock();
-        let Query::Asked { request, since_ns } = &*query else { return None };
-        let outcome = match request.poll() {
-            Answer::HostPid(pid) => Ok(pid),
-            Answer::Pending if log::monotonic_ns().saturating_sub(*since_ns) < PATIENCE_NS => return None,
-            Answer::Pending => Err("the service did not answer".to_string()),
-            Answer::Failed(why) => Err(why),
+        if let Query::Retry { at_ns, tries } = &*query {
+            if log::monotonic_ns() < *at_ns {
+                return None;
+            }
+            *query = Self::send(*tries);
+        }
+        let outcome = match &*query {
+            Query::Asked { request, since_ns } => match request.poll() {
+                Answer::HostPid(pid) => Ok(pid),
+                Answer::Pending if log::monotonic_ns().saturating_sub(*since_ns) < PATIENCE_NS => return None,
+                Answer::Pending => Err("the service did not answer".to_string()),
+                Answer::Failed(why) => Err(why),
+            },
+            _ => return None,
         };
         match outcome {
             Ok(pid) => {
-                self.known.store(pid, Ordering::Release);
+                let matched = self.known.swap(pid, Ordering::AcqRel);
                 *query = Query::Failed(String::new());
                 drop(query);
+                if matched != 0 && matched != pid {
+                    log_at!(Level::Debug, "the host's fgpu service says host PID {pid}, not {matched} as matched in NVML's list; the service is right");
+                }
                 log_at!(Level::Debug, "host PID {pid}, from the host's fgpu service");
                 on_learnt(pid);
                 Some(pid)
@@ -113,50 +146,72 @@ impl HostPid {
         }
     }
 
-    /// Matching without a service: `listed` is NVML's (host PID, used bytes) for the device,
-    /// `counted` what the ledger counts for this process on it, `claimed` the host PIDs other
-    /// processes of the ledger are known by. Records and returns the host PID once only one
-    /// process can be this one.
-    pub fn match_nvml(&self, listed: &[(u32, u64)], counted: u64, claimed: &[u32]) -> Match {
-        if counted == 0 {
-            return Match::Nothing; // nothing on the device yet: every process would fit
-        }
-        let unclaimed: Vec<(u32, u64)> = listed.iter().copied().filter(|(pid, _)| *pid != 0 && !claimed.contains(pid)).collect();
-        let candidates: Vec<(u32, u64)> = unclaimed.iter().copied().filter(|(_, used)| used.saturating_add(MATCH_SLACK) >= counted).collect();
-        // With nobody else unaccounted for on the device, the one process left is this one;
-        // otherwise only a history of moving together can tell (NVML may show less than
-        // the ledger counts, managed memory for one, which could rule this process out).
-        let alone = unclaimed.len() == 1;
-        let mut last = self.last_look.lock();
-        let several = !candidates.is_empty() && unclaimed.len() > 1;
-        let found = match candidates.as_slice() {
-            [(pid, _)] if alone => Some(*pid),
-            [] => None,
-            _ => last.as_ref().and_then(|Look { counted: before, candidates: seen }| {
-                // Which candidates moved with this process's count since the last look?
-                let change = counted as i128 - *before as i128;
-                if change.unsigned_abs() < 4 * MATCH_SLACK as u128 {
-                    return None;
-                }
-                let mut moved = candidates.iter().filter(|(pid, used)| {
-                    seen.iter().any(|(p, u)| p == pid && (*used as i128 - *u as i128 - change).unsigned_abs() <= MATCH_SLACK as u128)
-                });
-                match (moved.next(), moved.next()) {
-                    (Some((pid, _)), None) => Some(*pid),
-                    _ => None,
-                }
-            }),
-        };
-        *last = Some(Look { counted, candidates });
-        match found {
-            Some(pid) => {
-                self.known.store(pid, Ordering::Release);
-                log_at!(Level::Debug, "host PID {pid}, matched in NVML's process list");
-                Match::HostPid(pid)
+    /// The host PID, if known, without asking anything.
+    pub fn known(&self) -> Option<u32> {
+        Some(self.known.load(Ordering::Acquire)).filter(|p| *p != 0)
+    }
+
+    /// Which PIDs NVML gives, as found out so far.
+    pub fn behaviour(&self) -> NvmlPids {
+        match NvmlPids::from_u8(self.behaviour.load(Ordering::Acquire)) {
+            NvmlPids::Unknown if fgpu_core::pidns::in_host_pidns() => {
+                // Never changes for a process: looked up once.
+                self.behaviour.store(NvmlPids::HostNamespace as u8, Ordering::Release);
+                NvmlPids::HostNamespace
             }
-            None if several => Match::Ambiguous,
-            None => Match::Nothing,
+            b => b,
         }
+    }
+
+    /// The PID NVML's process lists and utilisation samples name this process by, if it is
+    /// known by now (under [`NvmlPids::Absent`] the lists never name it; its samples keep
+    /// the raw host PID).
+    pub fn nvml_pid(&self) -> Option<u32> {
+        match self.behaviour() {
+            NvmlPids::HostNamespace | NvmlPids::Caller | NvmlPids::CallerNoMemory => Some(getpid()),
+            NvmlPids::Host | NvmlPids::Absent => self.known(),
+            NvmlPids::Unknown => None,
+        }
+    }
+
+    /// The PID NVML's compute list gives this process's memory under, if the list has a
+    /// figure for it and it is known which entry is this process.
+    pub fn memory_pid(&self) -> Option<u32> {
+        match self.behaviour() {
+            NvmlPids::HostNamespace | NvmlPids::Caller => Some(getpid()),
+            NvmlPids::Host => self.known(),
+            _ => None,
+        }
+    }
+
+    /// Whether a look at NVML's list can still tell something (the behaviour, under host
+    /// PIDs which entry is this process, or whether a process NVML did not list shows now).
+    pub fn needs_a_look(&self) -> bool {
+        match self.behaviour() {
+            NvmlPids::Unknown | NvmlPids::Absent => true,
+            NvmlPids::Host => self.known().is_none(),
+            _ => false,
+        }
+    }
+
+    /// One look at NVML's list for a device (a nested namespace only): records what it
+    /// tells. Under host PIDs, `on_matched` runs once with this process's host PID when only
+    /// one entry can be it.
+    pub fn observe(&self, look: &Look, on_matched: impl FnOnce(u32)) -> Verdict {
+        let verdict = self.identifier.lock().look(look);
+        if verdict.behaviour != NvmlPids::Unknown {
+            let before = self.behaviour.swap(verdict.behaviour as u8, Ordering::AcqRel);
+            if before != verdict.behaviour as u8 {
+                log_at!(Level::Debug, "NVML gives this PID namespace {} PIDs (found out from its process list)", verdict.behaviour.label());
+            }
+        }
+        if let (NvmlPids::Host, Some(pid)) = (verdict.behaviour, verdict.host_pid) {
+            if self.known.compare_exchange(0, pid, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+                log_at!(Level::Debug, "host PID {pid}, matched in NVML's process list");
+                on_matched(pid);
+            }
+        }
+        verdict
     }
 
     /// Why the host PID is unknown, once asking has failed (None while it may still come).
@@ -166,44 +221,64 @@ impl HostPid {
             _ => None,
         }
     }
+
+    /// Why the host PID is unknown, or that the service may still answer.
+    pub fn service_state(&self) -> String {
+        match &*self.query.lock() {
+            Query::Failed(why) if !why.is_empty() => why.clone(),
+            Query::Asked { .. } => "the host's fgpu service has not answered yet".into(),
+            Query::Retry { .. } => "the host's fgpu service is busy; asking again".into(),
+            _ => "no service was asked".into(),
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use fgpu_core::nvmlpids::{Entry, Own};
     const MIB: u64 = 1 << 20;
 
     #[test]
-    fn the_only_process_left_is_this_process() {
-        let h = HostPid::default();
-        // 4242 belongs to another process of the ledger.
-        let listed = [(4242, 900 * MIB), (31337, 1324 * MIB)];
-        assert_eq!(h.match_nvml(&listed, 1324 * MIB, &[4242]), Match::HostPid(31337));
-        // Another process the ledger does not know, even one that holds less, leaves only
-        // history to tell.
-        let h = HostPid::default();
-        let listed = [(17, 10 * MIB), (31337, 1324 * MIB)];
-        assert_eq!(h.match_nvml(&listed, 1324 * MIB, &[]), Match::Ambiguous);
+    fn the_backoff_grows_and_is_bounded() {
+        assert_eq!(backoff_ns(1), RETRY_FIRST_NS);
+        assert_eq!(backoff_ns(2), 2 * RETRY_FIRST_NS);
+        assert!((1..=RETRIES).all(|t| backoff_ns(t) <= RETRY_MAX_NS));
+        assert_eq!(backoff_ns(RETRIES), RETRY_MAX_NS);
+        let total: u64 = (1..=RETRIES).map(backoff_ns).sum();
+        assert!(total < 10_000_000_000, "given up within 10 s: {total}");
     }
 
     #[test]
-    fn among_several_the_one_that_follows_this_process_is_chosen() {
+    fn a_match_under_host_pids_is_recorded_once() {
+        if fgpu_core::pidns::in_host_pidns() {
+            // Here every behaviour gives getpid(); nothing is looked at.
+            assert_eq!(HostPid::default().nvml_pid(), Some(getpid()));
+            return;
+        }
         let h = HostPid::default();
-        let first = [(100, 2000 * MIB), (200, 1500 * MIB)];
-        assert_eq!(h.match_nvml(&first, 1000 * MIB, &[]), Match::Ambiguous, "two candidates, no history");
-        // This process allocated 300 MiB; only 200 grew by that much.
-        let second = [(100, 2100 * MIB), (200, 1800 * MIB)];
-        assert_eq!(h.match_nvml(&second, 1300 * MIB, &[]), Match::HostPid(200));
+        let own = |mib| Some(Own { here: 7, host: None, counted: mib * MIB });
+        let mut learnt = Vec::new();
+        h.observe(&Look { at_ns: 0, own: own(300), others: &[], entries: &[Entry::new(40123, 300 * MIB)] }, |p| learnt.push(p));
+        assert_eq!((h.behaviour(), h.nvml_pid()), (NvmlPids::Host, None), "host PIDs, which one not told yet");
+        let v = h.observe(&Look { at_ns: 1, own: own(400), others: &[], entries: &[Entry::new(40123, 400 * MIB)] }, |p| learnt.push(p));
+        assert_eq!(v.host_pid, Some(40123));
+        assert_eq!((h.behaviour(), h.nvml_pid(), h.memory_pid()), (NvmlPids::Host, Some(40123), Some(40123)));
+        h.observe(&Look { at_ns: 2, own: own(500), others: &[], entries: &[Entry::new(40123, 500 * MIB)] }, |p| learnt.push(p));
+        assert_eq!(learnt, [40123]);
     }
 
     #[test]
-    fn no_change_or_an_ambiguous_one_matches_nothing() {
+    fn caller_namespace_pids_name_this_process_by_getpid() {
+        if fgpu_core::pidns::in_host_pidns() {
+            return;
+        }
         let h = HostPid::default();
-        let first = [(100, 2000 * MIB), (200, 1500 * MIB)];
-        assert_eq!(h.match_nvml(&first, 1000 * MIB, &[]), Match::Ambiguous);
-        assert_eq!(h.match_nvml(&first, 1000 * MIB, &[]), Match::Ambiguous, "nothing moved");
-        let both = [(100, 2300 * MIB), (200, 1800 * MIB)];
-        assert_eq!(h.match_nvml(&both, 1300 * MIB, &[]), Match::Ambiguous, "both moved with it");
-        assert_eq!(h.match_nvml(&[], 1300 * MIB, &[]), Match::Nothing);
+        let own = Some(Own { here: getpid(), host: None, counted: 300 * MIB });
+        h.observe(&Look { at_ns: 0, own, others: &[], entries: &[Entry::new(getpid(), 300 * MIB)] }, |_| panic!("no host PID"));
+        assert_eq!((h.behaviour(), h.nvml_pid(), h.memory_pid()), (NvmlPids::Caller, Some(getpid()), Some(getpid())));
+        let h = HostPid::default();
+        h.observe(&Look { at_ns: 0, own, others: &[], entries: &[Entry::new(getpid(), 0)] }, |_| panic!("no host PID"));
+        assert_eq!((h.behaviour(), h.nvml_pid(), h.memory_pid()), (NvmlPids::CallerNoMemory, Some(getpid()), None));
     }
 }

@@ -290,7 +290,9 @@ fn without_its_host_pid_a_process_is_held_below_its_share_until_the_ledger_knows
     if !prerequisite(is_root() && tool("unshare"), "needs root and unshare(1) for a PID namespace") {
         return;
     }
-    let env = Env::new("compute-pidns");
+    // A driver that gives host PIDs (older drivers): with PIDs as the namespace sees them
+    // the process reads its own samples at once (pid_modes.rs).
+    let env = Env::new("compute-pidns").nvml_pids("host");
     let l = ledger(&env, "a");
     let mut process = env
         .command("unshare")

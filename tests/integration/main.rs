@@ -20,5 +20,6 @@ mod kernels;
 mod ledger_file;
 mod nvml;
 mod security;
+mod pid_modes;
 mod sharing;
 mod wheel;

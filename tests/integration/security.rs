@@ -458,11 +458,11 @@ fn m3_the_service_answers_while_flooded() {
                     answer = Some(request.wait(Duration::from_secs(2)));
                     break;
                 }
-                Err(e) if e.contains("Resource temporarily unavailable") => {
+                Err(e) if e.retry => {
                     std::thread::sleep(delay);
                     delay = (delay * 2).min(Duration::from_millis(200));
                 }
-                Err(e) => panic!("{e}"),
+                Err(e) => panic!("{}", e.message),
             }
         }
         if answer != Some(fgpu_core::hostpid::Answer::HostPid(std::process::id())) {

@@ -194,6 +194,8 @@ pub struct Env {
     pub context_overhead: String,
     pub devices: u32,
     pub driver_version: String,
+    /// `FGPU_SIM_NVML_PIDS`; empty for the simulator's default (`caller`, as current drivers).
+    pub nvml_pids: String,
 }
 
 impl Env {
@@ -209,7 +211,32 @@ impl Env {
             context_overhead: "300M".into(),
             devices: 1,
             driver_version: "12080".into(),
+            nvml_pids: String::new(),
         }
+    }
+
+    /// Which PIDs the simulated NVML gives a caller outside the host's PID namespace:
+    /// `host`, `caller`, `caller-no-memory` or `none` (docs/simulator.md).
+    pub fn nvml_pids(mut self, mode: &str) -> Self {
+        self.nvml_pids = mode.into();
+        self
+    }
+
+    /// Keeps the simulated driver's host PIDs known, as the kernel driver's always are: a
+    /// thread of the test, in the host's PID namespace, looks at the simulator's process
+    /// table every 5 ms (docs/simulator.md). Creates the state file first.
+    pub fn driver_watch(&self) -> DriverWatch {
+        self.command(client("cuclient")).args(["init"]).success();
+        let sim = self.sim();
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::spawn(move || {
+            while !flag.load(std::sync::atomic::Ordering::Relaxed) {
+                sim.watch_host_pids();
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        });
+        DriverWatch(stop, Some(thread))
     }
 
     pub fn sim_memory(mut self, size: &str) -> Self {
@@ -245,6 +272,7 @@ impl Env {
             .env("FGPU_SIM_CONTEXT_OVERHEAD", &self.context_overhead)
             .env("FGPU_SIM_DEVICES", self.devices.to_string())
             .env("FGPU_SIM_DRIVER_VERSION", &self.driver_version)
+            .env("FGPU_SIM_NVML_PIDS", &self.nvml_pids)
             .env_remove("LD_PRELOAD")
             .env_remove("FGPU_LIMIT")
             .env_remove("FGPU_LOG")
@@ -316,6 +344,18 @@ impl Drop for Env {
         // Kept on failure (and with FGPU_TEST_KEEP=1) for a look at the ledger and sim state.
         if !std::thread::panicking() && std::env::var_os("FGPU_TEST_KEEP").is_none() {
             let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+/// Stops [`Env::driver_watch`]'s thread when dropped.
+pub struct DriverWatch(std::sync::Arc<std::sync::atomic::AtomicBool>, Option<std::thread::JoinHandle<()>>);
+
+impl Drop for DriverWatch {
+    fn drop(&mut self) {
+        self.0.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(t) = self.1.take() {
+            let _ = t.join();
         }
     }
 }

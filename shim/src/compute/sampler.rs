@@ -4,16 +4,17 @@
 //! with a share, charging what they measure to the ledger's bucket.
 //!
 //! **Which signal measures.** NVML's per-process samples say how much of each sample
-//! period the process's kernels ran, and they are keyed by host PID. Where this process
-//! knows its host PID (its own PID namespace is the host's, or the ledger holds it), NVML
-//! measures it: every chunk's estimate is refunded once NVML has answered for the time the
-//! chunk was seen done, and NVML's figure is charged instead. Where the host PID is not
-//! known (a container with its own PID namespace, until something on the host resolves it)
-//! or NVML has no per-process samples for the device, the process's own markers measure
-//! it: the time between a chunk's markers, which includes other contexts' time slices and
-//! so never reads low. The ceiling then still holds; a process sharing the GPU is held
-//! below its share by the others' slices. It switches to NVML as soon as its host PID is
-//! known. The thread runs with stream capture in relaxed mode, so its driver calls never
+//! period the process's kernels ran, keyed by the PID NVML knows the process by: its own
+//! PID where the driver gives PIDs as the caller's namespace sees them (current drivers,
+//! and any process in the host's namespace), its host PID where the driver gives host
+//! PIDs (`host_pid.rs` finds out which). Where that PID is known, NVML measures it: every
+//! chunk's estimate is refunded once NVML has answered for the time the chunk was seen
+//! done, and NVML's figure is charged instead. Where it is not (host PIDs in a container
+//! whose host PID nothing has told yet) or NVML has no per-process samples for the device,
+//! the process's own markers measure it: the time between a chunk's markers, which
+//! includes other contexts' time slices and so never reads low. The ceiling then still
+//! holds; a process sharing the GPU is held below its share by the others' slices. It
+//! switches to NVML as soon as the PID is known. The thread runs with stream capture in relaxed mode, so its driver calls never
 //! disturb a capture under way elsewhere in the program.
 
 use super::chunks::{self, DevBook};
@@ -101,9 +102,11 @@ fn tick(limiter: &'static Limiter) {
     drop(deferred);
 }
 
-/// The host PID this process is known by, if anyone knows it.
-fn host_pid(limiter: &Limiter) -> Option<u32> {
-    query::own_host_pid().or_else(|| limiter.active.ledger.slot_host_pid(limiter.slot))
+/// The PID NVML's samples name this process by, once known (`host_pid.rs`: its own PID
+/// where the driver gives PIDs as its namespace sees them, its host PID where the driver
+/// gives host PIDs).
+fn host_pid(_limiter: &Limiter) -> Option<u32> {
+    query::sampled_pid()
 }
 
 /// Asks NVML about one device when due; charges and records what it measured.
@@ -174,7 +177,7 @@ fn start_measuring(limiter: &Limiter, share: &DevShare, book: &mut DevBook, now:
     };
     let offset = realtime_ns() - now as i64;
     let start_us = ((now as i64 + offset) / 1000).max(0) as u64;
-    log_at!(Level::Debug, "the compute share on {uuid} is measured by NVML (host PID {pid})");
+    log_at!(Level::Debug, "the compute share on {uuid} is measured by NVML (its samples under PID {pid})");
     book.nvml = Some(NvmlState { handle: handle as usize, book: UtilisationBook::new(start_us), host_pid: pid, offset_ns: offset, next_poll: 0, since: now });
 }
 

@@ -2,21 +2,19 @@
 //! memory for their code and data without saying how much. The load is not refused (its
 //! size is unknown beforehand), but what NVML shows this process holding beyond the ledger
 //! is counted right after it (`untracked.rs`), not at the next synchronisation, so the
-//! next allocation already sees it.
+//! next allocation already sees it; where NVML has no figure of this process's own, the
+//! device's usage before and after the load is.
 
 use crate::abi::cuda::*;
 use crate::state::{self, Mode};
 use std::ffi::{c_char, c_uint, c_void};
 
-/// Runs a load, then counts what it took.
+/// Runs a load, then counts what it took (`untracked::around_load`).
 fn counted_load(real: impl FnOnce() -> CUresult) -> CUresult {
-    let rc = real();
-    if rc == CUDA_SUCCESS {
-        if let Mode::On(active) = state::mode() {
-            super::untracked::count_untracked_now(active);
-        }
+    match state::mode() {
+        Mode::On(active) => super::untracked::around_load(active, real),
+        _ => real(),
     }
-    rc
 }
 
 /// # Safety

@@ -7,15 +7,25 @@
 //!   total = used + free holds in both layouts.
 //! * Compute process lists (and compute mode of the r550 detail list) are built from the
 //!   ledger: only this container's processes, with PIDs as the caller's PID namespace sees
-//!   them and the memory the ledger counts. Graphics and MPS lists, utilisation samples,
-//!   accounting data and encoder / frame-buffer-capture sessions are filtered to the
-//!   ledger's processes whose host PID is known; everything else is hidden. With a broken
-//!   configuration all of them are empty.
+//!   them and the memory the ledger counts, whatever PIDs the driver gives.
+//! * Graphics and MPS lists, utilisation samples, accounting data and encoder /
+//!   frame-buffer-capture sessions are the driver's, filtered to the ledger's processes and
+//!   given with the PIDs the caller sees. What a driver PID stands for depends on the
+//!   driver, which is found out, not assumed (`host_pid.rs`, `fgpu_core::nvmlpids`): host
+//!   PIDs (older drivers, and any caller in the host's namespace) map through the ledger's
+//!   host PIDs; caller-namespace PIDs (current drivers) are the ledger's PIDs as this
+//!   namespace sees them, and in utilisation samples a process this namespace cannot see
+//!   keeps its raw host PID. Accounting and session records carry the raw host PID on every
+//!   driver (the driver stores `pClient->ProcID`). A driver PID that could stand for two of
+//!   the ledger's processes stands for neither; while it is not known which PIDs the driver
+//!   gives, nothing of the driver's lists is shown. With a broken configuration all of
+//!   them are empty.
 
 use crate::abi::nvml::*;
 use crate::real::Sym;
 use crate::state::{self, Active, Mode};
-use fgpu_core::ledger::{DeviceId, Snapshot};
+use fgpu_core::ledger::{DeviceId, SlotId, Snapshot};
+use fgpu_core::nvmlpids::{Entry, Look, Member, NvmlPids, Own, Verdict};
 use fgpu_core::uuid::{format_gpu_uuid, parse_gpu_uuid};
 use std::ffi::{c_char, c_uint};
 
@@ -149,11 +159,61 @@ pub mod query {
         })
     }
 
-    /// Device-wide used memory before a context is created, when this process's host PID
-    /// is unknown (otherwise the per-process figure is used and this is not needed).
-    pub fn before_context(dev: &Dev) -> Option<u64> {
-        if own_host_pid().is_some() {
+    /// NVML's compute list for a device as [`Entry`]s (memory figures read as
+    /// `fgpu_core::nvmlpids` reads them).
+    pub fn compute_entries(device: NvmlDevice) -> Option<Vec<Entry>> {
+        compute_processes(device).map(|list| list.into_iter().map(|p| Entry::new(p.pid, p.used_gpu_memory)).collect())
+    }
+
+    /// The ledger's other live processes on `dev`, for telling which PIDs NVML gives.
+    fn members(snapshot: &Snapshot, own: Option<SlotId>, dev: DeviceId) -> Vec<Member> {
+        snapshot
+            .processes
+            .iter()
+            .filter(|p| p.alive && Some(p.slot) != own)
+            .map(|p| Member { here: p.pid_here, host: p.host_pid, counted: p.used.get(dev.0).copied().unwrap_or(0) })
+            .collect()
+    }
+
+    /// One look at `entries`, NVML's compute list for `dev`, to find out which PIDs NVML
+    /// gives (`host_pid.rs`), while that is not known; a no-op in the host's namespace.
+    /// `counted` is a lower bound on what this process holds on the device when it holds a
+    /// context there (so the driver lists it), `None` otherwise.
+    pub fn identify(active: &Active, dev: DeviceId, entries: &[Entry], counted: Option<u64>) -> Option<Verdict> {
+        if fgpu_core::pidns::in_host_pidns() || !active.host_pid.needs_a_look() {
             return None;
+        }
+        let slot = active.slot_if_joined();
+        let snapshot = active.ledger.snapshot(slot);
+        let others = members(&snapshot, slot, dev);
+        // The service's answer (asked when the process joined its ledger; a process without a
+        // slot, such as nvidia-smi, asks nothing), or what a process of the host's namespace
+        // filled in.
+        let told = if slot.is_some() { active.own_host_pid() } else { active.host_pid.known() };
+        let host = told.or_else(|| snapshot.processes.iter().find(|p| Some(p.slot) == slot).and_then(|p| p.host_pid));
+        let own = counted.map(|counted| Own { here: std::process::id(), host, counted });
+        Some(active.host_pid.observe(&Look { at_ns: fgpu_core::log::monotonic_ns(), own, others: &others, entries }, |pid| {
+            if let Some(slot) = slot {
+                active.ledger.set_host_pid(slot, pid);
+            }
+        }))
+    }
+
+    /// Whether this process holds a context on `ordinal` (so the driver lists it); `false`
+    /// also while a retain or release holds the books (never waits for them: a context
+    /// creation takes them around calls that come back here).
+    pub fn has_context(active: &Active, ordinal: i32) -> bool {
+        let primary = active.primary.try_lock().is_some_and(|p| p.contains_key(&ordinal));
+        primary || active.contexts.try_lock().is_some_and(|c| c.values().any(|(o, _)| *o == ordinal))
+    }
+
+    /// Device-wide used memory before a context is created, when NVML's per-process figure
+    /// for this process is not known to be usable (otherwise that figure is used).
+    pub fn before_context(dev: &Dev) -> Option<u64> {
+        if let Mode::On(active) = state::mode() {
+            if active.host_pid.memory_pid().is_some() {
+                return None;
+            }
         }
         device_memory(handle_for(&dev.uuid)?).map(|m| m.used)
     }
@@ -165,15 +225,47 @@ pub mod query {
         }
     }
 
+    /// The PID NVML's utilisation samples name this process by, once known (the compute
+    /// sampler's). While it is not, a look at NVML's lists is taken now and then.
+    /// Where the driver gives PIDs as this namespace sees them, a process of the ledger that
+    /// this namespace cannot see keeps its raw host PID in the samples: if that equals this
+    /// process's PID, the samples under it could be either's, and none is taken as this
+    /// process's (its events measure it instead).
+    pub fn sampled_pid() -> Option<u32> {
+        let Mode::On(active) = state::mode() else { return None };
+        if active.slot_if_joined().is_some() {
+            let _ = active.own_host_pid();
+        }
+        if active.host_pid.needs_a_look() {
+            crate::hooks::untracked::count_untracked(active);
+        }
+        let pid = active.host_pid.nvml_pid()?;
+        if active.host_pid.behaviour().lists_in_caller_namespace() {
+            let snapshot = active.ledger.snapshot(active.slot_if_joined());
+            let own = active.slot_if_joined();
+            if snapshot.processes.iter().any(|p| p.alive && Some(p.slot) != own && p.pid_here.is_none() && p.host_pid == Some(pid)) {
+                return None;
+            }
+        }
+        Some(pid)
+    }
+
     /// The size of the context just created on `dev`, while `reserved` bytes for it are
-    /// already in this process's slot.
+    /// already in this process's slot: this process's own figure in NVML's list where it is
+    /// known which entry that is and the entry has one, else the device's usage before
+    /// (`before`) and after.
     pub fn context_size(active: &Active, dev: &Dev, reserved: u64, before: Option<u64>) -> Option<u64> {
         let handle = handle_for(&dev.uuid)?;
-        if let Some(pid) = own_host_pid() {
-            let mine = compute_processes(handle)?.into_iter().find(|p| p.pid == pid)?.used_gpu_memory;
-            let slot = active.slot_if_joined()?;
-            let held_before = active.ledger.slot_used(slot, dev.id).saturating_sub(reserved);
-            return Some(mine.saturating_sub(held_before));
+        let slot = active.slot_if_joined()?;
+        let held_before = active.ledger.slot_used(slot, dev.id).saturating_sub(reserved);
+        let entries = compute_entries(handle);
+        if let Some(entries) = &entries {
+            identify(active, dev.id, entries, Some(held_before));
+            if let Some(pid) = active.host_pid.memory_pid() {
+                if let Some(mine) = entries.iter().find(|e| e.pid == pid).and_then(|e| e.used) {
+                    return Some(mine.saturating_sub(held_before));
+                }
+            }
         }
         let after = device_memory(handle)?.used;
         Some(after.saturating_sub(before?))
@@ -282,6 +374,78 @@ fn host_pid_map(snapshot: &Snapshot) -> Vec<(u32, u32)> {
     snapshot.processes.iter().filter(|p| p.alive).filter_map(|p| Some((p.host_pid?, p.pid_here.or(p.host_pid)?))).collect()
 }
 
+/// What the PIDs of a driver answer are.
+#[derive(Clone, Copy, PartialEq)]
+enum Keyed {
+    /// Process lists (graphics, MPS): host PIDs, or the caller's, by the driver.
+    Lists,
+    /// Utilisation samples: as lists, except that in the caller modes a process the caller
+    /// cannot see keeps its raw host PID (`kern_perf_ctrl.c` in NVIDIA's open modules).
+    Samples,
+    /// Accounting and encoder / frame-buffer-capture sessions: the raw host PID the driver
+    /// recorded (`pClient->ProcID`), on every driver.
+    Raw,
+}
+
+/// Driver PID -> PID as the caller sees it, for the ledger's live processes, by what NVML
+/// gives here ([`NvmlPids`]). A driver PID that could stand for two of them stands for none:
+/// nothing of one process is shown, or charged, as another's.
+fn pid_map(active: &Active, device: NvmlDevice, snapshot: &Snapshot, keyed: Keyed) -> Vec<(u32, u32)> {
+    let alive = || snapshot.processes.iter().filter(|p| p.alive);
+    let by_host = || alive().filter_map(|p| Some((p.host_pid?, p.pid_here.or(p.host_pid)?, p.slot))).collect::<Vec<_>>();
+    let mut map: Vec<(u32, u32, SlotId)> = if keyed == Keyed::Raw {
+        by_host()
+    } else {
+        match settled_behaviour(active, device) {
+            NvmlPids::HostNamespace | NvmlPids::Host => by_host(),
+            NvmlPids::Absent if keyed == Keyed::Samples => by_host(),
+            NvmlPids::Caller | NvmlPids::CallerNoMemory => {
+                let mut map: Vec<(u32, u32, SlotId)> = alive().filter_map(|p| p.pid_here.map(|h| (h, h, p.slot))).collect();
+                if keyed == Keyed::Samples {
+                    map.extend(alive().filter(|p| p.pid_here.is_none()).filter_map(|p| p.host_pid.map(|h| (h, h, p.slot))));
+                }
+                map
+            }
+            // Lists name nobody (Absent), or it is not known yet how: nothing is shown.
+            NvmlPids::Absent | NvmlPids::Unknown => Vec::new(),
+        }
+    };
+    drop_ambiguous(&mut map);
+    map.into_iter().map(|(driver, here, _)| (driver, here)).collect()
+}
+
+/// Leaves out every driver PID that stands for two different processes (slots) in `map`.
+fn drop_ambiguous<T: PartialEq + Copy>(map: &mut Vec<(u32, u32, T)>) {
+    let twice: Vec<u32> = map.iter().filter(|(k, _, a)| map.iter().any(|(k2, _, b)| k2 == k && b != a)).map(|(k, _, _)| *k).collect();
+    map.retain(|(k, _, _)| !twice.contains(k));
+}
+
+/// Which PIDs NVML gives here, looked for now (at most every [`LOOK_EVERY_NS`]) while it is
+/// not known: from this process's own entry if it holds a context on `device`, else from
+/// the ledger's other processes.
+fn settled_behaviour(active: &Active, device: NvmlDevice) -> NvmlPids {
+    const LOOK_EVERY_NS: u64 = 200_000_000;
+    static LAST_LOOK: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let behaviour = active.host_pid.behaviour();
+    if behaviour != NvmlPids::Unknown {
+        return behaviour;
+    }
+    let now = fgpu_core::log::monotonic_ns();
+    let last = LAST_LOOK.load(std::sync::atomic::Ordering::Relaxed);
+    if last != 0 && now.saturating_sub(last) < LOOK_EVERY_NS {
+        return behaviour;
+    }
+    LAST_LOOK.store(now, std::sync::atomic::Ordering::Relaxed);
+    let Some(id) = query::device_uuid(device).and_then(|u| active.ledger.find_device(u)) else { return behaviour };
+    let Some(entries) = query::compute_entries(device) else { return behaviour };
+    let own = active.slot_if_joined().filter(|_| active.settling.load(std::sync::atomic::Ordering::SeqCst) == 0).and_then(|slot| {
+        let dev = active.registered_devices().find(|d| d.id == id)?;
+        query::has_context(active, dev.ordinal).then(|| active.ledger.slot_used(slot, id))
+    });
+    query::identify(active, id, &entries, own);
+    active.host_pid.behaviour()
+}
+
 #[derive(Clone, Copy, PartialEq)]
 enum ListKind {
     Compute,
@@ -368,7 +532,7 @@ unsafe fn process_list<T>(
                 // SAFETY: n is at most the capacity (bounded just above), and the driver
                 // initialised the first n entries of the buffer it was given.
                 unsafe { entries.set_len(n) };
-                let map = host_pid_map(&snapshot);
+                let map = pid_map(active, device, &snapshot, Keyed::Lists);
                 entries
                     .iter()
                     .map(&pid_and_memory)
@@ -569,11 +733,11 @@ fn fetch_all<T: Copy + Default>(real: impl Fn(*mut T, *mut c_uint) -> NvmlReturn
     Err(NVML_ERROR_INSUFFICIENT_SIZE)
 }
 
-/// The entries of `all` whose PID is the host PID of a ledger process, each with the PID as
-/// the caller sees it.
-fn keep_ours<T: Copy>(active: &Active, all: &[T], pid: impl Fn(&T) -> c_uint, with_pid: impl Fn(T, c_uint) -> T) -> Vec<T> {
-    let map = host_pid_map(&active.ledger.snapshot(active.slot_if_joined()));
-    all.iter().filter_map(|e| map.iter().find(|(host, _)| *host == pid(e)).map(|(_, here)| with_pid(*e, *here))).collect()
+/// The entries of `all` whose PID stands for a ledger process ([`pid_map`]), each with the
+/// PID as the caller sees it.
+fn keep_ours<T: Copy>(active: &Active, device: NvmlDevice, keyed: Keyed, all: &[T], pid: impl Fn(&T) -> c_uint, with_pid: impl Fn(T, c_uint) -> T) -> Vec<T> {
+    let map = pid_map(active, device, &active.ledger.snapshot(active.slot_if_joined()), keyed);
+    all.iter().filter_map(|e| map.iter().find(|(driver, _)| *driver == pid(e)).map(|(_, here)| with_pid(*e, *here))).collect()
 }
 
 /// Hands `kept` to the caller with NVML's size rules: `*count` is the caller's capacity on
@@ -628,7 +792,7 @@ pub unsafe extern "C" fn nvmlDeviceGetProcessUtilization(
             // Fail closed: no samples.
             Mode::Closed(_) => Vec::new(),
             Mode::On(active) => match fetch_all(real) {
-                Ok(all) => keep_ours(active, &all, |s| s.pid, |s, pid| NvmlProcessUtilizationSample { pid, ..s }),
+                Ok(all) => keep_ours(active, device, Keyed::Samples, &all, |s| s.pid, |s, pid| NvmlProcessUtilizationSample { pid, ..s }),
                 Err(NVML_ERROR_NOT_FOUND) => Vec::new(),
                 Err(rc) => return rc,
             },
@@ -670,7 +834,7 @@ pub unsafe extern "C" fn nvmlDeviceGetProcessesUtilizationInfo(device: NvmlDevic
                     rc
                 };
                 match fetch_all(real) {
-                    Ok(all) => keep_ours(active, &all, |s| s.pid, |s, pid| NvmlProcessUtilizationInfoV1 { pid, ..s }),
+                    Ok(all) => keep_ours(active, device, Keyed::Samples, &all, |s| s.pid, |s, pid| NvmlProcessUtilizationInfoV1 { pid, ..s }),
                     Err(NVML_ERROR_NOT_FOUND) => Vec::new(),
                     Err(rc) => return rc,
                 }
@@ -701,7 +865,7 @@ pub unsafe extern "C" fn nvmlDeviceGetAccountingPids(device: NvmlDevice, count: 
             Mode::Off => return real(pids, count),
             Mode::Closed(_) => Vec::new(),
             Mode::On(active) => match fetch_all(real) {
-                Ok(all) => keep_ours(active, &all, |p| *p, |_, pid| pid),
+                Ok(all) => keep_ours(active, device, Keyed::Raw, &all, |p| *p, |_, pid| pid),
                 Err(rc) => return rc,
             },
         };
@@ -773,6 +937,7 @@ pub unsafe extern "C" fn nvmlDeviceGetAccountingStats_v2(device: NvmlDevice, sta
 /// # Safety
 /// The session-list contract for `T`.
 unsafe fn session_list<T: Copy + Default>(
+    device: NvmlDevice,
     count: *mut c_uint,
     out: *mut T,
     real: impl Fn(*mut c_uint, *mut T) -> NvmlReturn,
@@ -786,7 +951,7 @@ unsafe fn session_list<T: Copy + Default>(
         Mode::Off => return real(count, out),
         Mode::Closed(_) => Vec::new(),
         Mode::On(active) => match fetch_all(|p, c| real(c, p)) {
-            Ok(all) => keep_ours(active, &all, pid, with_pid),
+            Ok(all) => keep_ours(active, device, Keyed::Raw, &all, pid, with_pid),
             Err(rc) => return rc,
         },
     };
@@ -804,7 +969,7 @@ pub unsafe extern "C" fn nvmlDeviceGetEncoderSessions(device: NvmlDevice, count:
     };
     super::guard(NVML_ERROR_UNKNOWN, || {
         // SAFETY: forwarded caller pointers per the NVML contract.
-        unsafe { session_list(count, sessions, real, |s| s.pid, |s, pid| NvmlEncoderSessionInfo { pid, ..s }) }
+        unsafe { session_list(device, count, sessions, real, |s| s.pid, |s, pid| NvmlEncoderSessionInfo { pid, ..s }) }
     })
 }
 
@@ -818,12 +983,26 @@ pub unsafe extern "C" fn nvmlDeviceGetFBCSessions(device: NvmlDevice, count: *mu
     };
     super::guard(NVML_ERROR_UNKNOWN, || {
         // SAFETY: forwarded caller pointers per the NVML contract.
-        unsafe { session_list(count, sessions, real, |s| s.pid, |s, pid| NvmlFbcSessionInfo { pid, ..s }) }
+        unsafe { session_list(device, count, sessions, real, |s| s.pid, |s, pid| NvmlFbcSessionInfo { pid, ..s }) }
     })
 }
 
 #[cfg(test)]
 mod tests {
+    /// A raw host PID can equal a PID of the caller's namespace: a sample under such a
+    /// number is nobody's.
+    #[test]
+    fn a_driver_pid_that_could_be_two_processes_is_neither() {
+        // 7: this namespace's process 7 (slot 0), and a process it cannot see whose host PID
+        // is 7 (slot 1): both would be shown as 7.
+        let mut map = vec![(7, 7, 0), (40123, 40123, 2), (7, 7, 1), (12, 12, 3)];
+        super::drop_ambiguous(&mut map);
+        assert_eq!(map, [(40123, 40123, 2), (12, 12, 3)]);
+        let mut map = vec![(7, 7, 0), (7, 7, 0)];
+        super::drop_ambiguous(&mut map);
+        assert_eq!(map, [(7, 7, 0), (7, 7, 0)], "the same process twice is still that process");
+    }
+
     #[test]
     fn only_early_535_drivers_use_wide_v3_entries() {
         assert!(super::wide_v3_driver("535.54.03"));

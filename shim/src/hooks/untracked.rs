@@ -5,24 +5,35 @@
 //!
 //! Right after module and library loads (`module.rs`), and at most every [`INTERVAL_NS`] at
 //! `cuMemGetInfo`, synchronisation points and reservations of 64 MiB or more, this
-//! process's usage as NVML reports it (by host PID) is compared with what the ledger counts
-//! for it; what NVML shows beyond that is counted too, as context memory (it shows in
-//! `fgpu status` under the context, in every "used" figure, and holds later allocations to
-//! the cap). It is only ever added, never taken back early: memory being freed, and
-//! reservations made before the driver is called, make the ledger read *higher* than NVML,
-//! never lower. Two things could still make it read lower, and both stop the comparison:
-//! a reservation about to be corrected upwards (a context, array, pitch, pool or graph whose
-//! real size is only known afterwards) in flight ([`settling`]), and any change of this
-//! process's ledger word while NVML was being asked (an allocation freed in between would
-//! otherwise be counted twice; the word's change count tells even a free that restored the
-//! same figure). What was added goes back with the last context of the process on that
-//! device.
+//! process's usage as NVML reports it is compared with what the ledger counts for it; what
+//! NVML shows beyond that is counted too, as context memory (it shows in `fgpu status`
+//! under the context, in every "used" figure, and holds later allocations to the cap). It
+//! is only ever added, never taken back early: memory being freed, and reservations made
+//! before the driver is called, make the ledger read *higher* than NVML, never lower. Two
+//! things could still make it read lower, and both stop the comparison: a reservation about
+//! to be corrected upwards (a context, array, pitch, pool or graph whose real size is only
+//! known afterwards) in flight ([`settling`]), and any change of this process's ledger word
+//! while NVML was being asked (an allocation freed in between would otherwise be counted
+//! twice; the word's change count tells even a free that restored the same figure). What
+//! was added goes back with the last context of the process on that device.
+//!
+//! Which entry of NVML's list is this process depends on the PIDs the driver gives, found
+//! out from the same list (`host_pid.rs`): its `getpid()` where the driver gives PIDs as its
+//! namespace sees them (current drivers, and the host's namespace), its host PID where the
+//! driver gives host PIDs (from the host's `fgpu service`, or matched). Where no entry has a
+//! figure for it (a driver that lists a container's processes without their memory, or not
+//! at all), a module load is measured on the whole device instead, before and after the
+//! load, less what this process's own count moved meanwhile ([`around_load`]); memory the
+//! driver takes outside a load (kernels loaded lazily) cannot be seen then, and one line
+//! says so, with the remedy.
 
-use crate::host_pid::Match;
+use crate::abi::cuda::{CUresult, CUDA_SUCCESS};
 use crate::hooks::nvml::query;
 use crate::state::{Active, Dev};
 use fgpu_core::log::{self, Level};
 use fgpu_core::log_at;
+use fgpu_core::nvmlpids::NvmlPids;
+use std::sync::atomic::AtomicBool;
 use std::sync::atomic::Ordering::{Relaxed, SeqCst};
 
 /// How often a process compares its NVML usage with the ledger (one NVML query per device).
@@ -67,6 +78,10 @@ pub fn count_untracked_now(active: &Active) {
 /// Before a large reservation: what the driver took unannounced must count before more is
 /// granted (at most every [`INTERVAL_NS`]).
 pub fn before_reserving(active: &Active, bytes: u64) {
+    if active.host_pid.known().is_none() {
+        // Picks the host's service's answer up if it has come (no wait; nothing once known).
+        let _ = active.own_host_pid();
+    }
     if bytes >= LARGE {
         count_untracked(active);
     }
@@ -75,36 +90,38 @@ pub fn before_reserving(active: &Active, bytes: u64) {
 /// Reservations from this size on look at NVML first (at most every [`INTERVAL_NS`]).
 const LARGE: u64 = 64 << 20;
 
+/// Whether a look found several entries that could be this process.
+static AMBIGUOUS: AtomicBool = AtomicBool::new(false);
+
 fn check(active: &Active, last: u64) {
     let Some(slot) = active.slot_if_joined() else { return };
-    let pid = match query::own_host_pid() {
-        Some(pid) => pid,
-        None => match match_without_service(active, slot) {
-            Match::HostPid(pid) => pid,
-            Match::Ambiguous => return warn_unattributable(active),
-            Match::Nothing => return,
-        },
-    };
+    // Picks up the service's answer if it has come.
+    let _ = active.own_host_pid();
     for dev in active.registered_devices() {
-        if !compare(active, dev, slot, pid) {
+        if !compare(active, dev, slot) {
             // Try again at the next chance rather than an interval later.
             active.last_untracked_check.store(last, Relaxed);
             return;
         }
     }
+    say_what_cannot_be_counted(active, false);
 }
 
 /// One device; false when a settlement got in the way (try again later).
-fn compare(active: &Active, dev: &Dev, slot: fgpu_core::ledger::SlotId, pid: u32) -> bool {
+fn compare(active: &Active, dev: &Dev, slot: fgpu_core::ledger::SlotId) -> bool {
     if active.settling.load(SeqCst) != 0 {
         return false;
     }
     let generation = active.settle_generation.load(SeqCst);
     let before = active.ledger.holding(slot, dev.id);
     let Some(handle) = query::handle_for(&dev.uuid) else { return true };
-    let Some(mine) = query::compute_processes(handle).and_then(|list| list.into_iter().find(|p| p.pid == pid)).map(|p| p.used_gpu_memory) else {
-        return true;
-    };
+    let Some(entries) = query::compute_entries(handle) else { return true };
+    let listed = query::has_context(active, dev.ordinal).then(|| before.held());
+    if query::identify(active, dev.id, &entries, listed).is_some_and(|v| v.ambiguous) {
+        AMBIGUOUS.store(true, Relaxed);
+    }
+    let Some(pid) = active.host_pid.memory_pid() else { return true };
+    let Some(mine) = entries.iter().find(|e| e.pid == pid).and_then(|e| e.used) else { return true };
     // NVML_VALUE_NOT_AVAILABLE and other nonsense are ignored.
     if mine > dev.total {
         return true;
@@ -115,15 +132,76 @@ fn compare(active: &Active, dev: &Dev, slot: fgpu_core::ledger::SlotId, pid: u32
     }
     let counted = after.held();
     if mine > counted + SLACK {
-        let extra = mine - counted;
-        fgpu_core::crash_point!("untracked.measured");
-        active.force_add(dev, extra);
-        fgpu_core::crash_point!("untracked.charged");
-        active.ledger.add_context(slot, dev.id, extra as i64);
-        *active.untracked.lock().entry(dev.ordinal).or_insert(0) += extra;
-        log_at!(Level::Debug, "device {}: the driver holds {extra} bytes for this process that no call announced (modules, lazily loaded kernels); counted", dev.ordinal);
+        charge(active, dev, slot, mine - counted, "NVML's figure for this process");
     }
     true
+}
+
+/// Counts `extra` bytes the driver holds for this process beyond the ledger's count.
+fn charge(active: &Active, dev: &Dev, slot: fgpu_core::ledger::SlotId, extra: u64, how: &str) {
+    fgpu_core::crash_point!("untracked.measured");
+    active.force_add(dev, extra);
+    fgpu_core::crash_point!("untracked.charged");
+    active.ledger.add_context(slot, dev.id, extra as i64);
+    *active.untracked.lock().entry(dev.ordinal).or_insert(0) += extra;
+    log_at!(Level::Debug, "device {}: the driver holds {extra} bytes for this process that no call announced (modules, lazily loaded kernels; {how}); counted", dev.ordinal);
+}
+
+/// One device's usage before a module load, where NVML has no figure of this process's own.
+struct DeviceWide {
+    ordinal: i32,
+    used: u64,
+    own: u64,
+    generation: u64,
+}
+
+fn device_used(dev: &Dev) -> Option<u64> {
+    query::device_memory(query::handle_for(&dev.uuid)?).map(|m| m.used)
+}
+
+/// Runs a module or library load and counts what it took: from NVML's figure for this
+/// process where it has one, else from the device's usage before and after the load, less
+/// what this process's own count moved meanwhile (a load racing this process's own
+/// reservations is not measured this way: its memory would count twice).
+pub fn around_load(active: &Active, load: impl FnOnce() -> CUresult) -> CUresult {
+    let slot = active.slot_if_joined();
+    let baseline: Vec<DeviceWide> = match slot {
+        Some(slot) if active.host_pid.memory_pid().is_none() && active.settling.load(SeqCst) == 0 => active
+            .registered_devices()
+            .filter(|d| query::has_context(active, d.ordinal))
+            .filter_map(|d| {
+                let generation = active.settle_generation.load(SeqCst);
+                Some(DeviceWide { ordinal: d.ordinal, used: device_used(d)?, own: active.ledger.holding(slot, d.id).held(), generation })
+            })
+            .collect(),
+        _ => Vec::new(),
+    };
+    let rc = load();
+    if rc != CUDA_SUCCESS {
+        return rc;
+    }
+    count_untracked_now(active);
+    let Some(slot) = slot else { return rc };
+    if active.host_pid.memory_pid().is_some() {
+        return rc; // the look just taken found this process's own figure
+    }
+    if !baseline.is_empty() {
+        say_what_cannot_be_counted(active, true);
+    }
+    for before in baseline {
+        let Some(dev) = active.known_device(before.ordinal) else { continue };
+        if active.settling.load(SeqCst) != 0 || active.settle_generation.load(SeqCst) != before.generation {
+            log_at!(Level::Debug, "device {}: a module load raced this process's own reservations; its memory is not measured on the whole device", dev.ordinal);
+            continue;
+        }
+        let Some(used) = device_used(dev) else { continue };
+        let own = active.ledger.holding(slot, dev.id).held();
+        let extra = (used as i128 - before.used as i128) - (own as i128 - before.own as i128);
+        if extra > SLACK as i128 && (extra as u64) <= dev.total {
+            charge(active, dev, slot, extra as u64, "the device's usage before and after a module load");
+        }
+    }
+    rc
 }
 
 /// Gives back what was added for `ordinal` once this process has no context left on it.
@@ -137,49 +215,43 @@ pub fn forget_if_no_context(active: &Active, ordinal: i32) {
     }
 }
 
-/// No service answers: find this process in NVML's list by what it holds (`host_pid.rs`).
-fn match_without_service(active: &Active, slot: fgpu_core::ledger::SlotId) -> Match {
-    if active.host_pid.failure().is_none() {
-        return Match::Nothing; // the service may still answer
+/// Where NVML gives no figure for this process, one line says what cannot be counted and
+/// what fixes it, instead of letting such memory pass the cap silently. `measured_around`
+/// says a module load was just measured on the whole device for want of that figure.
+fn say_what_cannot_be_counted(active: &Active, measured_around: bool) {
+    static SAID: AtomicBool = AtomicBool::new(false);
+    if SAID.load(Relaxed) || active.host_pid.memory_pid().is_some() {
+        return;
     }
-    let snapshot = active.ledger.snapshot(Some(slot));
-    // Someone in the host's namespace (`fgpu status`, the exporter) may have filled it in.
-    if let Some(pid) = snapshot.processes.iter().find(|p| p.slot == slot).and_then(|p| p.host_pid) {
-        return Match::HostPid(pid);
-    }
-    let claimed: Vec<u32> = snapshot.processes.iter().filter(|p| p.slot != slot).filter_map(|p| p.host_pid).collect();
-    // NVML gives host PIDs. A PID that names one of the ledger's processes in this
-    // namespace (this process's own, 1 perhaps) would come from an NVML answering in the
-    // caller's namespace instead: it proves nothing about the host PID, so it is left out
-    // (at worst the match waits).
-    let here: Vec<u32> = snapshot.processes.iter().filter_map(|p| p.pid_here).collect();
-    let mut outcome = Match::Nothing;
-    for dev in active.registered_devices() {
-        let Some(listed) = query::handle_for(&dev.uuid).and_then(query::compute_processes) else { continue };
-        let listed: Vec<(u32, u64)> = listed.into_iter().filter(|p| !here.contains(&p.pid)).map(|p| (p.pid, p.used_gpu_memory)).collect();
-        match active.host_pid.match_nvml(&listed, active.ledger.slot_used(slot, dev.id), &claimed) {
-            Match::HostPid(pid) => {
-                active.ledger.set_host_pid(slot, pid);
-                return Match::HostPid(pid);
-            }
-            Match::Ambiguous => outcome = Match::Ambiguous,
-            Match::Nothing => {}
+    let behaviour = active.host_pid.behaviour();
+    let ambiguous = AMBIGUOUS.load(Relaxed);
+    if matches!(behaviour, NvmlPids::Host) || (behaviour == NvmlPids::Unknown && ambiguous) {
+        if !ambiguous {
+            return; // the next look may still match it
         }
+        // While the service may still answer, it may still tell.
+        let Some(why) = active.host_pid.failure() else { return };
+        if SAID.swap(true, SeqCst) {
+            return;
+        }
+        log_at!(
+            Level::Warn,
+            "this process's host PID is unknown ({why}) and several processes in NVML's list could be it: memory the driver takes without an allocation call (module code, lazily loaded kernels) is measured on the whole device around module loads at best, until one look tells them apart; run `fgpu service` on the host and mount its socket ({}) into the container, or run it with --pid=host",
+            fgpu_core::hostpid::DEFAULT_SOCKET
+        );
+        return;
     }
-    outcome
-}
-
-/// Without a host PID NVML's figure for this process cannot be found: say so once, with
-/// the fix, instead of letting such memory pass the cap silently.
-fn warn_unattributable(active: &Active) {
-    static WARNED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-    let Some(why) = active.host_pid.failure() else { return };
-    if WARNED.swap(true, SeqCst) {
+    let what = match behaviour {
+        NvmlPids::CallerNoMemory => "NVML lists this container's processes without their memory (a driver that translates PIDs into the container's namespace in its process list but not in its memory query)",
+        NvmlPids::Absent => "NVML lists none of this container's processes",
+        NvmlPids::Unknown if measured_around => "NVML's list has no entry that can be this process",
+        _ => return,
+    };
+    if SAID.swap(true, SeqCst) {
         return;
     }
     log_at!(
         Level::Warn,
-        "this process's host PID is unknown ({why}): memory the driver takes without an allocation call (module code, lazily loaded kernels) cannot be counted against the cap; run `fgpu service` on the host and mount its socket ({}) into the container, or run it with --pid=host",
-        fgpu_core::hostpid::DEFAULT_SOCKET
+        "{what}: memory the driver takes without an allocation call is counted only around module loads, measured on the whole device, and kernels loaded lazily are not counted; run the container with --pid=host for an exact figure (`fgpu doctor` tells which PIDs NVML gives here)"
     );
 }

@@ -32,6 +32,15 @@ fn checks() -> Checks {
         bus_id => "busId",
     }));
     c.push(c_struct!(Nvml, crate::NvmlUtilization => "nvmlUtilization_t" { gpu => "gpu", memory => "memory" }));
+    c.push(c_struct!(Nvml, crate::NvmlAccountingStats => "nvmlAccountingStats_t" {
+        gpu_utilization => "gpuUtilization",
+        memory_utilization => "memoryUtilization",
+        max_memory_usage => "maxMemoryUsage",
+        time => "time",
+        start_time => "startTime",
+        is_running => "isRunning",
+        reserved => "reserved",
+    }));
     c.push(c_struct!(Nvml, crate::NvmlFbcStats => "nvmlFBCStats_t" {
         sessions_count => "sessionsCount", average_fps => "averageFPS", average_latency => "averageLatency",
     }));

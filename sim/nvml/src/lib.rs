@@ -8,7 +8,7 @@
 #[cfg(test)]
 mod abi_layout;
 
-use fgpu_sim_state::{SimProcess, SimState};
+use fgpu_sim_state::SimState;
 use std::ffi::{c_char, c_int, c_uint, c_ulonglong, c_void, CStr};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::OnceLock;
@@ -521,7 +521,7 @@ u32_query! {
     nvmlDeviceGetDisplayMode => |_, _| 0;
     nvmlDeviceGetDisplayActive => |_, _| 0;
     nvmlDeviceGetVirtualizationMode => |_, _| 0;    // NVML_GPU_VIRTUALIZATION_MODE_NONE
-    nvmlDeviceGetAccountingMode => |_, _| 0;        // disabled
+    nvmlDeviceGetAccountingMode => |_, _| 1;        // NVML_FEATURE_ENABLED
     nvmlDeviceGetAccountingBufferSize => |_, _| 4000;
     nvmlDeviceGetRetiredPagesPendingStatus => |_, _| 0;
     nvmlDeviceIsMigDeviceHandle => |_, _| 0;
@@ -624,12 +624,32 @@ pub unsafe extern "C" fn nvmlDeviceGetBAR1MemoryInfo(h: NvmlDevice, m: *mut Nvml
 
 // ---- processes ----
 
-/// Processes with a context or memory on device `i`.
-fn device_processes(s: &SimState, i: usize) -> Vec<SimProcess> {
+/// Which process list.
+#[derive(Clone, Copy, PartialEq)]
+enum ListKind {
+    Compute,
+    Graphics,
+    Mps,
+}
+
+/// The entries of one process list of device `i` as NVML gives them to the calling
+/// process: (PID, used bytes), by the mode of `FGPU_SIM_NVML_PIDS` (see
+/// [`SimState::nvml_list_pid`]). Compute lists every process with a context or memory on
+/// the device; graphics and MPS those that registered as such (`FGPU_SIM_PROCESS_KINDS`).
+fn device_processes(s: &SimState, i: usize, kind: ListKind) -> Vec<(u32, u64)> {
     s.reclaim_dead();
-    s.processes()
-        .into_iter()
+    let all = s.processes();
+    all.iter()
         .filter(|p| p.per_device_contexts.get(i).copied().unwrap_or(0) > 0 || p.per_device_used.get(i).copied().unwrap_or(0) > 0)
+        .filter(|p| match kind {
+            ListKind::Compute => true,
+            ListKind::Graphics => p.kinds & fgpu_sim_state::KIND_GRAPHICS != 0,
+            ListKind::Mps => p.kinds & fgpu_sim_state::KIND_MPS != 0,
+        })
+        .filter_map(|p| {
+            let pid = s.nvml_list_pid(p)?;
+            Some((pid, s.nvml_list_memory(p, pid, i, &all)))
+        })
         .collect()
 }
 
@@ -652,7 +672,7 @@ const _: () = assert!(std::mem::size_of::<ProcessInfoV2>() == 24);
 
 /// The NVML list convention: a count too small gets NVML_ERROR_INSUFFICIENT_SIZE and
 /// the needed count; otherwise the entries and their number.
-fn fill<T>(procs: &[SimProcess], i: usize, count: *mut c_uint, infos: *mut T, make: impl Fn(u32, u64) -> T) -> NvmlReturn {
+fn fill<T>(procs: &[(u32, u64)], count: *mut c_uint, infos: *mut T, make: impl Fn(u32, u64) -> T) -> NvmlReturn {
     if count.is_null() {
         return NVML_ERROR_INVALID_ARGUMENT;
     }
@@ -666,21 +686,21 @@ fn fill<T>(procs: &[SimProcess], i: usize, count: *mut c_uint, infos: *mut T, ma
     if cap < n || infos.is_null() {
         return NVML_ERROR_INSUFFICIENT_SIZE;
     }
-    for (k, p) in procs.iter().enumerate() {
+    for (k, &(pid, used)) in procs.iter().enumerate() {
         // SAFETY: the caller's array holds `cap` >= n entries.
-        put(unsafe { infos.add(k) }, make(p.reported_pid(), p.per_device_used[i]));
+        put(unsafe { infos.add(k) }, make(pid, used));
     }
     NVML_SUCCESS
 }
 
-fn compute_v1(h: NvmlDevice, count: *mut c_uint, infos: *mut ProcessInfoV1) -> NvmlReturn {
+fn list_v1(h: NvmlDevice, kind: ListKind, count: *mut c_uint, infos: *mut ProcessInfoV1) -> NvmlReturn {
     let (s, i) = tri!(dev(h));
-    fill(&device_processes(&s, i), i, count, infos, |pid, used| ProcessInfoV1 { pid, used_gpu_memory: used })
+    fill(&device_processes(&s, i, kind), count, infos, |pid, used| ProcessInfoV1 { pid, used_gpu_memory: used })
 }
 
-fn compute_v2(h: NvmlDevice, count: *mut c_uint, infos: *mut ProcessInfoV2) -> NvmlReturn {
+fn list_v2(h: NvmlDevice, kind: ListKind, count: *mut c_uint, infos: *mut ProcessInfoV2) -> NvmlReturn {
     let (s, i) = tri!(dev(h));
-    fill(&device_processes(&s, i), i, count, infos, |pid, used| ProcessInfoV2 {
+    fill(&device_processes(&s, i, kind), count, infos, |pid, used| ProcessInfoV2 {
         pid,
         used_gpu_memory: used,
         gpu_instance_id: NO_INSTANCE,
@@ -688,72 +708,61 @@ fn compute_v2(h: NvmlDevice, count: *mut c_uint, infos: *mut ProcessInfoV2) -> N
     })
 }
 
-/// Graphics and MPS lists: the simulator runs no graphics or MPS clients.
-fn empty_list<T>(h: NvmlDevice, count: *mut c_uint, infos: *mut T) -> NvmlReturn {
-    let (_, i) = tri!(dev(h));
-    fill::<T>(&[], i, count, infos, |_, _| unreachable_entry())
-}
-
-fn unreachable_entry<T>() -> T {
-    // `fill` never builds an entry for an empty list.
-    panic!("no entries")
-}
-
 #[no_mangle]
 pub unsafe extern "C" fn nvmlDeviceGetComputeRunningProcesses(h: NvmlDevice, c: *mut c_uint, p: *mut ProcessInfoV1) -> NvmlReturn {
-    guard(|| compute_v1(h, c, p))
+    guard(|| list_v1(h, ListKind::Compute, c, p))
 }
 #[no_mangle]
 pub unsafe extern "C" fn nvmlDeviceGetComputeRunningProcesses_v2(h: NvmlDevice, c: *mut c_uint, p: *mut ProcessInfoV2) -> NvmlReturn {
     guard(|| {
         std::hint::black_box(2u32);
-        compute_v2(h, c, p)
+        list_v2(h, ListKind::Compute, c, p)
     })
 }
 #[no_mangle]
 pub unsafe extern "C" fn nvmlDeviceGetComputeRunningProcesses_v3(h: NvmlDevice, c: *mut c_uint, p: *mut ProcessInfoV2) -> NvmlReturn {
     guard(|| {
         std::hint::black_box(3u32);
-        compute_v2(h, c, p)
+        list_v2(h, ListKind::Compute, c, p)
     })
 }
 #[no_mangle]
 pub unsafe extern "C" fn nvmlDeviceGetGraphicsRunningProcesses(h: NvmlDevice, c: *mut c_uint, p: *mut ProcessInfoV1) -> NvmlReturn {
-    guard(|| empty_list(h, c, p))
+    guard(|| list_v1(h, ListKind::Graphics, c, p))
 }
 #[no_mangle]
 pub unsafe extern "C" fn nvmlDeviceGetGraphicsRunningProcesses_v2(h: NvmlDevice, c: *mut c_uint, p: *mut ProcessInfoV2) -> NvmlReturn {
     guard(|| {
         std::hint::black_box(12u32);
-        empty_list(h, c, p)
+        list_v2(h, ListKind::Graphics, c, p)
     })
 }
 #[no_mangle]
 pub unsafe extern "C" fn nvmlDeviceGetGraphicsRunningProcesses_v3(h: NvmlDevice, c: *mut c_uint, p: *mut ProcessInfoV2) -> NvmlReturn {
     guard(|| {
         std::hint::black_box(13u32);
-        empty_list(h, c, p)
+        list_v2(h, ListKind::Graphics, c, p)
     })
 }
 #[no_mangle]
 pub unsafe extern "C" fn nvmlDeviceGetMPSComputeRunningProcesses(h: NvmlDevice, c: *mut c_uint, p: *mut ProcessInfoV1) -> NvmlReturn {
     guard(|| {
         std::hint::black_box(21u32);
-        empty_list(h, c, p)
+        list_v1(h, ListKind::Mps, c, p)
     })
 }
 #[no_mangle]
 pub unsafe extern "C" fn nvmlDeviceGetMPSComputeRunningProcesses_v2(h: NvmlDevice, c: *mut c_uint, p: *mut ProcessInfoV2) -> NvmlReturn {
     guard(|| {
         std::hint::black_box(22u32);
-        empty_list(h, c, p)
+        list_v2(h, ListKind::Mps, c, p)
     })
 }
 #[no_mangle]
 pub unsafe extern "C" fn nvmlDeviceGetMPSComputeRunningProcesses_v3(h: NvmlDevice, c: *mut c_uint, p: *mut ProcessInfoV2) -> NvmlReturn {
     guard(|| {
         std::hint::black_box(23u32);
-        empty_list(h, c, p)
+        list_v2(h, ListKind::Mps, c, p)
     })
 }
 
@@ -810,7 +819,8 @@ const _: () = {
 fn process_samples(s: &SimState, i: usize, last_seen: u64) -> Vec<(u64, u32, u32)> {
     let mut out = Vec::new();
     for p in s.utilisation_periods(i, last_seen) {
-        for (pid, ns) in &p.processes {
+        // A PID the simulator cannot give (a host PID it has not learnt) is left out.
+        for (pid, ns) in p.processes.iter().filter(|(pid, _)| *pid != 0) {
             out.push((p.timestamp_us, *pid, p.percent(*ns)));
         }
     }
@@ -839,7 +849,9 @@ fn give_samples<T>(samples: &[(u64, u32, u32)], count: *mut c_uint, out: *mut T,
 /// `nvmlDeviceGetProcessUtilization(nvmlDevice_t, nvmlProcessUtilizationSample_t*,
 /// unsigned *processSamplesCount, unsigned long long lastSeenTimeStamp)`: one sample per
 /// process that ran kernels, for each completed 1/6 s period newer than
-/// `lastSeenTimeStamp`, with host pids and CPU timestamps in microseconds.
+/// `lastSeenTimeStamp`, with PIDs by `FGPU_SIM_NVML_PIDS` (the caller's PID for a process it
+/// can see and the raw host PID otherwise, in the caller modes; host PIDs in the others)
+/// and CPU timestamps in microseconds.
 #[no_mangle]
 pub unsafe extern "C" fn nvmlDeviceGetProcessUtilization(
     h: NvmlDevice,

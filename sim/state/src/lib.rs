@@ -61,6 +61,11 @@ const TIMELINE_OFF: usize = SLOTS_OFF + MAX_PROCESSES * SLOT_SIZE;
 /// Total size of the state file (sparse: a device's timeline pages are touched only when
 /// it runs work).
 pub const FILE_SIZE: usize = TIMELINE_OFF + MAX_DEVICES * timeline::DEVICE_TIMELINE_SIZE;
+/// How long a process of a nested PID namespace waits at registration for its host PID
+/// while a watcher runs ([`SimState::register`]).
+pub const HOST_PID_WAIT_NS: u64 = 2_000_000_000;
+/// A watcher that looked this recently runs ([`SimState::watch_host_pids`]).
+const WATCH_FRESH_NS: u64 = 200_000_000;
 /// Byte locked (blocking) while a process creates or checks the file.
 const INIT_LOCK_BYTE: i64 = 8;
 
@@ -86,9 +91,15 @@ struct Header {
     realtime_offset_ns: i64,
     /// NVML's sample period, ns (0: [`timeline::SAMPLE_PERIOD_NS`]).
     sample_period_ns: u64,
+    /// Which PIDs NVML gives ([`NvmlPidsMode`] as its code; 0 for the default).
+    nvml_pids: u32,
+    _pad1: u32,
+    /// When a process of the host's namespace last filled host PIDs in for the others
+    /// ([`SimState::watch_host_pids`]), `CLOCK_MONOTONIC` ns; 0 if never.
+    host_watch_ns: AtomicU64,
     /// How long the driver keeps a dead process's memory after its death is first seen, ns.
     exit_free_delay_ns: u64,
-    _reserved: [u64; 22],
+    _reserved: [u64; 20],
 }
 
 #[repr(C)]
@@ -117,10 +128,14 @@ struct SlotRec {
     pidns_ino: AtomicU64,
     used: [AtomicU64; MAX_DEVICES],
     contexts: [AtomicU32; MAX_DEVICES],
+    /// What else the process is to NVML besides a compute process ([`KIND_GRAPHICS`],
+    /// [`KIND_MPS`]), from `FGPU_SIM_PROCESS_KINDS` when it registered.
+    kinds: AtomicU32,
+    _pad0: u32,
     /// CLOCK_MONOTONIC (ns) when the process was first seen dead (0: not yet), for
     /// `FGPU_SIM_EXIT_FREE_DELAY`.
     died_ns: AtomicU64,
-    _pad: [u8; 120],
+    _pad: [u8; 112],
 }
 
 const _: () = assert!(std::mem::size_of::<Header>() == HEADER_SIZE);
@@ -160,6 +175,8 @@ pub struct SimConfig {
     /// real driver frees it when the process's device files are closed, which comes after
     /// the process's other files, takes time for large allocations, and can be deferred.
     pub exit_free_delay_ns: u64,
+    /// Which PIDs NVML gives a caller outside the host's PID namespace.
+    pub nvml_pids: NvmlPidsMode,
 }
 
 impl Default for SimConfig {
@@ -172,8 +189,82 @@ impl Default for SimConfig {
             timeslice_ns: timeline::DEFAULT_TIMESLICE_NS,
             sample_period_ns: timeline::SAMPLE_PERIOD_NS,
             exit_free_delay_ns: 0,
+            nvml_pids: NvmlPidsMode::Caller,
         }
     }
+}
+
+/// Which PIDs the simulated NVML gives (`FGPU_SIM_NVML_PIDS`), modelled on the drivers
+/// described in docs/simulator.md. A caller in the host's PID namespace gets host PIDs
+/// with their memory in every mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NvmlPidsMode {
+    /// Older drivers: host PIDs in process lists, per-process memory, utilisation samples.
+    Host,
+    /// Current drivers (NVIDIA's open kernel modules, `gpuGetProcWithObject` →
+    /// `_gpuConvertPid` → `osFindNsPid`): PIDs as the caller's namespace sees them, processes
+    /// it cannot see left out, memory matched through the same conversion; samples carry
+    /// the caller's PID for a process it can see and the raw host PID otherwise.
+    Caller,
+    /// As `Caller`, but the per-process memory query compares the caller's PID with raw
+    /// host PIDs (open-gpu-kernel-modules pull request 614): a listed process's memory is
+    /// that of the process whose host PID equals the listed number, usually none (0).
+    CallerNoMemory,
+    /// No process at all in the lists a caller outside the host's namespace gets; samples
+    /// keep raw host PIDs.
+    None,
+}
+
+impl NvmlPidsMode {
+    /// The name `FGPU_SIM_NVML_PIDS` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            NvmlPidsMode::Host => "host",
+            NvmlPidsMode::Caller => "caller",
+            NvmlPidsMode::CallerNoMemory => "caller-no-memory",
+            NvmlPidsMode::None => "none",
+        }
+    }
+
+    pub fn parse(v: &str) -> Option<NvmlPidsMode> {
+        [NvmlPidsMode::Host, NvmlPidsMode::Caller, NvmlPidsMode::CallerNoMemory, NvmlPidsMode::None].into_iter().find(|m| m.name() == v.trim())
+    }
+
+    fn code(self) -> u32 {
+        match self {
+            NvmlPidsMode::Caller => 0,
+            NvmlPidsMode::Host => 1,
+            NvmlPidsMode::CallerNoMemory => 2,
+            NvmlPidsMode::None => 3,
+        }
+    }
+
+    fn from_code(code: u32) -> NvmlPidsMode {
+        match code {
+            1 => NvmlPidsMode::Host,
+            2 => NvmlPidsMode::CallerNoMemory,
+            3 => NvmlPidsMode::None,
+            _ => NvmlPidsMode::Caller,
+        }
+    }
+}
+
+/// The process is a graphics client too (it shows in the graphics process lists).
+pub const KIND_GRAPHICS: u32 = 1;
+/// The process is an MPS client (it shows in the MPS process lists).
+pub const KIND_MPS: u32 = 2;
+
+/// `FGPU_SIM_PROCESS_KINDS` of the calling process: `graphics`, `mps`, comma-separated.
+fn own_kinds() -> u32 {
+    std::env::var("FGPU_SIM_PROCESS_KINDS")
+        .unwrap_or_default()
+        .split(',')
+        .map(|k| match k.trim() {
+            "graphics" => KIND_GRAPHICS,
+            "mps" => KIND_MPS,
+            _ => 0,
+        })
+        .fold(0, |a, b| a | b)
 }
 
 fn bad_env(name: &str, value: &str) -> io::Error {
@@ -182,8 +273,8 @@ fn bad_env(name: &str, value: &str) -> io::Error {
 
 impl SimConfig {
     /// Reads `FGPU_SIM_DEVICES`, `FGPU_SIM_MEMORY`, `FGPU_SIM_CONTEXT_OVERHEAD`,
-    /// `FGPU_SIM_DRIVER_VERSION`, `FGPU_SIM_TIMESLICE`, `FGPU_SIM_SAMPLE_PERIOD`; unset or empty variables take the
-    /// defaults.
+    /// `FGPU_SIM_DRIVER_VERSION`, `FGPU_SIM_TIMESLICE`, `FGPU_SIM_SAMPLE_PERIOD`,
+    /// `FGPU_SIM_NVML_PIDS`; unset or empty variables take the defaults.
     pub fn from_env() -> io::Result<SimConfig> {
         let mut c = SimConfig::default();
         let get = |n: &str| std::env::var(n).ok().filter(|v| !v.trim().is_empty());
@@ -212,6 +303,9 @@ impl SimConfig {
             // NVML documents 1/6 s to 1 s, depending on the product.
             let range = timeline::SAMPLE_PERIOD_NS..=1_000_000_000;
             c.sample_period_ns = parse_duration(&v).filter(|t| range.contains(t)).ok_or_else(|| bad_env("FGPU_SIM_SAMPLE_PERIOD", &v))?;
+        }
+        if let Some(v) = get("FGPU_SIM_NVML_PIDS") {
+            c.nvml_pids = NvmlPidsMode::parse(&v).ok_or_else(|| bad_env("FGPU_SIM_NVML_PIDS", &v))?;
         }
         Ok(c)
     }
@@ -244,20 +338,8 @@ pub struct SimProcess {
     pub per_device_used: Vec<u64>,
     /// CUDA contexts per device.
     pub per_device_contexts: Vec<u32>,
-}
-
-impl SimProcess {
-    /// The pid NVML reports: the host pid where known, else the pid visible to the
-    /// querier, else the pid in the process's own namespace.
-    pub fn reported_pid(&self) -> u32 {
-        if self.host_pid != 0 {
-            self.host_pid
-        } else if self.visible_pid != 0 {
-            self.visible_pid
-        } else {
-            self.pid
-        }
-    }
+    /// [`KIND_GRAPHICS`], [`KIND_MPS`].
+    pub kinds: u32,
 }
 
 struct Mapping {
@@ -545,6 +627,7 @@ impl SimState {
         h.timeslice_ns = cfg.timeslice_ns.max(1);
         h.sample_period_ns = cfg.sample_period_ns;
         h.exit_free_delay_ns = cfg.exit_free_delay_ns;
+        h.nvml_pids = cfg.nvml_pids.code();
         h.realtime_offset_ns = timeline::realtime_offset_ns();
         for i in 0..MAX_DEVICES {
             // SAFETY: device records lie inside the mapping; exclusive as above.
@@ -603,6 +686,10 @@ impl SimState {
             0 => timeline::SAMPLE_PERIOD_NS,
             p => p,
         }
+    }
+    /// Which PIDs NVML gives (`FGPU_SIM_NVML_PIDS`).
+    pub fn nvml_pids(&self) -> NvmlPidsMode {
+        NvmlPidsMode::from_code(self.header().nvml_pids)
     }
     /// Device memory each CUDA context takes.
     pub fn context_overhead(&self) -> u64 {
@@ -748,9 +835,81 @@ impl SimState {
                 visible_pid: visible,
                 per_device_used: (0..n).map(|d| slot.used[d].load(Ordering::Acquire)).collect(),
                 per_device_contexts: (0..n).map(|d| slot.contexts[d].load(Ordering::Acquire)).collect(),
+                kinds: slot.kinds.load(Ordering::Acquire),
             });
         }
         out
+    }
+
+    /// Fills in the host PID of every live process that could not know its own, as the kernel
+    /// driver knows every client's: call it from a process of the host's PID namespace, every
+    /// few milliseconds, for as long as processes of nested namespaces should be given their
+    /// host PIDs at once (tests do, `Env::driver_watch`). Returns false outside the host's
+    /// namespace, where it can do nothing.
+    pub fn watch_host_pids(&self) -> bool {
+        if !in_init_pid_namespace() {
+            return false;
+        }
+        let _ = self.processes();
+        self.header().host_watch_ns.store(now_ns().max(1), Ordering::Release);
+        true
+    }
+
+    /// The PID NVML's process lists give `p` to the calling process, or `None` when they
+    /// leave it out (see [`NvmlPidsMode`]). A caller in the host's PID namespace gets host
+    /// PIDs in every mode.
+    pub fn nvml_list_pid(&self, p: &SimProcess) -> Option<u32> {
+        let host = (p.host_pid != 0).then_some(p.host_pid);
+        if in_init_pid_namespace() {
+            return host.or((p.visible_pid != 0).then_some(p.visible_pid));
+        }
+        match self.nvml_pids() {
+            // The real driver always knows a host PID; the simulator learns a namespaced
+            // process's only when a process of the host's namespace looks (docs/simulator.md),
+            // and leaves it out until then rather than give a PID it does not have.
+            NvmlPidsMode::Host => host,
+            NvmlPidsMode::Caller | NvmlPidsMode::CallerNoMemory => (p.visible_pid != 0).then_some(p.visible_pid),
+            NvmlPidsMode::None => None,
+        }
+    }
+
+    /// The memory NVML's lists give for the entry `listed` (a PID from
+    /// [`SimState::nvml_list_pid`]) of process `p` on device `dev`. Under
+    /// [`NvmlPidsMode::CallerNoMemory`], outside the host's namespace, the driver looks the
+    /// listed number up among raw host PIDs: the memory of the process whose host PID it
+    /// is, usually none.
+    pub fn nvml_list_memory(&self, p: &SimProcess, listed: u32, dev: usize, all: &[SimProcess]) -> u64 {
+        if self.nvml_pids() == NvmlPidsMode::CallerNoMemory && !in_init_pid_namespace() {
+            return all.iter().filter(|q| q.host_pid == listed && q.host_pid != 0).map(|q| q.per_device_used.get(dev).copied().unwrap_or(0)).sum();
+        }
+        p.per_device_used.get(dev).copied().unwrap_or(0)
+    }
+
+    /// The PID a utilisation sample of the process in `slot` (generation `gen`) carries for
+    /// the calling process: in the caller modes its PID here
+    /// when the caller can see it, else its raw host PID; in the others its host PID. 0 when
+    /// the simulator does not know the host PID it would need. `host` caches the host PID.
+    pub(crate) fn sample_pid(&self, slot: usize, gen: u32, host: &AtomicU32) -> u32 {
+        let rec = self.slot(slot);
+        let same = st_gen(rec.state.load(Ordering::Acquire)) == gen;
+        if host.load(Ordering::Acquire) == 0 && same {
+            let known = rec.host_pid.load(Ordering::Acquire);
+            if known != 0 {
+                host.store(known, Ordering::Release);
+            }
+        }
+        let visible = if same { self.slot_alive(slot, owner_key()).unwrap_or(0) } else { 0 };
+        if in_init_pid_namespace() {
+            if host.load(Ordering::Acquire) == 0 && visible != 0 {
+                let _ = rec.host_pid.compare_exchange(0, visible, Ordering::AcqRel, Ordering::Acquire);
+                host.store(visible, Ordering::Release);
+            }
+            return host.load(Ordering::Acquire);
+        }
+        match self.nvml_pids() {
+            NvmlPidsMode::Caller | NvmlPidsMode::CallerNoMemory if visible != 0 => visible,
+            _ => host.load(Ordering::Acquire),
+        }
     }
 
     /// Frees the memory of every process that died (its slot byte can be locked). Returns
@@ -797,6 +956,7 @@ impl SimState {
                 slot.host_pid.store(0, Ordering::Release);
                 slot.pidns_ino.store(0, Ordering::Release);
                 slot.died_ns.store(0, Ordering::Release);
+                slot.kinds.store(0, Ordering::Release);
                 slot.state.store(pack(0, st_gen(st).wrapping_add(1), ST_FREE), Ordering::Release);
                 n += 1;
             }
@@ -807,7 +967,24 @@ impl SimState {
 
     /// Claims a process slot for the calling process and locks its byte for the rest of
     /// the process's life. Call once per process.
+    ///
+    /// A process of a nested PID namespace whose host PID the simulator does not know then
+    /// waits (up to [`HOST_PID_WAIT_NS`]), while a watcher runs ([`SimState::watch_host_pids`]),
+    /// until the watcher has filled it in: the real driver knows every client's host PID from
+    /// the start, and gives it in host-PID lists, samples and accounting (docs/simulator.md).
     pub fn register(&self) -> io::Result<usize> {
+        let slot = self.claim_slot()?;
+        let watched = now_ns().saturating_sub(self.header().host_watch_ns.load(Ordering::Acquire)) < WATCH_FRESH_NS;
+        if watched && self.slot(slot).host_pid.load(Ordering::Acquire) == 0 {
+            let deadline = now_ns() + HOST_PID_WAIT_NS;
+            while self.slot(slot).host_pid.load(Ordering::Acquire) == 0 && now_ns() < deadline {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+        }
+        Ok(slot)
+    }
+
+    fn claim_slot(&self) -> io::Result<usize> {
         let _g = SLOT_LOCK.lock().unwrap_or_else(|e| e.into_inner());
         let key = owner_key();
         let tag = tag_of(key);
@@ -828,6 +1005,7 @@ impl SimState {
                 slot.host_pid.store(own_host_pid(), Ordering::Release);
                 slot.pidns_ino.store(ns_inode("/proc/self/ns/pid").unwrap_or(0), Ordering::Release);
                 slot.died_ns.store(0, Ordering::Release);
+                slot.kinds.store(own_kinds(), Ordering::Release);
                 for d in 0..MAX_DEVICES {
                     slot.used[d].store(0, Ordering::Release);
                     slot.contexts[d].store(0, Ordering::Release);

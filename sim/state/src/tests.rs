@@ -112,7 +112,7 @@ fn dead_process_memory_is_reclaimed() {
     assert_eq!(c.per_device_contexts, vec![1]);
     if in_init_pid_namespace() {
         assert_eq!(c.host_pid, child.id());
-        assert_eq!(c.reported_pid(), child.id());
+        assert_eq!(s.nvml_list_pid(c), Some(child.id()), "host PIDs in the host's namespace, in every mode");
     }
     // A live process is never reclaimed.
     assert_eq!(s.reclaim_dead(), 0);
@@ -150,4 +150,17 @@ fn config_from_env_values() {
     assert_eq!(SimConfig::default().memory, 80 * GIB);
     assert_eq!(SimConfig::default().context_overhead, 300 * MIB);
     assert_eq!(SimConfig::default().driver_version, 12080);
+}
+
+#[test]
+fn nvml_pid_modes_parse_and_are_kept_in_the_file() {
+    for mode in [NvmlPidsMode::Host, NvmlPidsMode::Caller, NvmlPidsMode::CallerNoMemory, NvmlPidsMode::None] {
+        assert_eq!(NvmlPidsMode::parse(mode.name()), Some(mode));
+        let p = temp_path(&format!("pids-{}", mode.name()));
+        let s = SimState::open_with(&p, &SimConfig { nvml_pids: mode, ..SimConfig::default() }).unwrap();
+        assert_eq!(s.nvml_pids(), mode);
+        let _ = std::fs::remove_file(&p);
+    }
+    assert_eq!(SimConfig::default().nvml_pids, NvmlPidsMode::Caller, "current drivers are the default");
+    assert_eq!(NvmlPidsMode::parse("namespace"), None);
 }

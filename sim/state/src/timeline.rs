@@ -827,33 +827,10 @@ impl SimState {
         (id.incarnation.load(Ordering::Acquire) == incarnation).then_some(id)
     }
 
-    /// The host pid of an identity, learning it now if its process is alive and the
-    /// caller can see it (same order as [`SimProcess::reported_pid`]).
+    /// The PID the samples of an identity carry for the calling process, learning its host
+    /// pid now if its process is alive and the caller can see it ([`SimState::sample_pid`]).
     fn identity_reported_pid(&self, id: &Identity) -> u32 {
-        let host = id.host_pid.load(Ordering::Acquire);
-        if host != 0 {
-            return host;
-        }
-        let slot = id.slot.load(Ordering::Acquire) as usize;
-        let gen = id.gen.load(Ordering::Acquire);
-        let key = owner_key();
-        let rec = self.slot(slot);
-        let same = st_gen(rec.state.load(Ordering::Acquire)) == gen;
-        if same {
-            let known = rec.host_pid.load(Ordering::Acquire);
-            if known != 0 {
-                id.host_pid.store(known, Ordering::Release);
-                return known;
-            }
-            if let Some(visible) = self.slot_alive(slot, key).filter(|&v| v != 0) {
-                if in_init_pid_namespace() {
-                    let _ = rec.host_pid.compare_exchange(0, visible, Ordering::AcqRel, Ordering::Acquire);
-                    id.host_pid.store(visible, Ordering::Release);
-                }
-                return visible;
-            }
-        }
-        id.pid.load(Ordering::Acquire)
+        self.sample_pid(id.slot.load(Ordering::Acquire) as usize, id.gen.load(Ordering::Acquire), &id.host_pid)
     }
 
     /// Ground truth: how long each context ran kernels on `device` during `[from_ns,
