@@ -37,15 +37,25 @@ impl Ledger {
         &self.device(device).compute
     }
 
-    /// Sets the ledger's share on a registered device to `wanted_ppm` (0: none) if no other
-    /// live process uses the ledger, as [`Ledger::register_device`] does for the cap, and
-    /// returns the share the ledger holds: a ledger never imposes a share nobody running
-    /// asks for, and a process joining a running ledger finds the share it holds.
+    /// Sets the ledger's share on a registered device and returns the share the ledger
+    /// holds: a ledger never imposes a share nobody running asks for, and a process joining
+    /// a running ledger finds the share it holds.
+    ///
+    /// The share becomes `wanted_ppm` (0: none) when no other live process uses the ledger,
+    /// as [`Ledger::register_device`] does for the cap, and also when the ledger holds none
+    /// yet and this process asks for one. The second case is what makes processes that
+    /// start together share one bucket: each joins the ledger before its first kernel, so
+    /// by the time the first of them registers its share the others are already live; were
+    /// the share set only by a process alone in the ledger, none of them would set it and
+    /// each would be held to the share by itself alone (four processes at 50 % ran at 80 %
+    /// together). A process that registers without a share leaves a share others hold.
     pub fn register_compute(&self, device: DeviceId, wanted_ppm: u64, own: Option<SlotId>) -> Result<u64, LedgerError> {
         self.with_init_lock(|| {
             let entry = self.compute_entry(device);
-            if !self.has_other_live_slot(own) {
-                entry.share_ppm.store(wanted_ppm.min(PPM), Relaxed);
+            let wanted = wanted_ppm.min(PPM);
+            let held = entry.share_ppm.load(Relaxed);
+            if (held == 0 && wanted != 0) || !self.has_other_live_slot(own) {
+                entry.share_ppm.store(wanted, Relaxed);
             }
             entry.share_ppm.load(Relaxed)
         })
@@ -172,6 +182,32 @@ mod tests {
         b.leave(sb);
         assert_eq!(a.register_compute(dev, 0, Some(sa)).unwrap(), 0);
         drop((a, b));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn processes_that_join_together_share_the_first_share_registered() {
+        let dir = std::env::temp_dir().join(format!("fgpu-ledger-compute-together-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("ledger");
+        // Four processes join before any of them registers its share (they start together;
+        // the share is registered at a process's first kernel).
+        let ledgers: Vec<Ledger> = (0..4).map(|_| Ledger::open_or_create(&path).unwrap()).collect();
+        let slots: Vec<SlotId> = ledgers.iter().map(|l| l.join().unwrap()).collect();
+        let devs: Vec<DeviceId> = ledgers.iter().zip(&slots).map(|(l, s)| l.register_device([4; 16], 80 << 30, 8 << 30, Some(*s)).unwrap().device).collect();
+        // One without a share registers first: the ledger holds none, and that sets none.
+        assert_eq!(ledgers[3].register_compute(devs[3], 0, Some(slots[3])).unwrap(), 0);
+        // The first with a share sets it although the others are live; the rest find it.
+        assert_eq!(ledgers[0].register_compute(devs[0], 500_000, Some(slots[0])).unwrap(), 500_000);
+        assert_eq!(ledgers[1].register_compute(devs[1], 500_000, Some(slots[1])).unwrap(), 500_000);
+        assert_eq!(ledgers[2].register_compute(devs[2], 200_000, Some(slots[2])).unwrap(), 500_000, "a smaller share finds the ledger's");
+        // A process without a share that joins later leaves the share to those that hold it.
+        let late = Ledger::open_or_create(&path).unwrap();
+        let sl = late.join().unwrap();
+        let dl = late.register_device([4; 16], 80 << 30, 8 << 30, Some(sl)).unwrap().device;
+        assert_eq!(late.register_compute(dl, 0, Some(sl)).unwrap(), 500_000);
+        drop((ledgers, late));
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
