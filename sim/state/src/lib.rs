@@ -50,7 +50,7 @@ pub const DRIVER_RESERVED: u64 = 32 << 20;
 pub const PROC_PID_INIT_INO: u64 = 0xEFFF_FFFC;
 
 const MAGIC: u64 = u64::from_le_bytes(*b"FGPUSIM1");
-const LAYOUT_VERSION: u32 = 2;
+const LAYOUT_VERSION: u32 = 3;
 const HEADER_SIZE: usize = 256;
 const DEVICE_SIZE: usize = 256;
 const SLOT_SIZE: usize = 256;
