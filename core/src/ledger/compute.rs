@@ -10,7 +10,7 @@
 
 use super::layout::*;
 use super::{DeviceId, Ledger, LedgerError, SlotId};
-use crate::compute::{charge_keeping_rest, PPM};
+use crate::compute::{admit, charge_keeping_rest, PPM};
 use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed};
 
 /// The use `fgpu status` shows is measured over windows of this length.
@@ -80,6 +80,22 @@ impl Ledger {
             let (next, rest) = charge_keeping_rest(current, now, gpu_ns, share);
             match cell.compare_exchange_weak(current, next, AcqRel, Acquire) {
                 Ok(_) => return (next, rest),
+                Err(actual) => current = actual,
+            }
+        }
+    }
+
+    /// Admits a chunk of `gpu_ns` of GPU time to the ledger's bucket at `share` and time
+    /// `now` if the bucket holds `threshold` at that instant, in one compare-and-swap
+    /// (`crate::compute::admit`): the clock after (`Ok`), or the clock as found, nothing
+    /// charged (`Err`).
+    pub fn compute_admit(&self, device: DeviceId, gpu_ns: u64, share: u64, threshold: u64, now: u64) -> Result<u64, u64> {
+        let cell = &self.compute_entry(device).vclock;
+        let mut current = cell.load(Acquire);
+        loop {
+            let Some(next) = admit(current, now, gpu_ns, share, threshold) else { return Err(current) };
+            match cell.compare_exchange_weak(current, next, AcqRel, Acquire) {
+                Ok(_) => return Ok(next),
                 Err(actual) => current = actual,
             }
         }
@@ -176,6 +192,15 @@ mod tests {
         assert_eq!(view.recent_ppm, Some(300_000), "600 ms of 2 s");
         assert_eq!(a.compute_view(dev, now + USE_WINDOW_NS + USE_STALE_NS).recent_ppm, None);
         assert_eq!((a.compute_slot_used(sa, dev), b.compute_slot_used(sb, dev)), (400_000_000, 200_000_000));
+        // Admission tests and charges in one step: a full bucket holds 200 ms of share
+        // (60 ms of GPU time at 30 %); one process admits all of it, and the next, asking at
+        // the same instant, finds nothing and is charged nothing.
+        let other = [5; 16];
+        let (d_a, d_b) = (a.register_device(other, 80 << 30, 8 << 30, Some(sa)).unwrap().device, b.register_device(other, 80 << 30, 8 << 30, Some(sb)).unwrap().device);
+        let full = 60_000_000;
+        assert_eq!(a.compute_admit(d_a, full, 300_000, full, now), Ok(now));
+        assert_eq!(b.compute_admit(d_b, full, 300_000, full, now), Err(now), "nothing left, nothing charged");
+        assert_eq!(b.compute_clock(d_b), now);
         b.compute_record(sb, dev_b, -300_000_000, now + USE_WINDOW_NS);
         assert_eq!(b.compute_slot_used(sb, dev), 0, "a correction never goes below zero");
         // When every other process has left, the next one sets the share again.
