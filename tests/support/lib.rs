@@ -575,3 +575,49 @@ pub fn is_root() -> bool {
     // SAFETY: geteuid has no preconditions.
     unsafe { libc::geteuid() == 0 }
 }
+
+/// CPU-bound busy loops (`sh -c 'while :; do :; done'`), one per CPU this process may run
+/// on unless told how many, running until dropped: a loaded host, as one where every core
+/// is busy with data loading. Each is killed by its own PID.
+pub struct BusyLoops {
+    children: Vec<Child>,
+}
+
+impl BusyLoops {
+    /// As many loops as CPUs this process may run on.
+    pub fn one_per_cpu() -> BusyLoops {
+        BusyLoops::start(std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2))
+    }
+
+    pub fn start(n: usize) -> BusyLoops {
+        let children = (0..n)
+            .map(|_| {
+                Command::new("sh")
+                    .args(["-c", "while :; do :; done"])
+                    .stdin(Stdio::null())
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .spawn()
+                    .unwrap_or_else(|e| panic!("cannot start a busy loop: {e}"))
+            })
+            .collect();
+        BusyLoops { children }
+    }
+
+    pub fn len(&self) -> usize {
+        self.children.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.children.is_empty()
+    }
+}
+
+impl Drop for BusyLoops {
+    fn drop(&mut self) {
+        for child in &mut self.children {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
