@@ -441,8 +441,9 @@ fn doctor(cmd: Cmd) -> (Run, Value) {
     let run = cmd.args(["doctor", "--json"]).run();
     let value = json(&run);
     let failed = value["findings"].as_array().unwrap().iter().any(|f| f["level"] == "fail");
+    let unconfigured = value["findings"].as_array().unwrap().iter().any(|f| f["check"] == "cap" && f["message"].as_str().unwrap_or("").starts_with("No cap is configured yet"));
     assert_eq!(run.output.status.code(), Some(if failed { 1 } else { 0 }), "exit status follows the findings\n{run}");
-    assert_eq!(value["cap_applies"], !failed);
+    assert_eq!(value["cap_applies"], !failed && !unconfigured, "{run}");
     (run, value)
 }
 
@@ -488,9 +489,16 @@ fn doctor_passes_under_fgpu_run_and_says_why() {
 fn doctor_reports_configuration_failures() {
     let env = Env::new("cli-doctor-config");
     let shim = shim_path();
-    // No cap at all.
+    // No cap at all, as after `pip install`: nothing has failed (exit 0), nothing is capped,
+    // and it says what to do next.
     let (run, value) = doctor(fgpu(&env));
-    assert_finding(&run, &value, "cap", "fail", "No cap is configured");
+    assert_eq!(run.output.status.code(), Some(0), "{run}");
+    assert_eq!(value["cap_applies"], false, "{run}");
+    assert_finding(&run, &value, "cap", "info", "No cap is configured yet");
+    assert_finding(&run, &value, "cap", "info", "fgpu run --limit 8G -- COMMAND");
+    assert_finding(&run, &value, "shim", "ok", "loads here");
+    let text = fgpu(&env).arg("doctor").success();
+    assert!(text.stdout().contains("fgpu works here, and no cap is configured yet"), "{text}");
     // An invalid cap: the configuration error, verbatim.
     let (run, value) = doctor(fgpu(&env).env("LD_PRELOAD", &shim).env("FGPU_LIMIT", "lots"));
     assert_finding(&run, &value, "cap", "fail", r#"FGPU_LIMIT="lots" is not a valid limit"#);
