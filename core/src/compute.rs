@@ -19,7 +19,7 @@
 //! according to its own events). Every estimate is refunded exactly once, so over time `V`
 //! moves by exactly the measured time: the estimate only decides how smoothly.
 
-use crate::limit::{parse_limit, AmbiguousKey, Amount, LimitError, LimitSpec};
+use crate::limit::{parse_spec, AmbiguousKey, Amount, LimitError, LimitSpec};
 
 /// Parts per million: the unit of a share in the ledger (`30%` is 300 000).
 pub const PPM: u64 = 1_000_000;
@@ -49,7 +49,7 @@ pub struct ShareSpec {
 
 /// Parses `FGPU_COMPUTE` or the file's `compute`: `30%`, `12.5%`, `GPU-1a2b=30%,*=50%`.
 pub fn parse_share(text: &str) -> Result<ShareSpec, LimitError> {
-    let spec = parse_limit(text)?;
+    let spec = parse_spec(text)?;
     let amounts = spec.default.iter().chain(spec.per_device.iter().map(|(_, a)| a));
     for amount in amounts {
         if let Amount::Bytes(_) = amount {
