@@ -71,7 +71,7 @@ fn a_ledger_file_that_cannot_be_trusted_or_locked_fails_closed() {
     assert_eq!(run.rc("alloc"), 2, "allocation refused\n{run}");
     assert!(run.stderr().contains("symbolic link") && run.stderr().contains(&link.display().to_string()), "{run}");
     assert!(!env.dir.join("elsewhere").exists(), "nothing was created through the link");
-    if is_root() {
+    if prerequisite(is_root(), "the part run as another user needs root") {
         // A file this user cannot open for writing (root's, 0644): one line says so.
         use std::os::unix::fs::PermissionsExt;
         let locked = env.dir.join("ledger-root-only");
@@ -80,7 +80,7 @@ fn a_ledger_file_that_cannot_be_trusted_or_locked_fails_closed() {
         let run = env
             .command_as(65534, reachable_client("cuclient"))
             .args(["init", "primary", "alloc", "1M"])
-            .env("LD_PRELOAD", &reachable().shim)
+            .env("LD_PRELOAD", &reachable().front)
             .env("FGPU_LIMIT", "8G")
             .env("FGPU_LEDGER", &locked)
             .success();

@@ -488,7 +488,7 @@ fn doctor_passes_under_fgpu_run_and_says_why() {
 #[test]
 fn doctor_reports_configuration_failures() {
     let env = Env::new("cli-doctor-config");
-    let shim = shim_path();
+    let front = front_path();
     // No cap at all, as after `pip install`: nothing has failed (exit 0), nothing is capped,
     // and it says what to do next.
     let (run, value) = doctor(fgpu(&env));
@@ -500,7 +500,7 @@ fn doctor_reports_configuration_failures() {
     let text = fgpu(&env).arg("doctor").success();
     assert!(text.stdout().contains("fgpu works here, and no cap is configured yet"), "{text}");
     // An invalid cap: the configuration error, verbatim.
-    let (run, value) = doctor(fgpu(&env).env("LD_PRELOAD", &shim).env("FGPU_LIMIT", "lots"));
+    let (run, value) = doctor(fgpu(&env).env("LD_PRELOAD", &front).env("FGPU_LIMIT", "lots"));
     assert_finding(&run, &value, "cap", "fail", r#"FGPU_LIMIT="lots" is not a valid limit"#);
     // A cap, but nothing preloaded to enforce it.
     let (run, value) = doctor(fgpu(&env).env("FGPU_LIMIT", "2G"));
@@ -514,8 +514,8 @@ fn doctor_reports_configuration_failures() {
 #[test]
 fn doctor_reports_a_shim_that_cannot_load() {
     let env = Env::new("cli-doctor-shim");
-    let shim_bytes = std::fs::read(shim_path()).unwrap();
-    let capped = |shim: &Path| fgpu(&env).env("FGPU_SHIM", shim).env("LD_PRELOAD", shim_path()).env("FGPU_LIMIT", "2G");
+    let shim_bytes = std::fs::read(front_path()).unwrap();
+    let capped = |shim: &Path| fgpu(&env).env("FGPU_SHIM", shim).env("LD_PRELOAD", front_path()).env("FGPU_LIMIT", "2G");
 
     let (run, value) = doctor(capped(&env.dir.join("missing/libfgpu.so")));
     assert_finding(&run, &value, "shim", "fail", "does not exist");
@@ -573,7 +573,7 @@ fn doctor_reports_a_shim_that_cannot_load() {
 #[test]
 fn doctor_reports_a_broken_ledger_a_missing_driver_and_another_interposer() {
     let env = Env::new("cli-doctor-misc");
-    let capped = || fgpu(&env).env("LD_PRELOAD", shim_path()).env("FGPU_LIMIT", "2G");
+    let capped = || fgpu(&env).env("LD_PRELOAD", front_path()).env("FGPU_LIMIT", "2G");
 
     // A ledger that cannot be trusted: a link in place of the file.
     std::os::unix::fs::symlink(env.dir.join("elsewhere"), &env.ledger).unwrap();
@@ -591,13 +591,13 @@ fn doctor_reports_a_broken_ledger_a_missing_driver_and_another_interposer() {
     std::fs::write(&src, "int cuMemAlloc_v2(void *p, unsigned long n) { (void)p; (void)n; return 2; }\n").unwrap();
     let vgpu = env.dir.join("libvgpu.so");
     Cmd(Command::new("cc")).args(["-shared", "-fPIC", "-o"]).arg(&vgpu).arg(&src).success();
-    let preload = format!("{}:{}", shim_path().display(), vgpu.display());
+    let preload = format!("{}:{}", front_path().display(), vgpu.display());
     let (run, value) = doctor(capped().env("LD_PRELOAD", &preload));
     assert_finding(&run, &value, "interposer", "fail", "(HAMi-core)");
 
     // Not the host PID namespace.
     if prerequisite(is_root() && tool("unshare"), "the PID namespace part needs root and unshare(1)") {
-        let inner = env.command("unshare").args(["--pid", "--fork", "--mount-proc", "--mount"]).arg(fgpu_bin()).args(["doctor", "--json"]).env("LD_PRELOAD", shim_path()).env("FGPU_LIMIT", "2G").run();
+        let inner = env.command("unshare").args(["--pid", "--fork", "--mount-proc", "--mount"]).arg(fgpu_bin()).args(["doctor", "--json"]).env("LD_PRELOAD", front_path()).env("FGPU_LIMIT", "2G").run();
         let value = json(&inner);
         assert_finding(&inner, &value, "pidns", "info", "not the host PID namespace");
     }
@@ -607,7 +607,7 @@ fn doctor_reports_a_broken_ledger_a_missing_driver_and_another_interposer() {
 fn doctor_reads_the_config_file_and_ld_so_preload() {
     let env = Env::new("cli-doctor-etc");
     let fgpu_cmd = format!("TMPDIR={} {} doctor --json", env.dir.display(), fgpu_bin().display());
-    let shim = shim_path().display().to_string();
+    let shim = front_path().display().to_string();
     // The shim preloaded for everything through /etc/ld.so.preload, the cap from the file.
     let file_ledger = env.dir.join("file-ledger");
     let Some(cmd) = env.with_private_etc(&format!(
@@ -682,8 +682,8 @@ fn doctor_reports_a_ledger_directory_it_cannot_write() {
     let fgpu = bin.join("fgpu");
     let shim = bin.join("libfgpu.so");
     copy(&fgpu_bin(), &fgpu);
-    copy(&shim_path(), &shim);
-    copy(&release_dir().join("libfgpu_shim.so"), &bin.join("libfgpu_shim.so"));
+    copy(&front_path(), &shim);
+    copy(&shim_library_path(), &bin.join("libfgpu_shim.so"));
     copy(&release_dir().join("libfgpu_sim_cuda.so"), &driver.join("libcuda.so.1"));
     copy(&release_dir().join("libfgpu_sim_nvml.so"), &driver.join("libnvidia-ml.so.1"));
     let locked = env.dir.join("locked");
