@@ -170,14 +170,18 @@ impl DevBook {
     /// (smoothed), and settles where the two agree.
     ///
     /// Each step weighs the residual by 0.3 per 1/6 s of NVML's sample period, so the
-    /// calibration settles in about the same time whatever the product's period.
+    /// calibration settles in about the same time whatever the product's period, but by at
+    /// most 0.51 (two such steps): with periods of a second, the chunks one answer refunds
+    /// were admitted under the calibration of the step before, so a larger step overshoots
+    /// and the calibration swings from one answer to the next (0.55 to 0.85 and back, with
+    /// completions known 10-20 ms late; a 70 % container got 53-57 %).
     fn calibrate(&mut self) {
         if self.refunded_since < CALIBRATE_AFTER_NS {
             return;
         }
         let residual = (self.measured_since.max(0) as f64 / self.refunded_since as f64).clamp(0.05, 4.0);
         let periods = self.nvml.as_ref().map_or(1.0, |n| n.period_us() as f64 / fgpu_core::compute::MIN_PERIOD_US as f64);
-        let weight = 1.0 - 0.7f64.powf(periods.max(1.0));
+        let weight = 1.0 - 0.7f64.powf(periods.clamp(1.0, 2.0));
         self.calibration = (self.calibration * (1.0 - weight + weight * residual)).clamp(0.05, 4.0);
         (self.measured_since, self.refunded_since) = (0, 0);
     }
