@@ -19,7 +19,7 @@
 //! according to its own events). Every estimate is refunded exactly once, so over time `V`
 //! moves by exactly the measured time: the estimate only decides how smoothly.
 
-use crate::limit::{parse_limit, AmbiguousKey, Amount, LimitError, LimitSpec};
+use crate::limit::{parse_spec, AmbiguousKey, Amount, LimitError, LimitSpec};
 
 /// Parts per million: the unit of a share in the ledger (`30%` is 300 000).
 pub const PPM: u64 = 1_000_000;
@@ -49,7 +49,7 @@ pub struct ShareSpec {
 
 /// Parses `FGPU_COMPUTE` or the file's `compute`: `30%`, `12.5%`, `GPU-1a2b=30%,*=50%`.
 pub fn parse_share(text: &str) -> Result<ShareSpec, LimitError> {
-    let spec = parse_limit(text)?;
+    let spec = parse_spec(text)?;
     let amounts = spec.default.iter().chain(spec.per_device.iter().map(|(_, a)| a));
     for amount in amounts {
         if let Amount::Bytes(_) = amount {
@@ -184,6 +184,22 @@ pub fn tokens(vclock: u64, now: u64, share: u64) -> u64 {
 pub fn admit_threshold(share: u64) -> u64 {
     let most = (BURST_WALL_NS as u128 * share.min(PPM) as u128 / PPM as u128) as u64;
     CHUNK_GPU_NS.min(most).max(1)
+}
+
+/// Admits a chunk: the bucket's clock after charging `gpu_ns` at `now`, or `None` when the
+/// bucket does not hold `threshold` of GPU time at `now` (nothing is charged then). The
+/// test and the charge are one step of the caller's compare-and-swap, so two processes
+/// never both take the last chunk's worth of a bucket they share.
+pub fn admit(vclock: u64, now: u64, gpu_ns: u64, share: u64, threshold: u64) -> Option<u64> {
+    (tokens(vclock, now, share) >= threshold).then(|| charge(vclock, now, gpu_ns.min(i64::MAX as u64) as i64, share))
+}
+
+/// Whether a bucket whose clock is `vclock` is overdrawn at `now`: more GPU time has been
+/// charged to it than the share gives up to now (measured use above the estimates it was
+/// admitted on, or one long kernel charged whole). Nothing more may run until it has
+/// caught up: no chunk is admitted, and chunks already open are ended at their next launch.
+pub fn overdrawn(vclock: u64, now: u64) -> bool {
+    vclock > now
 }
 
 /// When a bucket whose clock is `vclock` will hold `threshold` of GPU time.
@@ -425,6 +441,24 @@ mod tests {
         }
         let expected = 10_000_000_000 / 4 + 50_000_000;
         assert!(admitted.abs_diff(expected) <= CHUNK_GPU_NS, "{admitted} vs {expected}");
+    }
+
+    #[test]
+    fn a_chunk_is_admitted_only_while_the_bucket_holds_a_chunks_worth() {
+        let c = 500_000; // 50 %: a chunk's worth (5 ms) is 10 ms of wall time
+        let now = 10_000_000_000;
+        let threshold = admit_threshold(c);
+        // 10 ms behind now: exactly a chunk's worth; charged, the clock reaches now.
+        assert_eq!(admit(now - 10_000_000, now, 5_000_000, c, threshold), Some(now));
+        // A nanosecond short of it: nothing admitted, nothing charged.
+        assert_eq!(admit(now - 10_000_000 + 1, now, 5_000_000, c, threshold), None);
+        // A full bucket admits, from 200 ms behind.
+        assert_eq!(admit(0, now, 5_000_000, c, threshold), Some(now - BURST_WALL_NS + 10_000_000));
+        // Overdrawn: ahead of now. Charging a chunk's worth from a full enough bucket never
+        // gets there; a long kernel charged whole does.
+        assert!(!overdrawn(now, now));
+        assert!(overdrawn(now + 1, now));
+        assert!(overdrawn(admit(now - 10_000_000, now, 50_000_000, c, threshold).unwrap(), now));
     }
 
     #[test]

@@ -524,6 +524,17 @@ mod tests {
     }
 
     #[test]
+    fn a_cap_too_small_for_any_context_fails_closed_in_the_file_and_the_environment() {
+        let err = load(&[(ENV_LIMIT, "8")], None).unwrap_err();
+        assert!(matches!(&err, ConfigError::BadLimitEnv { reason: LimitError::TooSmall { bytes: 8, .. }, .. }), "{err:?}");
+        assert!(err.to_string().starts_with(r#"FGPU_LIMIT="8" is not a valid limit: "8" is 8 bytes, too small for any CUDA context"#), "{err}");
+        assert!(err.to_string().ends_with("did you mean 8G?"), "{err}");
+        let err = load(&[], Some(("limit = 16", true))).unwrap_err();
+        assert!(matches!(&err, ConfigError::BadLimitFile { line: 1, reason: LimitError::TooSmall { .. }, .. }), "{err:?}");
+        assert!(err.to_string().ends_with("did you mean 16G?"), "{err}");
+    }
+
+    #[test]
     fn bad_environment_names_the_variable_and_value() {
         for bad in ["banana", "-1", "8XB", "", "99999999999999999999999"] {
             let err = load(&[(ENV_LIMIT, bad)], None).unwrap_err();

@@ -15,6 +15,13 @@
 //! 8589934592 bytes. A number may have a fractional part (`1.5G`); the result is rounded
 //! down to a whole byte.
 //!
+//! **A cap too small for any CUDA context is refused** ([`MIN_CAP_BYTES`], 1 MiB): every
+//! context holds far more device memory than that (hundreds of MiB on current GPUs), so
+//! such a cap can only be a number whose unit was left out (`FGPU_LIMIT=8` is 8 bytes, not
+//! 8 GiB) and the error says which was probably meant. The one exception is exactly one
+//! byte, written `1` (or `1B`): "no memory on this GPU", which `fgpu cdi generate` writes for the GPUs a
+//! device does not name (`*=1`). Percentages are not checked.
+//!
 //! A device key is a UUID or a prefix of one; for each device the longest matching key
 //! decides. A key that would decide for more than one of the devices present is ambiguous
 //! ([`LimitSpec::ambiguous_key`]): the caller treats it as an error, checked against every
@@ -45,7 +52,13 @@ pub enum LimitError {
     DuplicateKey(String),
     #[error("{0:?} is not a share of the GPU's time: write a percentage such as 30%")]
     NotPercent(String),
+    #[error("{text:?} is {bytes} bytes, too small for any CUDA context (a cap must be at least 1 MiB, or exactly 1 byte to give a GPU no memory): did you mean {hint}?")]
+    TooSmall { text: String, bytes: u64, hint: String },
 }
+
+/// The smallest cap accepted, besides exactly one byte: 1 MiB. No CUDA context fits in
+/// it, so a smaller cap can only be a size whose unit was left out (see the module).
+pub const MIN_CAP_BYTES: u64 = 1 << 20;
 
 /// An amount of device memory, absolute or relative to the device's physical memory.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -148,8 +161,51 @@ impl std::str::FromStr for LimitSpec {
     }
 }
 
-/// Parses a whole limit: a single amount, or a comma-separated list of `key=amount`.
+/// Parses a whole memory limit: a single amount, or a comma-separated list of
+/// `key=amount`. A size under [`MIN_CAP_BYTES`] other than one byte is refused.
 pub fn parse_limit(text: &str) -> Result<LimitSpec, LimitError> {
+    let spec = parse_spec(text)?;
+    let amounts = spec.default.iter().chain(spec.per_device.iter().map(|(_, a)| a));
+    for amount in amounts {
+        if let Amount::Bytes(bytes) = *amount {
+            let written = written_amount(text, bytes);
+            let one_byte = ["1", "1b"].contains(&written.to_ascii_lowercase().as_str());
+            if bytes < MIN_CAP_BYTES && !one_byte {
+                return Err(LimitError::TooSmall { hint: meant(&written), text: written, bytes });
+            }
+        }
+    }
+    Ok(spec)
+}
+
+/// The amount as written in `text` that parses to `bytes` (for the message).
+fn written_amount(text: &str, bytes: u64) -> String {
+    text.split(',')
+        .map(|entry| entry.split_once('=').map_or(entry, |(_, amount)| amount).trim())
+        .find(|amount| parse_size(amount) == Ok(bytes))
+        .unwrap_or(text.trim())
+        .to_string()
+}
+
+/// What a size too small for any context probably meant: the same number in GiB when it
+/// is a plausible number of GiB (up to 1024, or written in KiB), else in MiB (`8192`).
+fn meant(written: &str) -> String {
+    let split = written.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(written.len());
+    let (number, unit) = written.split_at(split);
+    let kib = unit.trim().to_ascii_lowercase().starts_with('k');
+    let whole: f64 = number.parse().unwrap_or(0.0);
+    if kib {
+        format!("{number}M")
+    } else if whole <= 1024.0 {
+        format!("{number}G")
+    } else {
+        format!("{number}M")
+    }
+}
+
+/// [`parse_limit`] without the smallest-cap rule: the grammar alone, for the compute share
+/// (whose amounts must all be percentages) and for what checks them itself.
+pub fn parse_spec(text: &str) -> Result<LimitSpec, LimitError> {
     let text = text.trim();
     if text.is_empty() {
         return Err(LimitError::Empty);
@@ -311,6 +367,33 @@ mod tests {
         assert!(matches!(parse_size("99999999999999999999"), Err(LimitError::Overflow(_))));
         assert!(matches!(parse_size("20000000000T"), Err(LimitError::Overflow(_))));
         assert!(matches!(parse_amount("0"), Err(LimitError::Zero(_))));
+    }
+
+    #[test]
+    fn a_cap_too_small_for_any_context_is_refused_with_what_was_meant() {
+        let too_small = |text: &str| match parse_limit(text) {
+            Err(LimitError::TooSmall { hint, .. }) => hint,
+            other => panic!("{text}: {other:?}"),
+        };
+        assert_eq!(too_small("8"), "8G");
+        assert_eq!(too_small(" 16 "), "16G");
+        assert_eq!(too_small("8192"), "8192M", "a number of MiB");
+        assert_eq!(too_small("512K"), "512M");
+        assert_eq!(too_small("100B"), "100G");
+        assert_eq!(too_small("GPU-1a2b=8,*=4G"), "8G");
+        assert_eq!(too_small("GPU-1a2b=4G,*=1.5"), "1.5G");
+        let message = parse_limit("8").unwrap_err().to_string();
+        assert_eq!(message, r#""8" is 8 bytes, too small for any CUDA context (a cap must be at least 1 MiB, or exactly 1 byte to give a GPU no memory): did you mean 8G?"#);
+        // One byte (no memory on that GPU, as fgpu cdi generate writes), 1 MiB and up, and
+        // percentages pass.
+        assert_eq!(parse_limit("GPU-1a2b=8G,*=1").unwrap().default, Some(Amount::Bytes(1)));
+        assert_eq!(parse_limit("1").unwrap().default, Some(Amount::Bytes(1)));
+        assert_eq!(parse_limit("1M").unwrap().default, Some(Amount::Bytes(MIN_CAP_BYTES)));
+        assert_eq!(parse_limit("1048576").unwrap().default, Some(Amount::Bytes(MIN_CAP_BYTES)));
+        assert!(parse_limit("1048575").is_err());
+        assert_eq!(parse_limit("0.001%").unwrap().default, Some(Amount::Percent(0.001)));
+        // The grammar alone still reads them (the compute share checks its own way).
+        assert_eq!(parse_spec("8").unwrap().default, Some(Amount::Bytes(8)));
     }
 
     #[test]

@@ -121,6 +121,14 @@ pub fn describe_spec(spec: &LimitSpec) -> String {
     parts.join(", ")
 }
 
+/// The sentence of the "no cap yet" finding that says the installation itself is sound.
+const NO_CAP_YET: &str = "That is not a failure: the other checks say what works.";
+
+/// Whether the findings say that no cap is configured (and nothing failed because of it).
+fn no_cap_yet(findings: &[Finding]) -> bool {
+    findings.iter().any(|f| f.check == "cap" && f.level == Level::Info && f.message.contains(NO_CAP_YET))
+}
+
 pub fn assess(f: &Facts) -> Vec<Finding> {
     let mut out = Vec::new();
 
@@ -205,11 +213,13 @@ pub fn assess(f: &Facts) -> Vec<Finding> {
     }
     match &config {
         Err(e) => out.push(finding("cap", Level::Fail, format!("The cap is not valid, so none applies: {e}"), Some(config_advice(e)))),
+        // Nothing configured yet (a fresh installation): nothing has failed, and nothing is
+        // capped. Said as information with the next step, not as a failure.
         Ok(config) if !config.is_active() => out.push(finding(
             "cap",
-            Level::Fail,
-            format!("No cap is configured: FGPU_LIMIT and FGPU_COMPUTE are not set and {CONFIG_PATH} sets no limit or compute share."),
-            Some(format!("Use `fgpu run --limit 8G -- COMMAND`, or export FGPU_LIMIT=8G with the shim preloaded, or write `limit = 8G` to {CONFIG_PATH} (owned by root, mode 644).")),
+            Level::Info,
+            format!("No cap is configured yet (FGPU_LIMIT and FGPU_COMPUTE are not set and {CONFIG_PATH} sets no limit or compute share), so GPU programs started here are not capped. {}", NO_CAP_YET),
+            Some(format!("Cap one job with `fgpu run --limit 8G -- COMMAND` (or `--compute 30%`). To cap every program of a machine or image, write `limit = 8G` to {CONFIG_PATH} (owned by root, mode 644) and preload libfgpu.so (/etc/ld.so.preload); for containers, `fgpu cdi generate`.")),
         )),
         Ok(config) if !config.is_capped() => out.push(finding(
             "cap",
@@ -616,7 +626,8 @@ pub fn gather() -> Facts {
 #[derive(Serialize)]
 struct DoctorJson<'a> {
     schema: u32,
-    /// True when a cap applies to programs started here (the exit status is 0).
+    /// True when a cap applies to programs started here. False with exit status 1 when a
+    /// check failed, false with exit status 0 when no cap is configured yet.
     cap_applies: bool,
     /// Which PIDs NVML gives here: host-namespace, host, caller, caller-no-memory, none or
     /// unknown (`fgpu_core::nvmlpids`, docs/configuration.md).
@@ -628,8 +639,9 @@ pub fn doctor(args: &DoctorArgs) -> i32 {
     let facts = gather();
     let findings = assess(&facts);
     let failed = findings.iter().any(|f| f.level == Level::Fail);
+    let unconfigured = no_cap_yet(&findings);
     if args.json {
-        let json = DoctorJson { schema: 1, cap_applies: !failed, nvml_pids: facts.nvml_pids.label(), findings: &findings };
+        let json = DoctorJson { schema: 1, cap_applies: !failed && !unconfigured, nvml_pids: facts.nvml_pids.label(), findings: &findings };
         println!("{}", serde_json::to_string_pretty(&json).expect("findings serialise"));
     } else {
         for f in &findings {
@@ -647,6 +659,8 @@ pub fn doctor(args: &DoctorArgs) -> i32 {
         println!();
         if failed {
             println!("A cap would NOT apply to GPU programs started here (see FAIL above).");
+        } else if unconfigured {
+            println!("fgpu works here, and no cap is configured yet: see \"What to do\" above for the next step.");
         } else {
             println!("A cap applies to GPU programs started here.");
         }
@@ -742,7 +756,11 @@ mod tests {
 
         let mut f = good_facts();
         f.config = Ok(Config { file_limit: None, env_limit: None, file_compute: None, env_compute: None, ledger: "/x".into(), ledger_origin: fgpu_core::config::LedgerOrigin::Env, ledger_sharing: fgpu_core::ledger::Sharing::Private, ledger_note: None, ledger_error: None, log: fgpu_core::log::Level::Warn, warnings: vec![] });
-        assert!(fails(&f).iter().any(|(c, m)| *c == "cap" && m.contains("No cap")));
+        // No cap configured yet is no failure: information, with the next step.
+        assert!(fails(&f).is_empty(), "{:?}", fails(&f));
+        let all = assess(&f);
+        assert!(no_cap_yet(&all), "{all:?}");
+        assert!(all.iter().any(|x| x.check == "cap" && x.level == Level::Info && x.advice.as_deref().is_some_and(|a| a.contains("fgpu run --limit 8G"))), "{all:?}");
 
         let mut f = good_facts();
         f.config = Config::from_sources(&BadEnv);

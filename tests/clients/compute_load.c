@@ -2,7 +2,7 @@
  * compute_load: keeps the simulated GPU busy for fgpu's compute-share tests.
  *
  *   compute_load [--resolve procaddr|dlsym] [--cuda-version V] [--via OP] [--us N]
- *                [--sync-every N] [--nodes N] [--threads N] [--seconds S]
+ *                [--sync-every N] [--pace-us N] [--nodes N] [--threads N] [--seconds S]
  *
  * --resolve says how entry points are found (compile with -DLINKED for linked symbols):
  *   procaddr  dlopen libcuda.so.1, cuGetProcAddress_v2(base name, V, flags): flags 0
@@ -16,6 +16,8 @@
  *            module declares `spin` at 1 us per block and the grid has N blocks.
  * --sync-every N  cuStreamSynchronize after every N launches (default 0: never; a launch
  *            then blocks while the queue holds 1024 items, as on the real driver).
+ * --pace-us N  sleep N microseconds after each launch (default 0: launch as fast as
+ *            admitted), as a program with work of its own between kernels does.
  * --threads N  N threads, each launching on a stream of its own (default 1).
  * --seconds S  stop after S seconds (default: run until killed or stdin closes).
  *
@@ -74,7 +76,7 @@ typedef struct {
 
 static const char IMAGE[] = "fgpu-sim-module 2M\nkernel spin 1us\n";
 static const char *via = "launch";
-static unsigned us = 2000, sync_every = 0, nodes = 4, threads = 1, default_stream = 0;
+static unsigned us = 2000, sync_every = 0, pace_us = 0, nodes = 4, threads = 1, default_stream = 0;
 static double seconds = 0;
 static CUcontext ctx;
 static CUfunction fn;
@@ -132,6 +134,7 @@ static void *worker(void *arg) {
         rc = launch_one(s, exec);
         if (rc) { printf("error rc=%d\n", rc); exit(1); }
         n++;
+        if (pace_us) usleep(pace_us);
         if (sync_every && n % sync_every == 0) {
             rc = ptsz() ? CALL(cuStreamSynchronize_ptsz)(s) : CALL(cuStreamSynchronize)(s);
             if (rc) { printf("sync error rc=%d\n", rc); exit(1); }
@@ -160,6 +163,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--cuda-version") && i + 1 < argc) resolve_version = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--us") && i + 1 < argc) us = (unsigned)atoi(argv[++i]);
         else if (!strcmp(argv[i], "--sync-every") && i + 1 < argc) sync_every = (unsigned)atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--pace-us") && i + 1 < argc) pace_us = (unsigned)atoi(argv[++i]);
         else if (!strcmp(argv[i], "--nodes") && i + 1 < argc) nodes = (unsigned)atoi(argv[++i]);
         else if (!strcmp(argv[i], "--threads") && i + 1 < argc) threads = (unsigned)atoi(argv[++i]);
         else if (!strcmp(argv[i], "--seconds") && i + 1 < argc) seconds = atof(argv[++i]);

@@ -17,6 +17,26 @@ fn every_bad_limit_is_named_and_nothing_runs_uncapped() {
     }
 }
 
+/// `FGPU_LIMIT=8` is 8 bytes, not 8 GiB: a cap too small for any context is refused at once
+/// with what was probably meant, and fails closed like every bad limit.
+#[test]
+fn a_limit_too_small_for_any_context_is_refused_with_a_hint() {
+    let env = Env::new("bad-limit-small");
+    for (bad, meant) in [("8", "8G"), ("512K", "512M"), ("GPU-7f2f=4096,*=4G", "4096M")] {
+        let run = env.client(&["init", "primary", "alloc", "1M"]).shim().limit(bad).run();
+        assert_eq!(run.rc("alloc"), 2, "no allocation succeeds ({bad:?})\n{run}");
+        let stderr = run.stderr();
+        let lines: Vec<&str> = stderr.lines().collect();
+        assert_eq!(lines.len(), 1, "exactly one line ({bad:?})\n{run}");
+        assert!(lines[0].contains(&format!("FGPU_LIMIT={bad:?}")) && lines[0].contains("too small for any CUDA context"), "{run}");
+        assert!(lines[0].contains(&format!("did you mean {meant}?")), "{run}");
+    }
+    // One byte is the way to give a GPU no memory on purpose (fgpu cdi generate writes `*=1`).
+    let run = env.client(&["init", "primary"]).shim().limit("1").run();
+    assert_eq!(run.rc("primary"), 2, "a context does not fit in one byte\n{run}");
+    assert!(!run.stderr().contains("not a valid limit"), "{run}");
+}
+
 #[test]
 fn valid_limit_spellings_agree() {
     let env = Env::new("good-limit");
@@ -51,7 +71,7 @@ fn a_ledger_file_that_cannot_be_trusted_or_locked_fails_closed() {
     assert_eq!(run.rc("alloc"), 2, "allocation refused\n{run}");
     assert!(run.stderr().contains("symbolic link") && run.stderr().contains(&link.display().to_string()), "{run}");
     assert!(!env.dir.join("elsewhere").exists(), "nothing was created through the link");
-    if is_root() {
+    if prerequisite(is_root(), "the part run as another user needs root") {
         // A file this user cannot open for writing (root's, 0644): one line says so.
         use std::os::unix::fs::PermissionsExt;
         let locked = env.dir.join("ledger-root-only");
@@ -60,7 +80,7 @@ fn a_ledger_file_that_cannot_be_trusted_or_locked_fails_closed() {
         let run = env
             .command_as(65534, reachable_client("cuclient"))
             .args(["init", "primary", "alloc", "1M"])
-            .env("LD_PRELOAD", &reachable().shim)
+            .env("LD_PRELOAD", &reachable().front)
             .env("FGPU_LIMIT", "8G")
             .env("FGPU_LEDGER", &locked)
             .success();

@@ -23,7 +23,7 @@ fn a_file_cap_cannot_be_raised_from_the_environment() {
          FGPU_LEDGER={other} {c} init primary alloc 1G sleep 3000 & sleep 1; \
          FGPU_LEDGER={third} {c} init primary alloc 1G; wait",
         ledger = env.ledger.display(),
-        shim = shim_path().display(),
+        shim = front_path().display(),
         other = env.dir.join("mine").display(),
         third = env.dir.join("theirs").display(),
     );

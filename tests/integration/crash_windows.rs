@@ -70,7 +70,7 @@ fn one_window(point: &str, victim: &str, dead_first: bool) -> Result<(), String>
         dead.kill(libc::SIGKILL);
     }
     let args: Vec<&str> = victim.split_whitespace().collect();
-    let run = env.client(&args).env("LD_PRELOAD", crash_shim_path()).limit("4G").env("FGPU_CRASH_AT", point).run();
+    let run = env.client(&args).env("LD_PRELOAD", crash_front_path()).limit("4G").env("FGPU_CRASH_AT", point).run();
     if run.output.status.signal() != Some(libc::SIGKILL) {
         return Err(format!("the victim never reached the crash point\n{run}"));
     }
@@ -157,7 +157,7 @@ fn a_panic_after_the_driver_acted_returns_the_drivers_answer() {
         ("alloc.reserved", "init primary alloc 100M", "alloc", "2"),
     ] {
         let args: Vec<&str> = ops.split_whitespace().collect();
-        let run = env.client(&args).env("LD_PRELOAD", crash_shim_path()).limit("4G").env("FGPU_PANIC_AT", point).run();
+        let run = env.client(&args).env("LD_PRELOAD", crash_front_path()).limit("4G").env("FGPU_PANIC_AT", point).run();
         assert!(run.output.status.success(), "{point}: the panic must not take the program down\n{run}");
         assert_eq!(run.field(line, "rc"), rc, "{point}\n{run}");
         assert!(run.stderr().contains("internal error in a driver hook"), "{point}: one line says so\n{run}");

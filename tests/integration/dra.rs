@@ -102,7 +102,7 @@ impl Node {
         let dir = &self.env.dir;
         let n = std::fs::read_dir(dir).unwrap().flatten().filter(|e| e.file_name().to_string_lossy().starts_with("plugin-")).count();
         let log = dir.join(format!("plugin-{n}.log"));
-        let mut cmd = self.env.command(plugin_bin()).env("FGPU_SHIM", shim_path()).env("NODE_NAME", NODE).0;
+        let mut cmd = self.env.command(plugin_bin()).env("FGPU_SHIM", front_path()).env("NODE_NAME", NODE).0;
         cmd.arg("--kubeconfig").arg(dir.join("kubeconfig"));
         cmd.arg("--cdi-root").arg(self.cdi());
         cmd.arg("--cdi-spec-dirs").arg(self.cdi());

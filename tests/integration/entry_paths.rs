@@ -91,9 +91,30 @@ fn panic_in_the_shim_is_caught() {
     let run = env.command(&probe).shim().limit("8G").success();
     assert_eq!(run.stdout().trim(), "caught 1", "{run}");
     assert_eq!(run.stderr(), "", "{run}");
+    // The unwinder is in the shim (libfgpu_shim.so), not in the front, which is C.
     let eh = Cmd(std::process::Command::new("cc")).arg("-print-file-name=libgcc_eh.a").success();
     if std::path::Path::new(eh.stdout().trim()).is_absolute() {
-        let dynamic = Cmd(std::process::Command::new("readelf")).arg("-d").arg(shim_path()).success();
-        assert!(!dynamic.stdout().contains("libgcc_s"), "libfgpu.so should not need libgcc_s.so.1 when libgcc_eh.a exists\n{dynamic}");
+        let needed = needed_libraries(&shim_library_path());
+        assert!(!needed.iter().any(|n| n.starts_with("libgcc_s")), "libfgpu_shim.so should not need libgcc_s.so.1 when libgcc_eh.a exists: {needed:?}");
     }
+}
+
+/// The libraries an ELF file names as NEEDED (`readelf -d`).
+fn needed_libraries(library: &std::path::Path) -> Vec<String> {
+    let dynamic = Cmd(std::process::Command::new("readelf")).arg("-dW").arg(library).success();
+    let needed: Vec<String> = dynamic.stdout().lines().filter(|l| l.contains("(NEEDED)")).filter_map(|l| l.rsplit('[').next()).map(|n| n.trim_end_matches(']').to_string()).collect();
+    assert!(!needed.is_empty(), "{} needs at least libc.so.6\n{dynamic}", library.display());
+    needed
+}
+
+/// What docs/architecture.md says the shim needs, and no more: glibc's libc.so.6, libm.so.6
+/// (`pow`) and the dynamic loader itself (`__tls_get_addr` for thread-local storage;
+/// `_dl_find_object` for the unwinder), so loading it pulls in nothing a system may lack.
+#[test]
+fn the_shim_needs_only_glibc() {
+    let needed = needed_libraries(&shim_library_path());
+    let loader = |n: &str| n.starts_with("ld-linux");
+    let unexpected: Vec<&String> = needed.iter().filter(|n| !["libc.so.6", "libm.so.6"].contains(&n.as_str()) && !loader(n)).collect();
+    assert!(unexpected.is_empty(), "libfgpu_shim.so needs more than glibc: {unexpected:?} (all: {needed:?}); update docs/architecture.md if this is meant");
+    assert!(needed.iter().any(|n| n == "libc.so.6"), "{needed:?}");
 }

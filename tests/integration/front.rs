@@ -7,10 +7,6 @@ use std::collections::BTreeSet;
 use std::path::Path;
 use std::process::Command;
 
-fn shim_impl() -> std::path::PathBuf {
-    shim_path().with_file_name("libfgpu_shim.so")
-}
-
 /// Names of the functions a library defines and exports (`objdump -T`).
 fn exported_functions(lib: &Path) -> BTreeSet<String> {
     let run = Cmd(Command::new("objdump")).arg("-T").arg(lib).success();
@@ -29,7 +25,7 @@ fn listed() -> BTreeSet<String> {
 
 #[test]
 fn exports_match_the_shim() {
-    let mut shim = exported_functions(&shim_impl());
+    let mut shim = exported_functions(&shim_library_path());
     assert!(shim.remove("dlsym") && shim.remove("fgpu_init_real_dlsym"), "{shim:?}");
     let list = listed();
     let unlisted: Vec<_> = shim.difference(&list).collect();
@@ -39,7 +35,7 @@ fn exports_match_the_shim() {
         "front/exports.txt must list every function libfgpu_shim.so exports but dlsym and fgpu_init_real_dlsym.\n\
          exported by the shim, not listed (add them): {unlisted:?}\nlisted, not exported by the shim (remove them): {stale:?}"
     );
-    let mut front = exported_functions(&shim_path());
+    let mut front = exported_functions(&front_path());
     assert!(front.remove("dlsym"), "the front exports dlsym");
     assert_eq!(front, list, "libfgpu.so exports exactly front/exports.txt and dlsym");
 }
@@ -49,7 +45,7 @@ fn exports_match_the_shim() {
 /// storage, no relocated pointer to write: each of those would cost every process.
 #[test]
 fn the_front_costs_a_process_almost_nothing_at_load() {
-    let front = shim_path();
+    let front = front_path();
     let dynamic = Cmd(Command::new("readelf")).arg("-dW").arg(&front).success();
     let text = dynamic.stdout();
     let needed: Vec<&str> = text.lines().filter(|l| l.contains("(NEEDED)")).map(|l| l.rsplit('[').next().unwrap().trim_end_matches(']')).collect();
@@ -93,7 +89,7 @@ fn lonely_front(env: &Env) -> std::path::PathBuf {
     let dir = env.dir.join("lonely");
     std::fs::create_dir_all(&dir).unwrap();
     let front = dir.join("libfgpu.so");
-    std::fs::copy(shim_path(), &front).unwrap();
+    std::fs::copy(front_path(), &front).unwrap();
     front
 }
 

@@ -256,7 +256,7 @@ fn a_rootless_container_does_not_trust_a_service_of_an_ordinary_user() {
     let run = env
         .command_as(nobody, "unshare")
         .args(["--user", "--map-root-user", "--pid", "--fork", "--mount-proc", "sh", "-c", &script])
-        .env("LD_PRELOAD", &reachable().shim)
+        .env("LD_PRELOAD", &reachable().front)
         .env("FGPU_LIMIT", "8G")
         .env("FGPU_SIM_STATE", shared.join("sim-state"))
         .env("FGPU_LEDGER", shared.join("ledger"))

@@ -27,20 +27,7 @@ const NVML_ERROR_INSUFFICIENT_SIZE: i64 = 7;
 /// A tool that tests/run.sh provides through `var`; None (after saying "skipped") when it
 /// is missing outside CI.
 fn tool(var: &str, what: &str) -> Option<PathBuf> {
-    match std::env::var_os(var) {
-        Some(path) if !path.is_empty() => {
-            let path = PathBuf::from(path);
-            assert!(path.exists(), "{var}={} does not exist", path.display());
-            Some(path)
-        }
-        _ if std::env::var_os("CI").is_some() => {
-            panic!("{var} is not set: run tests/run.sh, which installs {what} and sets it")
-        }
-        _ => {
-            println!("skipped: {var} is not set ({what}; tests/run.sh sets it)");
-            None
-        }
-    }
+    provided_path(var, what)
 }
 
 fn python() -> Option<PathBuf> {
@@ -53,14 +40,7 @@ fn nvidia_smi() -> Option<PathBuf> {
 
 /// Root-only tests: skipped outside CI, failed in CI (which runs as root).
 fn root() -> bool {
-    if is_root() {
-        return true;
-    }
-    if std::env::var_os("CI").is_some() {
-        panic!("this test needs root for unshare --pid (CI runs as root)");
-    }
-    println!("skipped: needs root for unshare --pid");
-    false
+    prerequisite(is_root(), "needs root for unshare --pid")
 }
 
 /// A script from tests/python run by the venv's interpreter.

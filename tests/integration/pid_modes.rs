@@ -422,7 +422,7 @@ fn untracked_memory_crash_windows_in_a_pid_namespace_under_every_driver() {
             let victim = env
                 .command("unshare")
                 .args(["--pid", "--fork", "--mount-proc", "sh", "-c", &script])
-                .env("LD_PRELOAD", crash_shim_path())
+                .env("LD_PRELOAD", crash_front_path())
                 .limit("4G")
                 .env("FGPU_HOST_SOCKET", env.dir.join("no-service-here.sock"))
                 .env("FGPU_CRASH_AT", point)

@@ -194,7 +194,7 @@ fn h2_a_run_ledger_is_private_to_its_user() {
         std::fs::copy(fgpu_bin(), &fgpu_copy).unwrap();
     }
     let run_as = |uid: u32, args: &[&str]| {
-        env.command_as(uid, &fgpu_copy).args(["run", "--limit", "1G"]).args(args).env("TMPDIR", &dir).env("FGPU_SHIM", &reachable().shim).arg("--").arg(reachable_client("cuclient"))
+        env.command_as(uid, &fgpu_copy).args(["run", "--limit", "1G"]).args(args).env("TMPDIR", &dir).env("FGPU_SHIM", &reachable().front).arg("--").arg(reachable_client("cuclient"))
     };
     let mut victim = run_as(4242, &[]).args(["init", "primary", "alloc", "256M", "hold"]).spawn();
     victim.wait_for("holding");
@@ -260,7 +260,7 @@ fn h3_a_squatted_default_ledger_does_not_lock_a_user_out() {
             "{script_before} setpriv --reuid {victim} --regid {victim} --clear-groups -- {c} init primary alloc 1G info",
             c = client.display()
         );
-        let mut cmd = with_own_run_user(&env, &script).env("LD_PRELOAD", &reachable().shim).env("LD_LIBRARY_PATH", &reachable().sim_lib_dir).env("FGPU_LIMIT", "8G");
+        let mut cmd = with_own_run_user(&env, &script).env("LD_PRELOAD", &reachable().front).env("LD_LIBRARY_PATH", &reachable().sim_lib_dir).env("FGPU_LIMIT", "8G");
         cmd.0.env_remove("FGPU_LEDGER");
         cmd.run()
     };

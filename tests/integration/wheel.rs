@@ -11,18 +11,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 fn wheel() -> Option<PathBuf> {
-    match std::env::var_os("FGPU_TEST_WHEEL") {
-        Some(path) if !path.is_empty() => {
-            let path = PathBuf::from(path);
-            assert!(path.is_file(), "FGPU_TEST_WHEEL={} does not exist", path.display());
-            Some(path)
-        }
-        _ if std::env::var_os("CI").is_some() => panic!("FGPU_TEST_WHEEL is not set: run tests/run.sh, which builds the wheel (scripts/build-wheel.sh) and sets it"),
-        _ => {
-            println!("skipped: FGPU_TEST_WHEEL is not set (scripts/build-wheel.sh builds the wheel; tests/run.sh sets it)");
-            None
-        }
-    }
+    let path = provided_path("FGPU_TEST_WHEEL", "the wheel, built by scripts/build-wheel.sh")?;
+    assert!(path.is_file(), "FGPU_TEST_WHEEL={} is not a file", path.display());
+    Some(path)
 }
 
 fn json_line(run: &Run) -> Value {

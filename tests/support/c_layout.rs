@@ -76,12 +76,10 @@ pub fn header_sets() -> Option<Vec<HeaderSet>> {
         let include = root.join(format!("{name}-{version}")).join("include");
         let found = [Header::Cuda, Header::Nvml].into_iter().find(|h| include.join(h.file()).is_file());
         let Some(header) = found else {
-            assert!(
-                std::env::var_os("CI").is_none(),
-                "no cuda.h or nvml.h in {}: tests/run.sh fetches them (scripts/get-nvidia-headers.sh)",
-                include.display()
+            crate::prerequisite(
+                false,
+                &format!("NVIDIA's headers are not fetched ({} has no cuda.h or nvml.h); tests/run.sh fetches them (`scripts/get-nvidia-headers.sh target/nvidia-headers .venv/bin/python`)", include.display()),
             );
-            println!("SKIPPED: NVIDIA's headers are not fetched ({} missing); run `scripts/get-nvidia-headers.sh target/nvidia-headers .venv/bin/python`", include.display());
             return None;
         };
         let path = include.join(header.file());

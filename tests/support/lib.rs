@@ -31,15 +31,26 @@ pub fn release_dir() -> PathBuf {
     target_dir().join("release")
 }
 
-pub fn shim_path() -> PathBuf {
+/// The front, `libfgpu.so`: the small C library that is preloaded (`LD_PRELOAD`,
+/// `/etc/ld.so.preload`) and loads the shim on a process's first CUDA or NVML call.
+pub fn front_path() -> PathBuf {
     let path = release_dir().join("libfgpu.so");
     assert!(path.exists(), "{} is missing: run `cargo build --release` first", path.display());
     path
 }
 
-/// The shim built with its crash points (`--features crash-points`, into target/crash;
-/// tests/run.sh builds it): `FGPU_CRASH_AT=NAME` kills the process at that point.
-pub fn crash_shim_path() -> PathBuf {
+/// The shim proper, `libfgpu_shim.so` (the Rust library the front loads from its own
+/// directory): what keeps the ledger and holds the caps. Never preloaded by itself.
+pub fn shim_library_path() -> PathBuf {
+    let path = release_dir().join("libfgpu_shim.so");
+    assert!(path.exists(), "{} is missing: run `cargo build --release` first", path.display());
+    path
+}
+
+/// The front of the build with crash points (`--features crash-points`, into target/crash;
+/// tests/run.sh builds it), beside its shim: `FGPU_CRASH_AT=NAME` kills the process at
+/// that point.
+pub fn crash_front_path() -> PathBuf {
     let target = release_dir().parent().unwrap().join("crash/release/libfgpu.so");
     assert!(
         target.exists(),
@@ -133,7 +144,8 @@ pub fn helper_library(name: &str) -> PathBuf {
 /// reach them (a clone under a private home directory is not reachable by user 65534).
 pub struct Reachable {
     pub dir: PathBuf,
-    pub shim: PathBuf,
+    /// The front (`libfgpu.so`), with the shim beside it.
+    pub front: PathBuf,
     pub sim_lib_dir: PathBuf,
 }
 
@@ -157,20 +169,20 @@ pub fn reachable() -> &'static Reachable {
         let open = |p: &Path, mode| std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap();
         open(&dir, 0o755);
         open(&sim, 0o755);
-        let shim = dir.join("libfgpu.so");
-        std::fs::copy(shim_path(), &shim).unwrap();
-        open(&shim, 0o755);
+        let front = dir.join("libfgpu.so");
+        std::fs::copy(front_path(), &front).unwrap();
+        open(&front, 0o755);
         // The shim proper, which the front loads from its own directory.
-        let companion = dir.join("libfgpu_shim.so");
-        std::fs::copy(shim_path().with_file_name("libfgpu_shim.so"), &companion).unwrap();
-        open(&companion, 0o755);
+        let shim = dir.join("libfgpu_shim.so");
+        std::fs::copy(shim_library_path(), &shim).unwrap();
+        open(&shim, 0o755);
         for entry in std::fs::read_dir(sim_lib_dir()).unwrap() {
             let entry = entry.unwrap();
             let to = sim.join(entry.file_name());
             std::fs::copy(entry.path(), &to).unwrap();
             open(&to, 0o755);
         }
-        Reachable { dir, shim, sim_lib_dir: sim }
+        Reachable { dir, front, sim_lib_dir: sim }
     })
 }
 
@@ -282,7 +294,7 @@ impl Env {
     }
 
     /// `program` run as user and group `uid` (through setpriv; root only), seeing the
-    /// simulated driver; preload with `.env("LD_PRELOAD", &reachable().shim)`.
+    /// simulated driver; preload with `.env("LD_PRELOAD", &reachable().front)`.
     pub fn command_as(&self, uid: u32, program: impl AsRef<std::ffi::OsStr>) -> Cmd {
         use std::os::unix::fs::PermissionsExt;
         assert!(is_root() && tool("setpriv"), "running as another user needs root and setpriv(1) (CI has both)");
@@ -364,9 +376,9 @@ impl Drop for DriverWatch {
 pub struct Cmd(pub Command);
 
 impl Cmd {
-    /// Preloads the shim.
+    /// Runs the command under fgpu: preloads the front, which loads the shim.
     pub fn shim(mut self) -> Self {
-        self.0.env("LD_PRELOAD", shim_path());
+        self.0.env("LD_PRELOAD", front_path());
         self
     }
 
@@ -595,16 +607,41 @@ pub fn python_with(module: &str) -> Option<PathBuf> {
     usable
 }
 
-/// Whether a test's prerequisite (root, a tool) is there. Under `CI` a missing one is a
-/// failure: CI runs as root and tests/run.sh installs every tool, so a test never passes
-/// there without having run. Elsewhere the test prints why it is skipped and the caller
-/// returns early.
+/// Whether the tests run under CI: `CI` set to anything but empty, `0`, `false` or `no`
+/// (CI services set `CI=true`; `CI=false` is how one says "not CI").
+pub fn under_ci() -> bool {
+    ci_value_means_ci(std::env::var_os("CI").as_deref())
+}
+
+fn ci_value_means_ci(value: Option<&std::ffi::OsStr>) -> bool {
+    let Some(value) = value else { return false };
+    let value = value.to_string_lossy().trim().to_ascii_lowercase();
+    !matches!(value.as_str(), "" | "0" | "false" | "no")
+}
+
+
+/// The one skip policy of the tests: whether a test's prerequisite (root, a tool, a file
+/// tests/run.sh prepares) is there. Under CI ([`under_ci`]) a missing one is a failure: CI
+/// runs as root and tests/run.sh installs every tool, so a test never passes there without
+/// having run. Elsewhere the test prints `SKIPPED:` and why, and the caller skips the test,
+/// or the part of it that needs the prerequisite (`if prerequisite(..) { .. }`). Never skip
+/// any other way.
 pub fn prerequisite(present: bool, what: &str) -> bool {
     if !present {
-        assert!(std::env::var_os("CI").is_none(), "missing under CI: {what} (CI runs as root; tests/run.sh installs the tools)");
+        assert!(!under_ci(), "missing under CI: {what} (CI runs as root; tests/run.sh installs the tools)");
         println!("SKIPPED: {what}");
     }
     present
+}
+
+/// A path tests/run.sh provides through the variable `var` (a Python venv, a tool it
+/// fetched), under [`prerequisite`]'s policy: `None` after saying why when it is not set.
+pub fn provided_path(var: &str, what: &str) -> Option<PathBuf> {
+    let path = std::env::var_os(var).filter(|p| !p.is_empty()).map(PathBuf::from);
+    if let Some(path) = &path {
+        assert!(path.exists(), "{var}={} does not exist", path.display());
+    }
+    prerequisite(path.is_some(), &format!("{var} is not set: {what} (tests/run.sh sets it)")).then_some(path).flatten()
 }
 
 /// Whether a program is on PATH.
@@ -616,4 +653,64 @@ pub fn tool(name: &str) -> bool {
 pub fn is_root() -> bool {
     // SAFETY: geteuid has no preconditions.
     unsafe { libc::geteuid() == 0 }
+}
+
+/// CPU-bound busy loops (`sh -c 'while :; do :; done'`), one per CPU this process may run
+/// on unless told how many, running until dropped: a loaded host, as one where every core
+/// is busy with data loading. Each is killed by its own PID.
+pub struct BusyLoops {
+    children: Vec<Child>,
+}
+
+impl BusyLoops {
+    /// As many loops as CPUs this process may run on.
+    pub fn one_per_cpu() -> BusyLoops {
+        BusyLoops::start(std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2))
+    }
+
+    pub fn start(n: usize) -> BusyLoops {
+        let children = (0..n)
+            .map(|_| {
+                Command::new("sh")
+                    .args(["-c", "while :; do :; done"])
+                    .stdin(Stdio::null())
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .spawn()
+                    .unwrap_or_else(|e| panic!("cannot start a busy loop: {e}"))
+            })
+            .collect();
+        BusyLoops { children }
+    }
+
+    pub fn len(&self) -> usize {
+        self.children.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.children.is_empty()
+    }
+}
+
+impl Drop for BusyLoops {
+    fn drop(&mut self) {
+        for child in &mut self.children {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn ci_means_a_true_value_of_ci() {
+        let means = |v: Option<&str>| super::ci_value_means_ci(v.map(std::ffi::OsStr::new));
+        for ci in ["true", "TRUE", "1", "yes", "github"] {
+            assert!(means(Some(ci)), "{ci}");
+        }
+        for not in [None, Some(""), Some("false"), Some("False"), Some("0"), Some("no"), Some(" false ")] {
+            assert!(!means(not), "{not:?}");
+        }
+    }
 }

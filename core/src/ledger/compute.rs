@@ -10,7 +10,7 @@
 
 use super::layout::*;
 use super::{DeviceId, Ledger, LedgerError, SlotId};
-use crate::compute::{charge_keeping_rest, PPM};
+use crate::compute::{admit, charge_keeping_rest, PPM};
 use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed};
 
 /// The use `fgpu status` shows is measured over windows of this length.
@@ -37,15 +37,25 @@ impl Ledger {
         &self.device(device).compute
     }
 
-    /// Sets the ledger's share on a registered device to `wanted_ppm` (0: none) if no other
-    /// live process uses the ledger, as [`Ledger::register_device`] does for the cap, and
-    /// returns the share the ledger holds: a ledger never imposes a share nobody running
-    /// asks for, and a process joining a running ledger finds the share it holds.
+    /// Sets the ledger's share on a registered device and returns the share the ledger
+    /// holds: a ledger never imposes a share nobody running asks for, and a process joining
+    /// a running ledger finds the share it holds.
+    ///
+    /// The share becomes `wanted_ppm` (0: none) when no other live process uses the ledger,
+    /// as [`Ledger::register_device`] does for the cap, and also when the ledger holds none
+    /// yet and this process asks for one. The second case is what makes processes that
+    /// start together share one bucket: each joins the ledger before its first kernel, so
+    /// by the time the first of them registers its share the others are already live; were
+    /// the share set only by a process alone in the ledger, none of them would set it and
+    /// each would be held to the share by itself alone (four processes at 50 % ran at 80 %
+    /// together). A process that registers without a share leaves a share others hold.
     pub fn register_compute(&self, device: DeviceId, wanted_ppm: u64, own: Option<SlotId>) -> Result<u64, LedgerError> {
         self.with_init_lock(|| {
             let entry = self.compute_entry(device);
-            if !self.has_other_live_slot(own) {
-                entry.share_ppm.store(wanted_ppm.min(PPM), Relaxed);
+            let wanted = wanted_ppm.min(PPM);
+            let held = entry.share_ppm.load(Relaxed);
+            if (held == 0 && wanted != 0) || !self.has_other_live_slot(own) {
+                entry.share_ppm.store(wanted, Relaxed);
             }
             entry.share_ppm.load(Relaxed)
         })
@@ -70,6 +80,22 @@ impl Ledger {
             let (next, rest) = charge_keeping_rest(current, now, gpu_ns, share);
             match cell.compare_exchange_weak(current, next, AcqRel, Acquire) {
                 Ok(_) => return (next, rest),
+                Err(actual) => current = actual,
+            }
+        }
+    }
+
+    /// Admits a chunk of `gpu_ns` of GPU time to the ledger's bucket at `share` and time
+    /// `now` if the bucket holds `threshold` at that instant, in one compare-and-swap
+    /// (`crate::compute::admit`): the clock after (`Ok`), or the clock as found, nothing
+    /// charged (`Err`).
+    pub fn compute_admit(&self, device: DeviceId, gpu_ns: u64, share: u64, threshold: u64, now: u64) -> Result<u64, u64> {
+        let cell = &self.compute_entry(device).vclock;
+        let mut current = cell.load(Acquire);
+        loop {
+            let Some(next) = admit(current, now, gpu_ns, share, threshold) else { return Err(current) };
+            match cell.compare_exchange_weak(current, next, AcqRel, Acquire) {
+                Ok(_) => return Ok(next),
                 Err(actual) => current = actual,
             }
         }
@@ -166,12 +192,47 @@ mod tests {
         assert_eq!(view.recent_ppm, Some(300_000), "600 ms of 2 s");
         assert_eq!(a.compute_view(dev, now + USE_WINDOW_NS + USE_STALE_NS).recent_ppm, None);
         assert_eq!((a.compute_slot_used(sa, dev), b.compute_slot_used(sb, dev)), (400_000_000, 200_000_000));
+        // Admission tests and charges in one step: a full bucket holds 200 ms of share
+        // (60 ms of GPU time at 30 %); one process admits all of it, and the next, asking at
+        // the same instant, finds nothing and is charged nothing.
+        let other = [5; 16];
+        let (d_a, d_b) = (a.register_device(other, 80 << 30, 8 << 30, Some(sa)).unwrap().device, b.register_device(other, 80 << 30, 8 << 30, Some(sb)).unwrap().device);
+        let full = 60_000_000;
+        assert_eq!(a.compute_admit(d_a, full, 300_000, full, now), Ok(now));
+        assert_eq!(b.compute_admit(d_b, full, 300_000, full, now), Err(now), "nothing left, nothing charged");
+        assert_eq!(b.compute_clock(d_b), now);
         b.compute_record(sb, dev_b, -300_000_000, now + USE_WINDOW_NS);
         assert_eq!(b.compute_slot_used(sb, dev), 0, "a correction never goes below zero");
         // When every other process has left, the next one sets the share again.
         b.leave(sb);
         assert_eq!(a.register_compute(dev, 0, Some(sa)).unwrap(), 0);
         drop((a, b));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn processes_that_join_together_share_the_first_share_registered() {
+        let dir = std::env::temp_dir().join(format!("fgpu-ledger-compute-together-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("ledger");
+        // Four processes join before any of them registers its share (they start together;
+        // the share is registered at a process's first kernel).
+        let ledgers: Vec<Ledger> = (0..4).map(|_| Ledger::open_or_create(&path).unwrap()).collect();
+        let slots: Vec<SlotId> = ledgers.iter().map(|l| l.join().unwrap()).collect();
+        let devs: Vec<DeviceId> = ledgers.iter().zip(&slots).map(|(l, s)| l.register_device([4; 16], 80 << 30, 8 << 30, Some(*s)).unwrap().device).collect();
+        // One without a share registers first: the ledger holds none, and that sets none.
+        assert_eq!(ledgers[3].register_compute(devs[3], 0, Some(slots[3])).unwrap(), 0);
+        // The first with a share sets it although the others are live; the rest find it.
+        assert_eq!(ledgers[0].register_compute(devs[0], 500_000, Some(slots[0])).unwrap(), 500_000);
+        assert_eq!(ledgers[1].register_compute(devs[1], 500_000, Some(slots[1])).unwrap(), 500_000);
+        assert_eq!(ledgers[2].register_compute(devs[2], 200_000, Some(slots[2])).unwrap(), 500_000, "a smaller share finds the ledger's");
+        // A process without a share that joins later leaves the share to those that hold it.
+        let late = Ledger::open_or_create(&path).unwrap();
+        let sl = late.join().unwrap();
+        let dl = late.register_device([4; 16], 80 << 30, 8 << 30, Some(sl)).unwrap().device;
+        assert_eq!(late.register_compute(dl, 0, Some(sl)).unwrap(), 500_000);
+        drop((ledgers, late));
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

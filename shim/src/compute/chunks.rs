@@ -19,14 +19,14 @@
 //! synchronising (the chunk is then ended "late" at its next launch, and its time includes
 //! the idle wait, so it is not used as a measure). Such chunks are settled by time.
 
-use super::driver::{self, Query};
+use super::driver::{self, Capture, Query};
 use super::{DevShare, Limiter};
 use crate::abi::cuda::*;
 use fgpu_core::compute::{admit_at, admit_threshold, chunk_launches, inflight_allows, tokens, CostEstimate};
 use fgpu_core::log::monotonic_ns;
 use std::cell::UnsafeCell;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, Ordering};
 use std::sync::Arc;
 
 /// What a launch runs.
@@ -92,11 +92,17 @@ unsafe impl Send for Marker {}
 // SAFETY: as above; it is never dereferenced by fgpu.
 unsafe impl Sync for Marker {}
 
+/// [`ChunkShared::revoked`]: the chunk sat idle (its time would include the wait).
+const REVOKED_IDLE: u8 = 1;
+/// [`ChunkShared::revoked`]: the ledger is overdrawn; the rest of the chunk's credit must
+/// wait for the share like a new chunk.
+const REVOKED_OVERDRAWN: u8 = 2;
+
 /// What the owning thread and the sampler both see of an open chunk.
 #[derive(Default)]
 pub struct ChunkShared {
-    /// Set by the sampler: the next launch must end this chunk (it sat idle).
-    revoked: AtomicBool,
+    /// Set by the sampler (`REVOKED_*` bits): the next launch must end this chunk.
+    revoked: AtomicU8,
     /// Set when the owning thread exits with the chunk open.
     orphaned: AtomicBool,
     /// Launches so far (the owner's count, published for idle detection).
@@ -164,14 +170,18 @@ impl DevBook {
     /// (smoothed), and settles where the two agree.
     ///
     /// Each step weighs the residual by 0.3 per 1/6 s of NVML's sample period, so the
-    /// calibration settles in about the same time whatever the product's period.
+    /// calibration settles in about the same time whatever the product's period, but by at
+    /// most 0.51 (two such steps): with periods of a second, the chunks one answer refunds
+    /// were admitted under the calibration of the step before, so a larger step overshoots
+    /// and the calibration swings from one answer to the next (0.55 to 0.85 and back, with
+    /// completions known 10-20 ms late; a 70 % container got 53-57 %).
     fn calibrate(&mut self) {
         if self.refunded_since < CALIBRATE_AFTER_NS {
             return;
         }
         let residual = (self.measured_since.max(0) as f64 / self.refunded_since as f64).clamp(0.05, 4.0);
         let periods = self.nvml.as_ref().map_or(1.0, |n| n.period_us() as f64 / fgpu_core::compute::MIN_PERIOD_US as f64);
-        let weight = 1.0 - 0.7f64.powf(periods.max(1.0));
+        let weight = 1.0 - 0.7f64.powf(periods.clamp(1.0, 2.0));
         self.calibration = (self.calibration * (1.0 - weight + weight * residual)).clamp(0.05, 4.0);
         (self.measured_since, self.refunded_since) = (0, 0);
     }
@@ -230,6 +240,15 @@ impl Registry {
             .sum()
     }
 
+    /// Ends every open chunk of `ordinal` at its next launch: the ledger is overdrawn, so
+    /// the rest of their credit waits for the share like a new chunk (what they did not use
+    /// is given back when they end).
+    pub fn revoke_open(&self, ordinal: CUdevice) {
+        for c in self.chunks.iter().filter(|c| c.ordinal == ordinal && c.state == State::Open) {
+            c.shared.revoked.fetch_or(REVOKED_OVERDRAWN, Ordering::Release);
+        }
+    }
+
     fn estimate(&mut self, ordinal: CUdevice, unit: Unit) -> u64 {
         self.book(ordinal).estimate(unit)
     }
@@ -251,7 +270,7 @@ impl Registry {
                 } else if now.saturating_sub(c.seen_at) >= ABANDON_NS {
                     c.state = State::Orphan { at: now };
                 } else if now.saturating_sub(c.seen_at) >= IDLE_NS {
-                    c.shared.revoked.store(true, Ordering::Release);
+                    c.shared.revoked.fetch_or(REVOKED_IDLE, Ordering::Release);
                 }
             }
             if let State::Closed { late, .. } = c.state {
@@ -399,7 +418,7 @@ pub fn admit_fast(stream: CUstream, ptsz: bool, unit: Unit) -> bool {
             return false;
         }
         if let Some(chunk) = &e.chunk {
-            if chunk.revoked.load(Ordering::Relaxed) {
+            if chunk.revoked.load(Ordering::Relaxed) != 0 {
                 return false;
             }
             chunk.launches.store(e.launches + 1, Ordering::Relaxed);
@@ -420,8 +439,8 @@ pub fn admit_slow(limiter: &'static Limiter, stream: CUstream, ptsz: bool, unit:
         if let Some(i) = local.entries.iter().position(|e| e.stream == stream as usize && e.ptsz == ptsz && e.unit == unit && e.generation == generation) {
             local.entries[..=i].rotate_right(1);
             let e = &mut local.entries[0];
-            let revoked = e.chunk.as_ref().is_some_and(|c| c.revoked.load(Ordering::Relaxed));
-            if e.credit > 0 && !revoked {
+            let revoked = e.chunk.as_ref().map_or(0, |c| c.revoked.load(Ordering::Acquire));
+            if e.credit > 0 && revoked == 0 {
                 e.credit -= 1;
                 e.launches += 1;
                 if let Some(chunk) = &e.chunk {
@@ -429,7 +448,7 @@ pub fn admit_slow(limiter: &'static Limiter, stream: CUstream, ptsz: bool, unit:
                 }
                 return true;
             }
-            close(limiter, e, revoked);
+            close(limiter, e, revoked & REVOKED_IDLE != 0);
         } else {
             // A new stream: it takes the least recently used place.
             local.entries.rotate_right(1);
@@ -453,13 +472,18 @@ pub fn admit_slow(limiter: &'static Limiter, stream: CUstream, ptsz: bool, unit:
         });
         return;
     };
-    if driver::relaxed(|| driver::stream_capturing(stream, ptsz)) {
+    let markers = match driver::relaxed(|| driver::stream_capturing(stream, ptsz)) {
         // Captured into a graph, not run: nothing to admit (the graph's launches are).
-        return;
-    }
+        Capture::Yes => return,
+        Capture::No => true,
+        // The driver cannot say: the launch may run, so it waits for the share like any
+        // other; a marker might become part of a capture (or invalidate it), so none is
+        // recorded, and the chunk is settled by time.
+        Capture::Unknown => false,
+    };
     limiter.start_sampler();
     let (launches, provisional) = wait_for_share(limiter, share, unit);
-    open(limiter, share, stream, ptsz, unit, launches, provisional);
+    open(limiter, share, stream, ptsz, unit, launches, provisional, markers);
 }
 
 /// Waits until the device's buckets hold a chunk's worth and the work in flight allows
@@ -488,26 +512,29 @@ fn wait_for_share(limiter: &Limiter, share: &DevShare, unit: Unit) -> (u32, u64)
         let launches = chunk_launches(est, least);
         let provisional = launches as u64 * if est == 0 { FIRST_GUESS_NS } else { est };
         let fits = inflight_allows(inflight, provisional);
-        if ready_at <= now && fits {
-            share.charge(limiter, provisional as i64, now);
+        // The buckets are tested again as they are charged: another process of the ledger
+        // may have taken what this one saw.
+        if ready_at <= now && fits && share.admit(limiter, provisional, now) {
             if waited {
                 limiter.active.ledger.compute_waited(share.id, now.saturating_sub(began));
             }
             return (launches, provisional);
         }
         waited = true;
-        let nap = if !fits { INFLIGHT_NAP_NS } else { (ready_at - now).clamp(50_000, MAX_NAP_NS) };
+        let nap = if !fits { INFLIGHT_NAP_NS } else { ready_at.saturating_sub(now).clamp(50_000, MAX_NAP_NS) };
         std::thread::sleep(std::time::Duration::from_nanos(nap));
     }
 }
 
-/// Opens a chunk of `launches` (this launch the first) on the thread's front entry.
-fn open(limiter: &Limiter, share: &DevShare, stream: CUstream, ptsz: bool, unit: Unit, launches: u32, provisional: u64) {
+/// Opens a chunk of `launches` (this launch the first) on the thread's front entry, with a
+/// start marker unless `markers` is false (the stream's capture state is unknown).
+#[allow(clippy::too_many_arguments)]
+fn open(limiter: &Limiter, share: &DevShare, stream: CUstream, ptsz: bool, unit: Unit, launches: u32, provisional: u64, markers: bool) {
     let now = monotonic_ns();
     let shared = Arc::new(ChunkShared::default());
     shared.launches.store(1, Ordering::Relaxed);
     let previous = with_local(|local| local.entries[0].last_end.take()).flatten();
-    let start = driver::relaxed(|| start_marker(limiter, share.ordinal, stream, ptsz, previous));
+    let start = if markers { driver::relaxed(|| start_marker(limiter, share.ordinal, stream, ptsz, previous)) } else { None };
     limiter.registry.lock().chunks.push(ChunkRec {
         shared: shared.clone(),
         ordinal: share.ordinal,
@@ -556,7 +583,8 @@ fn close(limiter: &Limiter, e: &mut Entry, late: bool) {
         driver::relaxed(|| {
             let stream = e.stream as CUstream;
             let ctx = driver::current_context()?;
-            if driver::stream_capturing(stream, e.ptsz) {
+            // Captured, or unknown (an error): no marker.
+            if driver::stream_capturing(stream, e.ptsz) != Capture::No {
                 return None;
             }
             record_marker(limiter, e.ordinal, ctx, stream, e.ptsz)

@@ -68,10 +68,20 @@ pub fn event_destroy(event: CUevent) {
     }
 }
 
+/// What `cuStreamIsCapturing` says of a stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Capture {
+    /// Work sent to the stream runs.
+    No,
+    /// Work sent to the stream goes into a graph being captured (it does not run now).
+    Yes,
+    /// The driver answered an error: whether the stream is being captured is unknown.
+    Unknown,
+}
+
 /// `CUresult cuStreamIsCapturing(CUstream hStream, CUstreamCaptureStatus *captureStatus)`
 /// (or `_ptsz`): whether work sent to the stream now goes into a graph being captured.
-/// Unknown counts as capturing: fgpu then records nothing on it.
-pub fn stream_capturing(stream: CUstream, ptsz: bool) -> bool {
+pub fn stream_capturing(stream: CUstream, ptsz: bool) -> Capture {
     let mut status: u32 = CU_STREAM_CAPTURE_STATUS_NONE;
     let rc = if ptsz {
         crate::call_real!(cuStreamIsCapturing_ptsz: fn(CUstream, *mut u32) -> CUresult, stream, &mut status)
@@ -79,10 +89,11 @@ pub fn stream_capturing(stream: CUstream, ptsz: bool) -> bool {
         crate::call_real!(cuStreamIsCapturing: fn(CUstream, *mut u32) -> CUresult, stream, &mut status)
     };
     match rc {
-        Some(CUDA_SUCCESS) => status != CU_STREAM_CAPTURE_STATUS_NONE,
+        Some(CUDA_SUCCESS) if status == CU_STREAM_CAPTURE_STATUS_NONE => Capture::No,
+        Some(CUDA_SUCCESS) => Capture::Yes,
         // A driver without the call has no stream capture either.
-        None => false,
-        Some(_) => true,
+        None => Capture::No,
+        Some(_) => Capture::Unknown,
     }
 }
 

@@ -23,7 +23,7 @@ pub mod sampler;
 
 use crate::abi::cuda::*;
 use crate::state::{self, Active, Dev, Mode, MAX_ORDINALS};
-use fgpu_core::compute::{charge_keeping_rest, format_share, Carry};
+use fgpu_core::compute::{self as policy, admit_threshold, charge_keeping_rest, format_share, overdrawn, Carry};
 use fgpu_core::ledger::{DeviceId, SlotId};
 use fgpu_core::log::Level;
 use fgpu_core::log_at;
@@ -64,6 +64,50 @@ impl DevShare {
         let shared = self.ledger_share.map(|s| (s, ledger.ledger.compute_clock(self.id)));
         let own = self.own.as_ref().map(|(s, clock)| (*s, clock.load(Ordering::Acquire)));
         shared.into_iter().chain(own)
+    }
+
+    /// Admits a chunk estimated at `gpu_ns`: charges it to every bucket of this device if
+    /// each holds a chunk's worth now (`admit_threshold`), or charges nothing and returns
+    /// false. Each bucket is tested and charged in one compare-and-swap, so processes of
+    /// the ledger admitting at the same instant never overdraw it between them. Refunds
+    /// kept for later ([`Carry`]) are spent on the charge as in [`DevShare::charge`].
+    pub fn admit(&self, limiter: &Limiter, gpu_ns: u64, now: u64) -> bool {
+        let gpu = gpu_ns.min(i64::MAX as u64) as i64;
+        // This process's own bucket first (nobody else charges it), then the ledger's.
+        let mut own_charged = None;
+        if let Some((share, clock)) = &self.own {
+            let amount = self.carry[1].spend(gpu);
+            let threshold = admit_threshold(*share);
+            if clock.fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| policy::admit(v, now, amount as u64, *share, threshold)).is_err() {
+                self.carry[1].keep((gpu - amount) as u64, *share);
+                return false;
+            }
+            own_charged = Some((amount, *share, clock));
+        }
+        if let Some(share) = self.ledger_share {
+            let amount = self.carry[0].spend(gpu);
+            if limiter.active.ledger.compute_admit(self.id, amount as u64, share, admit_threshold(share), now).is_err() {
+                self.carry[0].keep((gpu - amount) as u64, share);
+                if let Some((charged, own_share, clock)) = own_charged {
+                    // Undo the own bucket's charge: what was charged goes back through it,
+                    // what the carry paid goes back to the carry.
+                    let mut rest = 0;
+                    let _ = clock.fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| {
+                        let (next, r) = charge_keeping_rest(v, now, -charged, own_share);
+                        rest = r;
+                        Some(next)
+                    });
+                    self.carry[1].keep(rest + (gpu - charged) as u64, own_share);
+                }
+                return false;
+            }
+        }
+        true
+    }
+
+    /// Whether any bucket of this device is overdrawn now (`fgpu_core::compute::overdrawn`).
+    pub fn overdrawn(&self, limiter: &Limiter, now: u64) -> bool {
+        self.buckets(limiter).any(|(_, clock)| overdrawn(clock, now))
     }
 
     /// Charges `gpu_ns` (negative: a refund) to every bucket of this device. A refund that

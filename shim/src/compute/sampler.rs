@@ -98,8 +98,23 @@ fn tick(limiter: &'static Limiter) {
         poll(limiter, share, now);
     }
     chunks::settle_now(limiter);
+    revoke_if_overdrawn(limiter);
     let deferred = std::mem::take(&mut limiter.registry.lock().deferred);
     drop(deferred);
+}
+
+/// Once what was measured and refunded is charged, a bucket ahead of now means the ledger
+/// has used more than its share: the chunks this process has open on that device end at
+/// their next launch, and what they still had waits for the share like a new chunk (no new
+/// chunk is admitted while it is so: `DevShare::admit`). Without this an open chunk would
+/// run out its credit, up to `CHUNK_GPU_NS` per thread and stream, on an overdrawn ledger.
+fn revoke_if_overdrawn(limiter: &Limiter) {
+    let now = monotonic_ns();
+    for share in limiter.shares() {
+        if share.overdrawn(limiter, now) {
+            limiter.registry.lock().revoke_open(share.ordinal);
+        }
+    }
 }
 
 /// The PID NVML's samples name this process by, once known (`host_pid.rs`: its own PID

@@ -95,6 +95,9 @@ fn is_capturing(s: CUstream, status: *mut c_int) -> CUresult {
     if status.is_null() {
         return CUDA_ERROR_INVALID_VALUE;
     }
+    if let Some(rc) = driver::injected_failure("cuStreamIsCapturing") {
+        return rc;
+    }
     let c = tri!(capture_status(s));
     put(status, if c.is_some() { CU_STREAM_CAPTURE_STATUS_ACTIVE } else { CU_STREAM_CAPTURE_STATUS_NONE });
     CUDA_SUCCESS

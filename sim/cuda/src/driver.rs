@@ -5,7 +5,8 @@
 use crate::errors::*;
 use crate::va::VaSpace;
 use fgpu_sim_state::pool::{round_up, PoolModel};
-use fgpu_sim_state::{SimState, TimelineContext, TimelineError, Work};
+use fgpu_sim_state::timeline::Delivery;
+use fgpu_sim_state::{now_ns, SimState, TimelineContext, TimelineError, Work};
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -268,18 +269,71 @@ pub fn try_submit(d: &Driver, tl: TimelineContext, work: Work) -> Result<Option<
         .map_err(|_| CUDA_ERROR_CONTEXT_IS_DESTROYED)
 }
 
-/// Waits until item `seq` of `tl` has completed. A record that is gone has nothing left
-/// to wait for.
+/// Calls this process's driver fails on purpose (`FGPU_SIM_FAIL`): a comma-separated list
+/// of call names, each with `=CODE` (a `CUresult` number) or without (999,
+/// `CUDA_ERROR_UNKNOWN`). A name covers the call's `_ptsz` form too. Lets a test see what
+/// fgpu does when the driver answers an error where it never does on this simulator.
+/// Calls that honour it: `cuStreamIsCapturing`.
+fn failures() -> &'static Result<Vec<(String, CUresult)>, String> {
+    static FAILURES: OnceLock<Result<Vec<(String, CUresult)>, String>> = OnceLock::new();
+    FAILURES.get_or_init(|| {
+        let value = std::env::var("FGPU_SIM_FAIL").unwrap_or_default();
+        let mut out = Vec::new();
+        for item in value.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+            let (name, code) = match item.split_once('=') {
+                Some((name, code)) => (name.trim(), code.trim().parse::<CUresult>().map_err(|_| format!("FGPU_SIM_FAIL={value:?}: {code:?} is not a CUresult number"))?),
+                None => (item, CUDA_ERROR_UNKNOWN),
+            };
+            if !name.starts_with("cu") || code == CUDA_SUCCESS {
+                return Err(format!("FGPU_SIM_FAIL={value:?}: {item:?} is not a call name with a non-zero CUresult"));
+            }
+            out.push((name.to_string(), code));
+        }
+        Ok(out)
+    })
+}
+
+/// The error `FGPU_SIM_FAIL` makes the call `name` answer, if any.
+pub fn injected_failure(name: &str) -> Option<CUresult> {
+    failures().as_ref().ok()?.iter().find(|(n, _)| n == name).map(|(_, code)| *code)
+}
+
+/// How late this process learns of completions (`FGPU_SIM_LATE_DELIVERY`; checked at
+/// `cuInit`, so an invalid value never gets here).
+fn delivery() -> Option<Delivery> {
+    Delivery::of_this_process().ok().flatten()
+}
+
+/// When this process learns that item `seq` of `tl` completed (it has): at once, or under
+/// `FGPU_SIM_LATE_DELIVERY` late, with the other completions of the same stretch. An item
+/// whose end is no longer kept completed long enough ago to count as known.
+fn known_at(d: &Driver, tl: TimelineContext, seq: u64) -> Option<u64> {
+    let delivery = delivery()?;
+    let end = marker_end(d, tl, seq)?;
+    Some(delivery.delivered_at(end))
+}
+
+/// Waits until item `seq` of `tl` has completed and this process knows it. A record that is
+/// gone has nothing left to wait for.
 pub fn wait(d: &Driver, tl: TimelineContext, seq: u64) {
-    let _ = d.state.timeline_wait(tl, seq);
+    if d.state.timeline_wait(tl, seq).is_ok() {
+        if let Some(at) = known_at(d, tl, seq) {
+            fgpu_sim_state::timeline::sleep_until(at);
+        }
+    }
 }
 
-/// Whether item `seq` of `tl` has completed by now.
+/// Whether item `seq` of `tl` has completed by now, as far as this process knows.
 pub fn done(d: &Driver, tl: TimelineContext, seq: u64) -> bool {
-    d.state.timeline_completed(tl).map(|c| c >= seq).unwrap_or(true)
+    match d.state.timeline_completed(tl) {
+        Ok(completed) if completed < seq => false,
+        Ok(_) => known_at(d, tl, seq).is_none_or(|at| at <= now_ns()),
+        Err(_) => true,
+    }
 }
 
-/// End time of marker `seq` of `tl`, once completed.
+/// End time of item `seq` of `tl` (a marker, or a kernel whose queue entry is still kept),
+/// once completed.
 pub fn marker_end(d: &Driver, tl: TimelineContext, seq: u64) -> Option<u64> {
     if let Ok(Some(t)) = d.state.timeline_end(tl, seq) {
         return Some(t);
@@ -344,6 +398,10 @@ pub fn init() -> CUresult {
     }
     let _g = INIT_LOCK.lock().unwrap_or_else(|e| e.into_inner());
     let r = DRIVER.get_or_init(|| {
+        if let Err(e) = Delivery::of_this_process().and(failures().as_ref().map(|_| ()).map_err(Clone::clone)) {
+            eprintln!("fgpu-sim: {e}");
+            return Err(CUDA_ERROR_NO_DEVICE);
+        }
         let state = SimState::open_default().map_err(|_| CUDA_ERROR_NO_DEVICE)?;
         let visible = visible_devices(&state, std::env::var("CUDA_VISIBLE_DEVICES").ok().as_deref());
         if visible.is_empty() {

@@ -61,6 +61,79 @@ const MARKER: u64 = u64::MAX;
 /// Lock byte of device `d`'s timeline: `TIMELINE_LOCK_BYTE + d` (inside the header).
 const TIMELINE_LOCK_BYTE: i64 = 64;
 
+/// How late, and in what bursts, one process learns what the device did: the completion of
+/// its work (events, stream and context synchronisation) and NVML's utilisation samples
+/// (`FGPU_SIM_LATE_DELIVERY`, read by each process for itself; unset: at once).
+///
+/// A process whose threads are starved of CPU (a host whose cores are all busy) does not
+/// see a completion when it happens: its threads look, or are woken, some time after, and
+/// then see everything that happened meanwhile at once. The real driver's completions and
+/// NVML's samples reach such a process the same way. This models it: the process is told
+/// what happened at its own delivery instants, every `every_ns` at an offset of its own
+/// (`phase_ns`, so that processes are not told in step), and each instant tells it what had
+/// happened `every_ns` before it. What happened at `t` thus reaches it between `every_ns`
+/// and twice that later, together with everything else of the same stretch.
+///
+/// The device itself is not slowed: kernels start and end on the timeline as they would;
+/// only what the process can know of them, and when its waits return, is late.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Delivery {
+    /// Time between two of the process's delivery instants, and how stale each is.
+    pub every_ns: u64,
+    /// The process's offset of its instants (below `every_ns`).
+    pub phase_ns: u64,
+}
+
+impl Delivery {
+    /// A delivery every `every_ns` at offset `phase_ns`; `None` for 0 (at once).
+    pub fn new(every_ns: u64, phase_ns: u64) -> Option<Delivery> {
+        (every_ns > 0).then(|| Delivery { every_ns, phase_ns: phase_ns % every_ns })
+    }
+
+    /// Parses `FGPU_SIM_LATE_DELIVERY` (a duration, `0` or empty: off) for the process
+    /// `pid`, whose offset follows from it.
+    pub fn parse(value: &str, pid: u32) -> Result<Option<Delivery>, String> {
+        let value = value.trim();
+        if value.is_empty() || value == "0" {
+            return Ok(None);
+        }
+        let every = parse_duration(value)
+            .filter(|&t| t <= 10_000_000_000)
+            .ok_or_else(|| format!("FGPU_SIM_LATE_DELIVERY={value:?} is not valid (a duration up to 10s: 50ms, 200ms)"))?;
+        // Spread the processes' offsets over the interval (a multiplicative hash of the pid).
+        let phase = (pid as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32;
+        Ok(Delivery::new(every, phase))
+    }
+
+    /// This process's delivery (`FGPU_SIM_LATE_DELIVERY`, read once); an invalid value is
+    /// an error, which the simulated driver's `cuInit` reports.
+    pub fn of_this_process() -> Result<Option<Delivery>, String> {
+        static THIS: std::sync::OnceLock<Result<Option<Delivery>, String>> = std::sync::OnceLock::new();
+        THIS.get_or_init(|| Delivery::parse(&std::env::var("FGPU_SIM_LATE_DELIVERY").unwrap_or_default(), std::process::id())).clone()
+    }
+
+    /// The delivery instant at or before `t` (0 before the first).
+    fn instant_at_or_before(&self, t: u64) -> u64 {
+        if t < self.phase_ns {
+            return 0;
+        }
+        (t - self.phase_ns) / self.every_ns * self.every_ns + self.phase_ns
+    }
+
+    /// Up to when the process has been told what happened, at `now`.
+    pub fn seen_until(&self, now: u64) -> u64 {
+        self.instant_at_or_before(now.saturating_sub(self.every_ns))
+    }
+
+    /// When the process learns of something that happened at `t`: its first delivery
+    /// instant at or after `t`, plus `every_ns` (so that `seen_until` at that time is `t` or
+    /// later).
+    pub fn delivered_at(&self, t: u64) -> u64 {
+        let first = if t <= self.phase_ns { self.phase_ns } else { self.phase_ns + (t - self.phase_ns).div_ceil(self.every_ns) * self.every_ns };
+        first.saturating_add(self.every_ns)
+    }
+}
+
 /// What a context submits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Work {
@@ -154,6 +227,9 @@ struct Identity {
     host_pid: AtomicU32,
     _pad: u32,
     context: AtomicU64,
+    /// Kernels and event markers this incarnation submitted, in all (ground truth).
+    kernels: AtomicU64,
+    markers: AtomicU64,
 }
 
 #[repr(C)]
@@ -189,7 +265,7 @@ pub(crate) fn realtime_offset_ns() -> i64 {
 }
 
 /// Sleeps until `CLOCK_MONOTONIC` reaches `t` (never burns CPU).
-fn sleep_until(t: u64) {
+pub fn sleep_until(t: u64) {
     let ts = libc::timespec { tv_sec: (t / 1_000_000_000) as libc::time_t, tv_nsec: (t % 1_000_000_000) as libc::c_long };
     loop {
         // SAFETY: ts is a valid timespec; a NULL remainder is allowed with TIMER_ABSTIME.
@@ -539,6 +615,8 @@ impl SimState {
                 id.pid.store(pid, Ordering::Release);
                 id.host_pid.store(host_pid, Ordering::Release);
                 id.context.store(context, Ordering::Release);
+                id.kernels.store(0, Ordering::Relaxed);
+                id.markers.store(0, Ordering::Relaxed);
                 id.incarnation.store(incarnation, Ordering::Release);
             }
             Ok(TimelineContext { device, index: i, incarnation })
@@ -632,6 +710,11 @@ impl SimState {
             }
             std::ptr::write_volatile(entry, Item { submit: now_ns(), dur, end: 0 });
             (*tl).submitted[i].store(seq, Ordering::Release);
+            let id = &(*tl).identities[c.incarnation as usize % IDENTITIES];
+            if id.incarnation.load(Ordering::Acquire) == c.incarnation {
+                let counter = if dur == MARKER { &id.markers } else { &id.kernels };
+                counter.fetch_add(1, Ordering::Relaxed);
+            }
         }
         Ok(Some(seq))
     }
@@ -754,6 +837,14 @@ impl BusyWindow {
     }
 }
 
+/// What a process submitted to a device's timeline ([`SimState::items_submitted`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Submitted {
+    pub kernels: u64,
+    /// Event markers (`cuEventRecord`), the program's and any library's alike.
+    pub markers: u64,
+}
+
 /// One NVML sample period of a device: what `nvmlDeviceGetUtilizationRates` and
 /// `nvmlDeviceGetProcessUtilization` report.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -871,6 +962,24 @@ impl SimState {
         })
     }
 
+    /// Ground truth: the kernels and event markers that the contexts of the process with
+    /// this pid (in its own namespace) submitted to `device`'s timeline, in all, as far as
+    /// the last [`IDENTITIES`] contexts of the device reach back.
+    pub fn items_submitted(&self, device: usize, pid: u32) -> Submitted {
+        let tl = self.timeline(device);
+        let _g = self.lock_timeline(device);
+        let mut out = Submitted::default();
+        for k in 0..IDENTITIES {
+            // SAFETY: tl lies inside the mapping; k < IDENTITIES; the timeline lock is held.
+            let id = unsafe { &(*tl).identities[k] };
+            if id.incarnation.load(Ordering::Acquire) != 0 && id.pid.load(Ordering::Acquire) == pid {
+                out.kernels += id.kernels.load(Ordering::Relaxed);
+                out.markers += id.markers.load(Ordering::Relaxed);
+            }
+        }
+        out
+    }
+
     /// Converts a timeline time to NVML's CPU timestamp (microseconds since the epoch).
     pub fn timestamp_us(&self, mono_ns: u64) -> u64 {
         let t = mono_ns as i128 + self.header().realtime_offset_ns as i128;
@@ -879,12 +988,21 @@ impl SimState {
 
     /// NVML's sample buffer: every completed sample period of `device` that is still
     /// retained ([`SAMPLE_RETENTION_PERIODS`]) and whose timestamp is after `after_us`
-    /// (microseconds since the epoch; 0 for all), oldest first.
+    /// (microseconds since the epoch; 0 for all), oldest first. Under
+    /// `FGPU_SIM_LATE_DELIVERY` ([`Delivery`]) only the periods this process has been told
+    /// of by now.
     pub fn utilisation_periods(&self, device: usize, after_us: u64) -> Vec<UtilisationPeriod> {
+        self.utilisation_periods_as_seen(device, after_us, Delivery::of_this_process().ok().flatten())
+    }
+
+    /// [`SimState::utilisation_periods`] as a process with `delivery` sees them (`None`:
+    /// every completed period).
+    pub fn utilisation_periods_as_seen(&self, device: usize, after_us: u64, delivery: Option<Delivery>) -> Vec<UtilisationPeriod> {
         let tl = self.timeline(device);
         self.with_timeline(device, |e, s, now| {
             let p = self.sample_period_ns();
-            let last_end = now / p * p;
+            let horizon = delivery.map_or(now, |d| d.seen_until(now));
+            let last_end = horizon / p * p;
             let mut first_start = last_end.saturating_sub(SAMPLE_RETENTION_PERIODS * p);
             first_start = first_start.max(s.hist_floor.div_ceil(p) * p);
             while first_start < last_end && self.timestamp_us(first_start + p) <= after_us {

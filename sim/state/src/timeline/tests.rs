@@ -221,3 +221,65 @@ fn a_longer_sample_period_is_what_nvml_reports_over() {
     assert_eq!(last.percent(last.device_busy_ns), 20, "100 ms of 500 ms: {last:?}");
     let _ = std::fs::remove_file(&p);
 }
+
+#[test]
+fn late_delivery_tells_a_process_late_and_in_bursts() {
+    let d = Delivery::new(10 * MS, 3 * MS).unwrap();
+    assert_eq!(Delivery::new(0, 5), None, "0: at once");
+    // Instants at 3, 13, 23 ms...; each tells what happened up to 10 ms before it.
+    assert_eq!(d.seen_until(25 * MS), 13 * MS);
+    assert_eq!(d.seen_until(23 * MS), 13 * MS);
+    assert_eq!(d.seen_until(22 * MS), 3 * MS);
+    // Something at 4 ms reaches it at 23 ms (instant 13 + 10), one at 13 ms at 23 ms too:
+    // late, and together with the rest of the stretch.
+    assert_eq!(d.delivered_at(4 * MS), 23 * MS);
+    assert_eq!(d.delivered_at(13 * MS), 23 * MS);
+    assert_eq!(d.delivered_at(13 * MS + 1), 33 * MS);
+    assert_eq!(d.delivered_at(0), 13 * MS);
+    // The two agree: what happened at t is seen from delivered_at(t) on, never before.
+    for t in (1..100 * MS).step_by(MS as usize / 3) {
+        let at = d.delivered_at(t);
+        assert!(d.seen_until(at) >= t && d.seen_until(at - 1) < t, "t={t} delivered at {at}");
+        assert!(at >= t + 10 * MS && at < t + 20 * MS, "between one and two intervals late: t={t} at {at}");
+    }
+    // The variable: a duration, off when 0 or empty, refused otherwise.
+    assert_eq!(Delivery::parse("", 7), Ok(None));
+    assert_eq!(Delivery::parse("0", 7), Ok(None));
+    assert_eq!(Delivery::parse("50ms", 7).unwrap().unwrap().every_ns, 50 * MS);
+    assert!(Delivery::parse("50", 7).is_err());
+    assert!(Delivery::parse("11s", 7).is_err());
+    let phases: std::collections::HashSet<u64> = (1000..1010).map(|pid| Delivery::parse("50ms", pid).unwrap().unwrap().phase_ns).collect();
+    assert!(phases.len() > 5, "processes are not told in step: {phases:?}");
+}
+
+#[test]
+fn late_delivery_holds_back_nvmls_newest_periods() {
+    let s = state("late-periods", 2 * MS);
+    let slot = s.register().unwrap();
+    let c = s.timeline_open(0, slot, 1).unwrap();
+    let seq = s.timeline_submit(c, Work::Kernel(MS), |_, _| ()).unwrap();
+    s.timeline_wait(c, seq).unwrap();
+    // Just after a period ends: seen at once by a process told at once, not by one told
+    // 100-200 ms late.
+    sleep_until((now_ns() / SAMPLE_PERIOD_NS + 1) * SAMPLE_PERIOD_NS + MS);
+    let now = now_ns();
+    let newest = s.utilisation_periods_as_seen(0, 0, None).last().map(|p| p.end_ns).unwrap();
+    let late = Delivery::new(100 * MS, 0).unwrap();
+    let seen = s.utilisation_periods_as_seen(0, 0, Some(late)).last().map_or(0, |p| p.end_ns);
+    assert!(newest + SAMPLE_PERIOD_NS > now, "{newest} {now}");
+    assert!(seen < newest && seen <= late.seen_until(now_ns()), "{seen} {newest}");
+}
+
+#[test]
+fn what_each_process_submitted_is_counted() {
+    let s = state("submitted", 2 * MS);
+    let slot = s.register().unwrap();
+    let c = s.timeline_open(0, slot, 1).unwrap();
+    for _ in 0..3 {
+        s.timeline_submit(c, Work::Kernel(10_000), |_, _| ()).unwrap();
+    }
+    s.timeline_submit(c, Work::Marker, |_, _| ()).unwrap();
+    let mine = s.items_submitted(0, std::process::id());
+    assert_eq!(mine, Submitted { kernels: 3, markers: 1 });
+    assert_eq!(s.items_submitted(0, std::process::id().wrapping_add(1)), Submitted::default());
+}
