@@ -101,21 +101,24 @@ fn build() -> Mode {
     }
 }
 
-/// The driver's word on a process of the ledger that died: NVML still lists it on a GPU
-/// this process uses, so the driver may still hold its memory (`fgpu_core::ledger::dying`).
-/// It is looked for by its host PID, or by its PID where that is the host's (this process
-/// is in the host's PID namespace, as the dead one was): NVML gives host PIDs there
-/// whichever way the driver reports them.
+/// The driver's word on a process of the ledger that died: NVML still lists it on a GPU,
+/// so the driver may still hold its memory (`fgpu_core::ledger::dying`). It is looked for
+/// by the PID NVML gives it here: its host PID on a driver that gives host PIDs (or in the
+/// host's namespace), its own PID on one that gives PIDs as this namespace sees them, if
+/// it was in this namespace (`fgpu_core::nvmlpids`).
 fn nvml_still_lists(dead: &fgpu_core::ledger::DeadProcess) -> bool {
-    let pid = if dead.host_pid != 0 {
-        dead.host_pid
-    } else if fgpu_core::pidns::in_host_pidns() && dead.pidns == fgpu_core::pidns::own_pidns() {
-        dead.pid
-    } else {
-        return false;
+    use fgpu_core::nvmlpids::NvmlPids;
+    let Mode::On(active) = mode() else { return false };
+    let same_ns = dead.pidns == fgpu_core::pidns::own_pidns();
+    let behaviour = if fgpu_core::pidns::in_host_pidns() { NvmlPids::HostNamespace } else { active.host_pid.behaviour() };
+    let pid = match behaviour {
+        NvmlPids::HostNamespace if same_ns => dead.pid,
+        NvmlPids::HostNamespace | NvmlPids::Host if dead.host_pid != 0 => dead.host_pid,
+        b if b.lists_in_caller_namespace() && same_ns => dead.pid,
+        _ => return false,
     };
     // Every GPU NVML lists: the dead process may have held memory on one this process has
-    // not used yet.
+    // not used yet (a context being created has none registered).
     let Ok(uuids) = crate::hooks::nvml::query::all_uuids() else { return false };
     uuids.iter().filter_map(|text| fgpu_core::uuid::parse_gpu_uuid(text)).any(|uuid| {
         crate::hooks::nvml::query::handle_for(&uuid)
