@@ -9,6 +9,7 @@
 //! * [`hostpid`]: host PIDs for processes in containers, from the host's `fgpu service`.
 //! * [`log`]: one-line diagnostics.
 //! * [`resolve`]: opening a path another process named, inside that process's root.
+//! * [`view`]: what a process sees of a device: the cap it is held to, total and free.
 //! * [`sys`]: every system call the crate makes, as safe functions. Unsafe code is allowed
 //!   only there, in the ledger's mapping of its shared memory (`ledger/mod.rs`,
 //!   `ledger/store.rs`) and in its byte-range locks (`ledger/lock.rs`).
@@ -37,3 +38,4 @@ pub mod resolve;
 #[allow(unsafe_code)]
 pub mod sys;
 pub mod uuid;
+pub mod view;

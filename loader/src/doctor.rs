@@ -15,6 +15,7 @@ use crate::shimpath::{self, ShimError};
 use fgpu_core::config::{Config, ConfigError, LimitSource, CONFIG_PATH};
 use fgpu_core::ledger::{Ledger, LedgerError};
 use fgpu_core::limit::{format_bytes, Amount, LimitSpec};
+use fgpu_core::view::MemoryView;
 use fgpu_core::nvmlpids::{Entry, Identifier, Look, Member, NvmlPids};
 use serde::Serialize;
 use std::os::unix::ffi::OsStrExt;
@@ -251,7 +252,7 @@ pub fn assess(f: &Facts) -> Vec<Finding> {
                 for d in &driver.devices {
                     match config.cap_for(&d.uuid, d.total_bytes) {
                         Some(cap) => {
-                            let note = if cap > d.total_bytes && d.total_bytes > 0 { ", more than the GPU has: programs are told its own size and the driver's limit applies" } else { "" };
+                            let note = if MemoryView::new(Some(cap), None, d.total_bytes).above_device() && d.total_bytes > 0 { ", more than the GPU has: programs are told its own size and the driver's limit applies" } else { "" };
                             out.push(finding("cap", Level::Info, format!("GPU {} ({}, {}, {}): capped at {}{note}.", d.index, d.name, d.uuid, format_bytes(d.total_bytes), format_bytes(cap)), None))
                         }
                         None => out.push(finding(

@@ -11,6 +11,7 @@ use fgpu_core::limit::format_bytes;
 use fgpu_core::log::{self, Level, RateLimit};
 use fgpu_core::log_at;
 use fgpu_core::uuid::format_gpu_uuid;
+use fgpu_core::view::{Kept, MemoryView};
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::ptr::null_mut;
@@ -166,8 +167,11 @@ pub struct Dev {
     pub ordinal: CUdevice,
     pub id: DeviceId,
     pub uuid: [u8; 16],
-    /// The cap this process is held to: the smaller of its own and the ledger's.
+    /// The cap this process is held to: the smaller of its own and the ledger's
+    /// (`fgpu_core::view`).
     pub limit: u64,
+    /// The memory this process is told the device has: the cap, never more than the device.
+    pub shown: u64,
     /// Physical memory of the device.
     pub total: u64,
 }
@@ -298,8 +302,9 @@ impl Active {
         }
         let total = total as u64;
         let uuid_text = format_gpu_uuid(&uuid.bytes);
+        let own = self.config.cap_for(&uuid_text, total);
         // A device this configuration does not name stays uncapped but counted.
-        let wanted = self.config.cap_for(&uuid_text, total).unwrap_or(total);
+        let wanted = own.unwrap_or(total);
         let slot = self.slot().ok_or(CUDA_ERROR_OUT_OF_MEMORY)?;
         let registration = self
             .ledger
@@ -308,19 +313,13 @@ impl Active {
                 log_at!(Level::Error, "{e}; GPU memory allocations on {uuid_text} are refused");
                 CUDA_ERROR_OUT_OF_MEMORY
             })?;
-        if registration.ledger_cap != wanted {
-            log_at!(
-                Level::Warn,
-                "this process asks for a cap of {} on {uuid_text}, but ledger {} already holds {} for running processes; the ledger keeps {} and this process is held to {}",
-                format_bytes(wanted),
-                self.ledger.path().display(),
-                format_bytes(registration.ledger_cap),
-                format_bytes(registration.ledger_cap),
-                format_bytes(wanted.min(registration.ledger_cap))
-            );
+        let kept = Kept::Cap { asked: wanted, ledger: registration.ledger_cap };
+        if let Some(line) = kept.message(&uuid_text, self.ledger.path()) {
+            log_at!(Level::Warn, "{line}");
         }
-        log_at!(Level::Debug, "device {ordinal} is {uuid_text}: {} of memory, cap {}", format_bytes(total), format_bytes(wanted.min(registration.ledger_cap)));
-        Ok(Dev { ordinal, id: registration.device, uuid: uuid.bytes, limit: wanted.min(registration.ledger_cap), total })
+        let view = MemoryView::new(own, Some(registration.ledger_cap), total);
+        log_at!(Level::Debug, "device {ordinal} is {uuid_text}: {} of memory, cap {}", format_bytes(total), format_bytes(view.cap));
+        Ok(Dev { ordinal, id: registration.device, uuid: uuid.bytes, limit: view.cap, shown: view.total, total })
     }
 
     /// The device of the calling thread's current context.

@@ -28,6 +28,7 @@ use fgpu_core::ledger::{DeviceId, SlotId};
 use fgpu_core::log::Level;
 use fgpu_core::log_at;
 use fgpu_core::uuid::format_gpu_uuid;
+use fgpu_core::view::Kept;
 use parking_lot::Mutex;
 use std::ptr::null_mut;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
@@ -249,20 +250,13 @@ impl Limiter {
             }
         };
         let own = own?;
-        if ledger != 0 && ledger != own {
-            log_at!(
-                Level::Warn,
-                "this process asks for a compute share of {} on {uuid}, but ledger {} already holds {} for running processes; the ledger keeps {} and this process is held to {}",
-                format_share(own),
-                self.active.ledger.path().display(),
-                format_share(ledger),
-                format_share(ledger),
-                format_share(own.min(ledger))
-            );
+        let kept = Kept::Share { asked: own, ledger };
+        if let Some(line) = kept.message(&uuid, self.active.ledger.path()) {
+            log_at!(Level::Warn, "{line}");
         }
         let ledger_share = (ledger != 0).then_some(ledger);
         let own_bucket = (ledger == 0 || own < ledger).then(|| (own, AtomicU64::new(0)));
-        log_at!(Level::Debug, "device {} is {uuid}: compute share {}", dev.ordinal, format_share(own.min(if ledger == 0 { own } else { ledger })));
+        log_at!(Level::Debug, "device {} is {uuid}: compute share {}", dev.ordinal, format_share(kept.held_to()));
         Some(DevShare { ordinal: dev.ordinal, id: dev.id, uuid: dev.uuid, ledger_share, own: own_bucket, carry: Default::default() })
     }
 

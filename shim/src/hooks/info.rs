@@ -4,6 +4,7 @@
 
 use crate::abi::cuda::*;
 use crate::state::{self, Dev, Mode};
+use fgpu_core::view::MemoryView;
 use std::ffi::c_uint;
 
 /// (free, total) as fgpu reports them for `dev`, given the driver's real free memory.
@@ -12,13 +13,8 @@ fn capped_view(active: &state::Active, dev: &Dev, real_free: u64) -> (u64, u64) 
     active.ledger.reclaim_dead(active.slot_if_joined());
     super::untracked::count_untracked(active);
     let used = active.container_used(dev);
-    let total = visible_total(dev);
-    (total.saturating_sub(used).min(real_free), total)
-}
-
-/// The memory a program is told the device has: its cap, but never more than the device.
-fn visible_total(dev: &Dev) -> u64 {
-    dev.limit.min(dev.total)
+    let view = MemoryView { cap: dev.limit, total: dev.shown };
+    (view.free(used, Some(real_free)), view.total)
 }
 
 /// Runs the real `cuMemGetInfo` and rewrites its answer.
@@ -87,7 +83,7 @@ pub unsafe extern "C" fn cuMemGetInfo(free: *mut c_uint, total: *mut c_uint) -> 
 
 fn capped_total(ordinal: CUdevice, real_total: u64) -> u64 {
     match state::mode() {
-        Mode::On(active) => active.device(ordinal).map(visible_total).unwrap_or(real_total),
+        Mode::On(active) => active.device(ordinal).map(|dev| dev.shown).unwrap_or(real_total),
         _ => real_total,
     }
 }

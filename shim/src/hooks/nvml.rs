@@ -27,6 +27,7 @@ use crate::state::{self, Active, Mode};
 use fgpu_core::ledger::{DeviceId, SlotId, Snapshot};
 use fgpu_core::nvmlpids::{Entry, Look, Member, NvmlPids, Own, Verdict};
 use fgpu_core::uuid::{format_gpu_uuid, parse_gpu_uuid};
+use fgpu_core::view::MemoryView;
 use std::ffi::{c_char, c_uint};
 
 /// Calls into the real NVML that fgpu itself needs (context measurement, UUIDs).
@@ -272,24 +273,18 @@ pub mod query {
     }
 }
 
-/// The ledger's view of one NVML device: (ledger device, cap, used), or None to leave the
-/// driver's answer alone (no cap configured for it).
-fn container_view(active: &Active, device: NvmlDevice, real_total: u64) -> Option<(Option<DeviceId>, u64, u64)> {
+/// The ledger's view of one NVML device: what the container is shown
+/// (`fgpu_core::view`) and what its processes hold, or None to leave the driver's answer
+/// alone (no cap configured for it).
+fn container_view(active: &Active, device: NvmlDevice, real_total: u64) -> Option<(MemoryView, u64)> {
     let uuid = query::device_uuid(device)?;
-    let mut cap = active.config.cap_for(&format_gpu_uuid(&uuid), real_total)?;
+    let own = active.config.cap_for(&format_gpu_uuid(&uuid), real_total)?;
     // Not the rate-limited scan: a process that has just exited must already be gone from
     // `used`, as it is from the process list (the driver frees its memory at exit).
     active.ledger.reclaim_dead(active.slot_if_joined());
     let id = active.ledger.find_device(uuid);
-    let used = match id {
-        Some(id) => {
-            cap = cap.min(active.ledger.cap(id));
-            active.ledger.used(id)
-        }
-        None => 0,
-    };
-    // A cap larger than the GPU does not make it look larger.
-    Some((id, cap.min(real_total), used))
+    let view = MemoryView::new(Some(own), id.map(|id| active.ledger.cap(id)), real_total);
+    Some((view, id.map_or(0, |id| active.ledger.used(id))))
 }
 
 /// How a memory answer from the driver is to be rewritten.
@@ -305,7 +300,7 @@ enum MemoryAnswer {
 fn memory_answer(device: NvmlDevice, real_total: u64) -> MemoryAnswer {
     match state::mode() {
         Mode::On(active) => match container_view(active, device, real_total) {
-            Some((_, cap, used)) => MemoryAnswer::Container { total: cap, free: cap.saturating_sub(used), used },
+            Some((view, used)) => MemoryAnswer::Container { total: view.total, free: view.free(used, None), used },
             None => MemoryAnswer::Keep,
         },
         Mode::Closed(_) => MemoryAnswer::NothingFree,
