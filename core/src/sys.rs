@@ -232,3 +232,65 @@ pub fn clock_ticks_per_second() -> u64 {
     let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
     if ticks > 0 { ticks as u64 } else { 100 }
 }
+
+// ---- glibc's own dlsym ----
+
+/// `dlsym(3)`'s C prototype.
+pub type DlsymFn = unsafe extern "C" fn(*mut std::ffi::c_void, *const std::ffi::c_char) -> *mut std::ffi::c_void;
+
+/// Where [`glibc_dlsym`] looks for glibc's `dlsym`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DlsymFrom {
+    /// `dlvsym(RTLD_NEXT, ...)`: the next definition after the object making the call. For
+    /// a library that defines `dlsym` itself (the shim) that is glibc's.
+    NextObject,
+    /// `dlvsym` on the handle of the libc already loaded (glibc before 2.34: libdl): glibc's
+    /// own definition whatever a preloaded library defines under that name, since a lookup
+    /// through a handle searches that library and its dependencies only (the `fgpu` command,
+    /// which must see the driver around any preloaded shim).
+    LoadedLibc,
+}
+
+/// The versions glibc has given `dlsym`: `GLIBC_2.34` (where it moved into libc),
+/// `GLIBC_2.2.5` (x86_64 before that) and `GLIBC_2.17` (aarch64 before that).
+const DLSYM_VERSIONS: [&std::ffi::CStr; 3] = [c"GLIBC_2.34", c"GLIBC_2.2.5", c"GLIBC_2.17"];
+
+/// The address of glibc's own `dlsym`, found without calling any `dlsym` (a library that
+/// interposes `dlsym` would be called instead, and `libc::dlsym` inside one lands back in
+/// it): `dlvsym(scope, "dlsym", version)` at each version glibc has given it, which no
+/// interposer of `dlsym` sees. Null when none is found. Allocates nothing (an allocator may
+/// be what looks a symbol up).
+pub fn glibc_dlsym_address(from: DlsymFrom) -> *mut std::ffi::c_void {
+    let scopes: [Option<&std::ffi::CStr>; 2] = match from {
+        DlsymFrom::NextObject => [None, None],
+        DlsymFrom::LoadedLibc => [Some(c"libc.so.6"), Some(c"libdl.so.2")],
+    };
+    for (i, library) in scopes.iter().enumerate() {
+        let scope = match library {
+            // SAFETY: models dlopen(3) with RTLD_NOLOAD: it only hands back a handle to a
+            // library already loaded (or null), and runs no initialiser.
+            Some(name) => unsafe { libc::dlopen(name.as_ptr(), libc::RTLD_LAZY | libc::RTLD_NOLOAD) },
+            None if i == 0 => libc::RTLD_NEXT,
+            None => continue,
+        };
+        if scope.is_null() {
+            continue;
+        }
+        for version in DLSYM_VERSIONS {
+            // SAFETY: models dlvsym(3) with RTLD_NEXT or a live handle, and NUL-terminated
+            // name and version; it returns null or the address of that definition.
+            let found = unsafe { libc::dlvsym(scope, c"dlsym".as_ptr(), version.as_ptr()) };
+            if !found.is_null() {
+                return found;
+            }
+        }
+    }
+    std::ptr::null_mut()
+}
+
+/// [`glibc_dlsym_address`] as a function.
+pub fn glibc_dlsym(from: DlsymFrom) -> Option<DlsymFn> {
+    let found = glibc_dlsym_address(from);
+    // SAFETY: `found` is glibc's dlsym, whose C prototype DlsymFn describes.
+    (!found.is_null()).then(|| unsafe { std::mem::transmute::<*mut std::ffi::c_void, DlsymFn>(found) })
+}

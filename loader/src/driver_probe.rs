@@ -13,30 +13,12 @@ use std::ffi::{c_char, c_void, CStr};
 
 pub use fgpu_cdi::probe::{DriverProbe, LibraryProbe, ProbedDevice};
 
-type DlsymFn = unsafe extern "C" fn(*mut c_void, *const c_char) -> *mut c_void;
+use fgpu_core::sys::{DlsymFn, DlsymFrom};
 
-/// glibc's own `dlsym`, whatever a preloaded library defines under that name.
+/// glibc's own `dlsym`, whatever a preloaded library defines under that name (looked up
+/// through libc's handle: `fgpu_core::sys::glibc_dlsym`).
 fn glibc_dlsym() -> Option<DlsymFn> {
-    // glibc 2.34 and later keep dlsym in libc.so.6; older ones in libdl.so.2.
-    for library in [c"libc.so.6", c"libdl.so.2"] {
-        // SAFETY: models dlopen(3) with RTLD_NOLOAD: it only hands back a handle to a library
-        // that is already loaded (or null), and runs no initialiser.
-        let handle = unsafe { libc::dlopen(library.as_ptr(), libc::RTLD_LAZY | libc::RTLD_NOLOAD) };
-        if handle.is_null() {
-            continue;
-        }
-        for version in [c"GLIBC_2.34", c"GLIBC_2.2.5", c"GLIBC_2.17"] {
-            // SAFETY: models dlvsym(3) on a live handle with NUL-terminated name and version.
-            // A lookup through a handle searches that library and its dependencies only, so
-            // it finds glibc's definition, never a preloaded one.
-            let found = unsafe { libc::dlvsym(handle, c"dlsym".as_ptr(), version.as_ptr()) };
-            if !found.is_null() {
-                // SAFETY: glibc's dlsym has the C prototype DlsymFn describes.
-                return Some(unsafe { std::mem::transmute::<*mut c_void, DlsymFn>(found) });
-            }
-        }
-    }
-    None
+    fgpu_core::sys::glibc_dlsym(DlsymFrom::LoadedLibc)
 }
 
 /// A driver library opened by the probe; never closed (the probe exits right after).

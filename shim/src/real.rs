@@ -231,17 +231,11 @@ pub extern "C" fn fgpu_init_real_dlsym() -> *mut c_void {
     if !current.is_null() {
         return current;
     }
-    let versions: &[&[u8]] = &[b"GLIBC_2.34\0", b"GLIBC_2.2.5\0", b"GLIBC_2.17\0"];
-    for version in versions {
-        // SAFETY: models dlvsym(3) with RTLD_NEXT and NUL-terminated name and version; it
-        // returns null or the address of the next `dlsym` after this library.
-        let found = unsafe { libc::dlvsym(libc::RTLD_NEXT, c"dlsym".as_ptr(), version.as_ptr().cast()) };
-        if !found.is_null() {
-            REAL_DLSYM.store(found, Ordering::Release);
-            return found;
-        }
+    let found = fgpu_core::sys::glibc_dlsym_address(fgpu_core::sys::DlsymFrom::NextObject);
+    if !found.is_null() {
+        REAL_DLSYM.store(found, Ordering::Release);
     }
-    null_mut()
+    found
 }
 
 /// Calls the real `dlsym`.
