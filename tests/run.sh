@@ -39,6 +39,8 @@ suite() { # name, command...
 step "system packages"
 pkgs=()
 command -v cc >/dev/null || pkgs+=(gcc libc6-dev)
+# c++: the prototype checks of tests/support/c_layout.rs read the headers through C++.
+command -v c++ >/dev/null || pkgs+=(g++)
 command -v tmux >/dev/null || pkgs+=(tmux)
 command -v promtool >/dev/null || pkgs+=(prometheus)
 # unshare and setpriv: the namespace, private /etc and other-user tests (run as root).

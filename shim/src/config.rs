@@ -7,11 +7,13 @@
 //! (fail closed, one line naming the key and the GPUs it matched). It is only looked at
 //! when some key is shorter than a whole UUID, so `FGPU_LIMIT=8G` never touches NVML here.
 
+use crate::driver::instance::driver;
+use crate::driver::seam::NvmlDriver;
 use fgpu_core::config::{Config, ConfigError};
 
 /// [`Config::load`], then [`Config::check_device_keys`] against NVML's list.
 pub fn load() -> Result<Config, ConfigError> {
     let config = Config::load()?;
-    config.check_device_keys(crate::hooks::nvml::query::all_uuids)?;
+    config.check_device_keys(|| driver().nvml_all_uuids())?;
     Ok(config)
 }

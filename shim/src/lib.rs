@@ -6,7 +6,8 @@
 //! * [`hooks`]: the exported functions that replace driver entry points, one module per
 //!   family (`dlsym`, `cuGetProcAddress`, allocations, contexts, pools, graphs, VMM, arrays,
 //!   memory info, NVML).
-//! * [`real`]: finds the real driver functions without going through our own hooks.
+//! * [`driver`]: every driver function the shim calls, declared once; finding them
+//!   without going through our own hooks; the seam the accounting and the limiter call.
 //! * [`state`]: this process's configuration, ledger slot and devices.
 //! * [`host_pid`]: this process's host PID, from the kernel or the host's `fgpu service`.
 //! * [`compute`]: the compute share: launches admitted in chunks against the ledger's bucket,
@@ -21,9 +22,6 @@
 
 #![deny(unsafe_op_in_unsafe_fn)]
 #![allow(non_snake_case)]
-// `call_real!` (real.rs) evaluates its forwarded arguments inside the FFI call's unsafe
-// block; every call site passes plain values (caller arguments, pointers to locals).
-#![allow(clippy::macro_metavars_in_unsafe)]
 // Driver handles (NVML devices, CUDA contexts, pools) are opaque tokens passed back to the
 // driver, never dereferenced by fgpu; functions taking them need not be `unsafe`.
 #![allow(clippy::not_unsafe_ptr_arg_deref)]
@@ -33,7 +31,7 @@ pub mod allocs;
 pub mod compute;
 pub mod config;
 pub mod counted_pool;
+pub mod driver;
 pub mod hooks;
 pub mod host_pid;
-pub mod real;
 pub mod state;

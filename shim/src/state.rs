@@ -5,6 +5,8 @@
 //! that does not use the GPU never reads a file or creates one.
 
 use crate::abi::cuda::*;
+use crate::driver::instance::driver;
+use crate::driver::seam::{CudaDriver, NvmlDriver};
 use fgpu_core::config::Config;
 use fgpu_core::ledger::{DeviceId, Ledger, SlotId};
 use fgpu_core::limit::format_bytes;
@@ -120,7 +122,7 @@ fn nvml_still_lists(dead: &fgpu_core::ledger::DeadProcess) -> bool {
     };
     // Every GPU NVML lists: the dead process may have held memory on one this process has
     // not used yet (a context being created has none registered).
-    let Ok(uuids) = crate::hooks::nvml::query::all_uuids() else { return false };
+    let Ok(uuids) = driver().nvml_all_uuids() else { return false };
     uuids.iter().filter_map(|text| fgpu_core::uuid::parse_gpu_uuid(text)).any(|uuid| {
         crate::hooks::nvml::query::handle_for(&uuid)
             .and_then(crate::hooks::nvml::query::compute_processes)
@@ -287,28 +289,16 @@ impl Active {
     }
 
     fn register(&self, ordinal: CUdevice) -> Result<Dev, CUresult> {
-        let mut uuid = CUuuid::default();
-        let rc = crate::call_real!(cuDeviceGetUuid_v2: fn(*mut CUuuid, CUdevice) -> CUresult, &mut uuid, ordinal)
-            .or_else(|| crate::call_real!(cuDeviceGetUuid: fn(*mut CUuuid, CUdevice) -> CUresult, &mut uuid, ordinal))
-            .unwrap_or(CUDA_ERROR_NOT_FOUND);
-        if rc != CUDA_SUCCESS {
-            return Err(rc);
-        }
-        let mut total: usize = 0;
-        let rc = crate::call_real!(cuDeviceTotalMem_v2, &mut total, ordinal)
-            .unwrap_or(CUDA_ERROR_NOT_FOUND);
-        if rc != CUDA_SUCCESS {
-            return Err(rc);
-        }
-        let total = total as u64;
-        let uuid_text = format_gpu_uuid(&uuid.bytes);
+        let uuid = driver().device_uuid(ordinal)?;
+        let total = driver().device_total_mem(ordinal)?;
+        let uuid_text = format_gpu_uuid(&uuid);
         let own = self.config.cap_for(&uuid_text, total);
         // A device this configuration does not name stays uncapped but counted.
         let wanted = own.unwrap_or(total);
         let slot = self.slot().ok_or(CUDA_ERROR_OUT_OF_MEMORY)?;
         let registration = self
             .ledger
-            .register_device(uuid.bytes, total, wanted, Some(slot))
+            .register_device(uuid, total, wanted, Some(slot))
             .map_err(|e| {
                 log_at!(Level::Error, "{e}; GPU memory allocations on {uuid_text} are refused");
                 CUDA_ERROR_OUT_OF_MEMORY
@@ -319,7 +309,7 @@ impl Active {
         }
         let view = MemoryView::new(own, Some(registration.ledger_cap), total);
         log_at!(Level::Debug, "device {ordinal} is {uuid_text}: {} of memory, cap {}", format_bytes(total), format_bytes(view.cap));
-        Ok(Dev { ordinal, id: registration.device, uuid: uuid.bytes, limit: view.cap, shown: view.total, total })
+        Ok(Dev { ordinal, id: registration.device, uuid, limit: view.cap, shown: view.total, total })
     }
 
     /// The device of the calling thread's current context.
@@ -332,11 +322,7 @@ impl Active {
                 }
             }
         }
-        let mut ordinal: CUdevice = 0;
-        let rc = crate::call_real!(cuCtxGetDevice: fn(*mut CUdevice) -> CUresult, &mut ordinal).unwrap_or(CUDA_ERROR_NOT_FOUND);
-        if rc != CUDA_SUCCESS {
-            return Err(rc);
-        }
+        let ordinal = driver().context_device()?;
         self.device(ordinal)
     }
 

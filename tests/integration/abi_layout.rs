@@ -3,11 +3,17 @@
 //! and the value of every constant, as a C compiler reads the pinned headers
 //! (tests/abi/requirements.txt). The mechanism is in tests/support/c_layout.rs.
 //!
-//! The shim is a cdylib whose exports must not change, so its `abi` modules are compiled
-//! into this test a second time, from the same files (`#[path]`): they use nothing but std.
+//! The prototypes too: every driver function the shim calls is declared once, in
+//! `shim/src/driver/table.rs`, and each one's return value and parameters are checked
+//! against the function as the headers declare it: size, alignment, signedness, pointer
+//! level, and what the pointers point to (`Prototype`).
+//!
+//! The shim is a cdylib whose exports must not change, so its `abi` modules and its
+//! prototype table are compiled into this test a second time, from the same files
+//! (`#[path]`): they use nothing but std.
 
-use fgpu_tests::c_layout::{Checks, Header::{Cuda, Nvml}};
-use fgpu_tests::{c_struct, c_value};
+use fgpu_tests::c_layout::{CShape, Checks, Header, Header::{Cuda, Nvml}, Prototype};
+use fgpu_tests::{c_struct, c_struct_shape, c_value};
 
 #[allow(dead_code, non_camel_case_types)]
 #[path = "../../shim/src/abi/cuda.rs"]
@@ -15,6 +21,74 @@ mod cuda;
 #[allow(dead_code)]
 #[path = "../../shim/src/abi/nvml.rs"]
 mod nvml;
+#[allow(dead_code, unused_imports)]
+#[path = "../../shim/src/driver/table.rs"]
+mod table;
+
+c_struct_shape!(
+    cuda::CUuuid,
+    cuda::CUmemAllocationProp,
+    cuda::CudaArrayDescriptor,
+    cuda::CudaArrayDescriptorV1,
+    cuda::CudaArray3dDescriptor,
+    cuda::CudaArray3dDescriptorV1,
+    cuda::CudaArrayMemoryRequirements,
+    cuda::CudaMemAllocNodeParams,
+    cuda::CudaGraphInstantiateParams,
+    cuda::CUlaunchConfig,
+    nvml::NvmlMemory,
+    nvml::NvmlMemoryV2,
+    nvml::NvmlProcessInfoV1,
+    nvml::NvmlProcessInfoV2,
+    nvml::NvmlProcessUtilizationSample,
+    nvml::NvmlProcessDetailList,
+    nvml::NvmlProcessesUtilizationInfo,
+    nvml::NvmlEncoderSessionInfo,
+    nvml::NvmlFbcSessionInfo,
+    nvml::NvmlAccountingStatsV2,
+);
+
+/// The header whose `nvmlProcessInfo_t` was the 32-byte layout (drivers 535.43 to 535.86).
+const NVML_12_2: &str = "nvidia-nvml-dev-cu12==12.2.81";
+
+/// `table.rs`'s list as [`Prototype`]s, each typed as the shim types it.
+macro_rules! as_prototypes {
+    ($( $lib:ident fn $name:ident ( $($arg:ident : $ty:ty),* ) -> $ret:ty ; )*) => {
+        vec![$(
+            Prototype {
+                header: header(stringify!($lib)),
+                name: stringify!($name),
+                ret: <$ret as CShape>::shape(),
+                params: vec![$((stringify!($arg), <$ty as CShape>::shape())),*],
+                differs_in: Vec::new(),
+            },
+        )*]
+    };
+}
+
+fn header(lib: &str) -> Header {
+    if lib == "Cuda" { Cuda } else { Nvml }
+}
+
+/// Every prototype the shim declares.
+fn shim_prototypes() -> Vec<Prototype> {
+    #[allow(unused_imports)]
+    use cuda::*;
+    #[allow(unused_imports)]
+    use nvml::*;
+    #[allow(unused_imports)]
+    use std::ffi::{c_char, c_float, c_int, c_uint, c_void};
+    let list: Vec<Prototype> = table::prototypes!(as_prototypes);
+    list.into_iter()
+        .map(|p| {
+            if p.name.ends_with("RunningProcesses_v3") {
+                p.differs_in(NVML_12_2, "its nvmlProcessInfo_t is the 32-byte layout drivers 535.43 to 535.86 wrote; the shim passes those drivers buffers of 32-byte entries (hooks/nvml.rs)")
+            } else {
+                p
+            }
+        })
+        .collect()
+}
 
 /// The header whose `CUmemPoolProps` members the shim declares.
 const CUDA_13: &str = "nvidia-cuda-runtime==13.5.37";
@@ -232,6 +306,10 @@ pub fn shim_checks() -> Checks {
         c_value!(Nvml, nvml::NVML_PROCESS_MODE_MPS),
     ] {
         c.value(v);
+    }
+
+    for p in shim_prototypes() {
+        c.prototype(p);
     }
     c
 }

@@ -225,6 +225,7 @@ enum Probe {
 pub struct Checks {
     structs: Vec<Struct>,
     values: Vec<Value>,
+    prototypes: Vec<Prototype>,
 }
 
 impl Checks {
@@ -238,6 +239,10 @@ impl Checks {
 
     pub fn value(&mut self, v: Value) {
         self.values.push(v);
+    }
+
+    pub fn prototype(&mut self, p: Prototype) {
+        self.prototypes.push(p);
     }
 
     /// Runs every check against the pinned headers; panics listing every disagreement.
@@ -347,10 +352,20 @@ impl Checks {
                 }
             }
         }
+        if !self.prototypes.is_empty() {
+            self.run_prototypes(name, &sets, &dir, &mut checked, &mut problems);
+        }
         for line in &checked {
             println!("checked {line}");
         }
-        println!("{name}: {} structs and {} constants, {} checks against {} headers", self.structs.len(), self.values.len(), checked.len(), programs.iter().map(|p| p.0).collect::<std::collections::BTreeSet<_>>().len());
+        println!(
+            "{name}: {} structs, {} constants and {} prototypes, {} checks against {} headers",
+            self.structs.len(),
+            self.values.len(),
+            self.prototypes.len(),
+            checked.len(),
+            sets.len()
+        );
         assert!(problems.is_empty(), "{name}: the Rust declarations disagree with NVIDIA's headers:\n  {}\n(generated C programs in {})", problems.join("\n  "), dir.display());
         Some(checked)
     }
@@ -385,6 +400,280 @@ impl Checks {
         c.push_str("    return 0;\n}\n");
         c
     }
+}
+
+/// What one parameter or return type is, as the C ABI sees it: its size, alignment and
+/// signedness, how many pointers deep it is, and what lies under the last pointer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Shape {
+    pub size: usize,
+    pub align: usize,
+    pub signed: bool,
+    /// 0 for a value, 1 for `T *`, 2 for `T **`.
+    pub level: u32,
+    /// The type under every pointer (the type itself at level 0).
+    pub base: Base,
+}
+
+/// The type under every pointer of a [`Shape`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Base {
+    /// `void`; in a Rust declaration, `c_void`: a pointer the shim never reads, which may
+    /// stand for any C pointee.
+    Void,
+    /// A C type declared but not defined (`struct CUctx_st`): an opaque handle.
+    Opaque,
+    Int { size: usize, signed: bool },
+    Float { size: usize },
+    Struct { size: usize, align: usize },
+}
+
+impl Shape {
+    /// A value of the base type itself.
+    pub fn value(base: Base, size: usize, align: usize) -> Shape {
+        let signed = matches!(base, Base::Int { signed: true, .. } | Base::Float { .. });
+        Shape { size, align, signed, level: 0, base }
+    }
+
+    /// A pointer to `self`.
+    pub fn pointer(self) -> Shape {
+        Shape { size: std::mem::size_of::<*const u8>(), align: std::mem::align_of::<*const u8>(), signed: false, level: self.level + 1, base: self.base }
+    }
+
+    /// Whether the Rust declaration `self` stands for the C type `c`: size, alignment,
+    /// signedness and pointer level alike, and the same base under the pointers (a Rust
+    /// `c_void` there stands for any).
+    pub fn stands_for(&self, c: &Shape) -> bool {
+        let same_value = (self.size, self.align, self.signed, self.level) == (c.size, c.align, c.signed, c.level);
+        same_value && (self.base == c.base || (self.level > 0 && self.base == Base::Void))
+    }
+}
+
+impl std::fmt::Display for Shape {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let base = match self.base {
+            Base::Void => "void".to_string(),
+            Base::Opaque => "opaque".to_string(),
+            Base::Int { size, signed } => format!("{}int{}", if signed { "" } else { "u" }, size * 8),
+            Base::Float { size } => format!("float{}", size * 8),
+            Base::Struct { size, align } => format!("struct(size {size}, align {align})"),
+        };
+        write!(f, "{base}{} (size {}, align {}{})", "*".repeat(self.level as usize), self.size, self.align, if self.signed { ", signed" } else { "" })
+    }
+}
+
+/// The [`Shape`] of a Rust type used in a C prototype.
+pub trait CShape {
+    fn shape() -> Shape;
+}
+
+macro_rules! int_shapes {
+    ($($t:ty),*) => { $(
+        impl CShape for $t {
+            fn shape() -> Shape {
+                let size = std::mem::size_of::<$t>();
+                Shape::value(Base::Int { size, signed: <$t>::MIN != 0 }, size, std::mem::align_of::<$t>())
+            }
+        }
+    )* };
+}
+int_shapes!(u8, i8, u16, i16, u32, i32, u64, i64, usize, isize);
+
+impl CShape for f32 {
+    fn shape() -> Shape {
+        Shape::value(Base::Float { size: 4 }, 4, std::mem::align_of::<f32>())
+    }
+}
+
+impl CShape for f64 {
+    fn shape() -> Shape {
+        Shape::value(Base::Float { size: 8 }, 8, std::mem::align_of::<f64>())
+    }
+}
+
+impl CShape for std::ffi::c_void {
+    fn shape() -> Shape {
+        Shape { size: 0, align: 0, signed: false, level: 0, base: Base::Void }
+    }
+}
+
+impl<T: CShape> CShape for *mut T {
+    fn shape() -> Shape {
+        T::shape().pointer()
+    }
+}
+
+impl<T: CShape> CShape for *const T {
+    fn shape() -> Shape {
+        T::shape().pointer()
+    }
+}
+
+/// `c_struct_shape!(path::Type, ...)`: [`CShape`] for `#[repr(C)]` structs (their members
+/// are checked by [`c_struct!`]).
+#[macro_export]
+macro_rules! c_struct_shape {
+    ($($t:ty),* $(,)?) => { $(
+        impl $crate::c_layout::CShape for $t {
+            fn shape() -> $crate::c_layout::Shape {
+                let (size, align) = (std::mem::size_of::<$t>(), std::mem::align_of::<$t>());
+                $crate::c_layout::Shape::value($crate::c_layout::Base::Struct { size, align }, size, align)
+            }
+        }
+    )* };
+}
+
+/// A C function as a Rust declaration types it, to be checked against the headers.
+#[derive(Clone, Debug)]
+pub struct Prototype {
+    pub header: Header,
+    pub name: &'static str,
+    pub ret: Shape,
+    /// (parameter name, its shape).
+    pub params: Vec<(&'static str, Shape)>,
+    /// (header pin, why): headers whose prototype is known to differ, and why that is right.
+    pub differs_in: Vec<(&'static str, &'static str)>,
+}
+
+impl Prototype {
+    /// Accepts a difference from the pinned header `pin` (`name==version`), for `reason`;
+    /// the check still fails if that header agrees (the exception would be stale).
+    pub fn differs_in(mut self, pin: &'static str, reason: &'static str) -> Self {
+        self.differs_in.push((pin, reason));
+        self
+    }
+}
+
+impl Checks {
+    /// One C++ program per pinned header that prints, for each function it declares, the
+    /// shape of its return value and of each parameter (templates over the function's
+    /// type), compared with the Rust declarations.
+    fn run_prototypes(&self, name: &str, sets: &[HeaderSet], dir: &std::path::Path, checked: &mut Vec<String>, problems: &mut Vec<String>) {
+        if !crate::prerequisite(Command::new("c++").arg("--version").output().is_ok_and(|o| o.status.success()), "a C++ compiler (`c++`) for the prototype checks") {
+            return;
+        }
+        let mut declared: Vec<bool> = vec![false; self.prototypes.len()];
+        for (n, set) in sets.iter().enumerate() {
+            // cuda.h spells the per-thread-stream variants `__CUDA_API_PTSZ(name)`: they are
+            // declared where their base name is (the compiler then finds them or fails).
+            let declares = |name: &str| set.declares(name) || (set.header == Header::Cuda && name.strip_suffix("_ptsz").or(name.strip_suffix("_ptds")).is_some_and(|base| set.declares(base)));
+            let here: Vec<usize> = (0..self.prototypes.len()).filter(|&i| self.prototypes[i].header == set.header && declares(self.prototypes[i].name)).collect();
+            if here.is_empty() {
+                continue;
+            }
+            let source = dir.join(format!("{name}-prototypes-{n}.cpp"));
+            std::fs::write(&source, prototype_program(set, here.iter().map(|&i| self.prototypes[i].name))).unwrap();
+            let exe = source.with_extension("");
+            let mut cxx = Command::new("c++");
+            cxx.args(["-std=c++17", "-Wall", "-Werror", "-I"]).arg(&set.include).arg("-o").arg(&exe).arg(&source);
+            Cmd(cxx).success();
+            let run = Cmd(Command::new(&exe)).success();
+            let out = run.stdout();
+            let mut lines = out.lines();
+            let against = format!("{} of {}", set.header.file(), set.pin);
+            for &i in &here {
+                declared[i] = true;
+                let p = &self.prototypes[i];
+                let line = lines.next().unwrap_or_else(|| panic!("{} ended early\n{run}", exe.display()));
+                let mut shapes = line.split('|').skip(1).map(|field| parse_shape(field).unwrap_or_else(|| panic!("bad field {field:?} in {line:?}")));
+                let ret = shapes.next().expect("a return type");
+                let params: Vec<Shape> = shapes.collect();
+                let mut wrong = Vec::new();
+                if !p.ret.stands_for(&ret) {
+                    wrong.push(format!("returns {} in Rust, {ret} in C", p.ret));
+                }
+                if params.len() != p.params.len() {
+                    wrong.push(format!("{} parameters in Rust, {} in C", p.params.len(), params.len()));
+                }
+                for (k, ((param, rust), c)) in p.params.iter().zip(&params).enumerate() {
+                    if !rust.stands_for(c) {
+                        wrong.push(format!("parameter {} ({param}) is {rust} in Rust, {c} in C", k + 1));
+                    }
+                }
+                let excused = p.differs_in.iter().find(|(pin, _)| *pin == set.pin);
+                match (wrong.is_empty(), excused) {
+                    (true, None) => checked.push(format!("prototype {}: return value and {} parameters, {against}", p.name, p.params.len())),
+                    (false, Some((_, why))) => checked.push(format!("prototype {}: differs as known ({}), {against}: {why}", p.name, wrong.join("; "))),
+                    (true, Some(_)) => problems.push(format!("{}, {against}: said to differ, but agrees (drop the exception)", p.name)),
+                    (false, None) => problems.push(format!("{}, {against}: {}", p.name, wrong.join("; "))),
+                }
+            }
+        }
+        for (p, seen) in self.prototypes.iter().zip(declared) {
+            if !seen {
+                problems.push(format!("{}: no pinned {} declares it", p.name, p.header.file()));
+            }
+        }
+    }
+}
+
+/// `size align signed level kind base_size base_align base_signed`, as the probe prints it.
+fn parse_shape(field: &str) -> Option<Shape> {
+    let w: Vec<&str> = field.split_whitespace().collect();
+    let n = |i: usize| w.get(i).and_then(|x| x.parse::<usize>().ok());
+    let (size, align, signed, level) = (n(0)?, n(1)?, n(2)? != 0, n(3)? as u32);
+    let (bsize, balign, bsigned) = (n(5)?, n(6)?, n(7)? != 0);
+    let base = match *w.get(4)? {
+        "void" => Base::Void,
+        "opaque" => Base::Opaque,
+        "int" => Base::Int { size: bsize, signed: bsigned },
+        "float" => Base::Float { size: bsize },
+        "struct" => Base::Struct { size: bsize, align: balign },
+        _ => return None,
+    };
+    Some(Shape { size, align, signed, level, base })
+}
+
+/// The C++ program that prints one line per function: its name, then `|` and the shape of
+/// its return type and of each parameter, read from the function's type (never called, so
+/// nothing is linked). `__CUDA_API_VERSION_INTERNAL` declares cuda.h's every variant
+/// (`_v2`, `_ptsz` and the legacy ones under their own names, as the driver exports them);
+/// `NVML_NO_UNVERSIONED_FUNC_DEFS` keeps nvml.h's unversioned names as they are.
+fn prototype_program<'a>(set: &HeaderSet, names: impl Iterator<Item = &'a str>) -> String {
+    let mut c = String::from("// Generated by tests/support/c_layout.rs: one line per function.\n");
+    c.push_str(match set.header {
+        Header::Cuda => "#define __CUDA_API_VERSION_INTERNAL\n",
+        Header::Nvml => "#define NVML_NO_UNVERSIONED_FUNC_DEFS\n",
+    });
+    writeln!(c, "#include <cstdio>\n#include <type_traits>\n#include <{}>\n", set.header.file()).unwrap();
+    c.push_str(
+        r#"template <class T, class = void> struct complete : std::false_type {};
+template <class T> struct complete<T, decltype(void(sizeof(T)))> : std::true_type {};
+template <class T, bool = std::is_enum<T>::value> struct underlying { typedef T type; };
+template <class T> struct underlying<T, true> { typedef typename std::underlying_type<T>::type type; };
+template <class T> struct signedness { static const int value = std::is_signed<typename underlying<T>::type>::value; };
+template <class T> void base(int level) {
+    typedef typename std::remove_cv<T>::type B;
+    if constexpr (std::is_pointer<B>::value) base<typename std::remove_pointer<B>::type>(level + 1);
+    else if constexpr (std::is_void<B>::value) printf(" %d void 0 0 0", level);
+    else if constexpr (!complete<B>::value) printf(" %d opaque 0 0 0", level);
+    else {
+        typedef typename underlying<B>::type U;
+        const char *kind = std::is_floating_point<U>::value ? "float" : std::is_integral<U>::value ? "int" : "struct";
+        printf(" %d %s %zu %zu %d", level, kind, sizeof(B), alignof(B), signedness<B>::value);
+    }
+}
+template <class T> void shape() {
+    printf(" |");
+    if constexpr (std::is_void<T>::value) printf(" 0 0 0 0 void 0 0 0");
+    else { printf(" %zu %zu %d", sizeof(T), alignof(T), signedness<T>::value); base<T>(0); }
+}
+template <class R, class... A> void prototype(const char *name, R (*)(A...)) {
+    printf("%s", name);
+    shape<R>();
+    (shape<A>(), ...);
+    printf("\n");
+}
+#define PROTOTYPE(f) prototype(#f, (decltype(&f))nullptr)
+
+int main() {
+"#,
+    );
+    for name in names {
+        writeln!(c, "    PROTOTYPE({name});").unwrap();
+    }
+    c.push_str("    return 0;\n}\n");
+    c
 }
 
 /// The C identifiers an expression uses (casts' type names included).

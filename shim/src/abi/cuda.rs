@@ -18,6 +18,8 @@ pub type CUgraphExec = *mut c_void;
 pub type CUgraph = *mut c_void;
 pub type CUgraphNode = *mut c_void;
 pub type CUfunction = *mut c_void;
+pub type CUmodule = *mut c_void;
+pub type CUlibrary = *mut c_void;
 
 pub const CUDA_SUCCESS: CUresult = 0;
 pub const CUDA_ERROR_INVALID_VALUE: CUresult = 1;

@@ -19,7 +19,8 @@
 //! synchronising (the chunk is then ended "late" at its next launch, and its time includes
 //! the idle wait, so it is not used as a measure). Such chunks are settled by time.
 
-use super::driver::{self, Capture, Query};
+use crate::driver::instance::driver;
+use crate::driver::seam::{relaxed, Capture, CudaDriver, EventState};
 use super::{DevShare, Limiter};
 use crate::abi::cuda::*;
 use fgpu_core::compute::{admit_at, admit_threshold, chunk_launches, inflight_allows, tokens, CostEstimate};
@@ -74,15 +75,15 @@ impl Marker {
         !self.ctx.gone.load(Ordering::Acquire)
     }
 
-    fn query(&self) -> Query {
-        if self.usable() { driver::event_query(self.event()) } else { Query::Failed }
+    fn query(&self) -> EventState {
+        if self.usable() { driver().event_query(self.event()) } else { EventState::Failed }
     }
 }
 
 impl Drop for Marker {
     fn drop(&mut self) {
         if self.usable() {
-            driver::event_destroy(self.event());
+            driver().event_destroy(self.event());
         }
     }
 }
@@ -275,12 +276,12 @@ impl Registry {
             }
             if let State::Closed { late, .. } = c.state {
                 match c.end.as_ref().map(|m| m.query()) {
-                    Some(Query::Pending) => {}
-                    Some(Query::Done) => {
+                    Some(EventState::Pending) => {}
+                    Some(EventState::Done) => {
                         // How long the GPU took between the chunk's markers; not for a
                         // chunk that sat idle (the wait would be in it).
                         let busy = match (&c.start, &c.end) {
-                            (Some(s), Some(e)) if !late && s.usable() => driver::elapsed_ns(s.event(), e.event()),
+                            (Some(s), Some(e)) if !late && s.usable() => driver().event_elapsed_ns(s.event(), e.event()),
                             _ => None,
                         };
                         if let Some(busy) = busy {
@@ -288,7 +289,7 @@ impl Registry {
                         }
                         c.state = State::Done { at: now, busy };
                     }
-                    Some(Query::Failed) | None => c.state = State::Orphan { at: now },
+                    Some(EventState::Failed) | None => c.state = State::Orphan { at: now },
                 }
             }
             match (c.state, covered(c.ordinal)) {
@@ -333,7 +334,7 @@ pub fn apply(limiter: &Limiter, settled: Settled, now: u64) {
 /// Settles the registry now and applies it; the sampler and waiting launches call this.
 pub fn settle_now(limiter: &Limiter) {
     let now = monotonic_ns();
-    let settled = driver::relaxed(|| {
+    let settled = relaxed(driver(), || {
         let mut registry = limiter.registry.lock();
         let covered: Vec<(CUdevice, Option<u64>)> = registry.books.iter().map(|(o, b)| (*o, b.nvml.as_ref().and_then(|n| n.covered_mono()))).collect();
         registry.settle(now, |o| covered.iter().find(|c| c.0 == o).and_then(|c| c.1))
@@ -472,7 +473,7 @@ pub fn admit_slow(limiter: &'static Limiter, stream: CUstream, ptsz: bool, unit:
         });
         return;
     };
-    let markers = match driver::relaxed(|| driver::stream_capturing(stream, ptsz)) {
+    let markers = match relaxed(driver(), || driver().stream_capturing(stream, ptsz)) {
         // Captured into a graph, not run: nothing to admit (the graph's launches are).
         Capture::Yes => return,
         Capture::No => true,
@@ -534,7 +535,7 @@ fn open(limiter: &Limiter, share: &DevShare, stream: CUstream, ptsz: bool, unit:
     let shared = Arc::new(ChunkShared::default());
     shared.launches.store(1, Ordering::Relaxed);
     let previous = with_local(|local| local.entries[0].last_end.take()).flatten();
-    let start = if markers { driver::relaxed(|| start_marker(limiter, share.ordinal, stream, ptsz, previous)) } else { None };
+    let start = if markers { relaxed(driver(), || start_marker(limiter, share.ordinal, stream, ptsz, previous)) } else { None };
     limiter.registry.lock().chunks.push(ChunkRec {
         shared: shared.clone(),
         ordinal: share.ordinal,
@@ -556,9 +557,9 @@ fn open(limiter: &Limiter, share: &DevShare, stream: CUstream, ptsz: bool, unit:
 /// The marker a new chunk starts at: the last chunk's end marker while it is still
 /// pending (the new work queues behind it), else a new marker recorded now.
 fn start_marker(limiter: &Limiter, ordinal: CUdevice, stream: CUstream, ptsz: bool, previous: Option<Arc<Marker>>) -> Option<Arc<Marker>> {
-    let ctx = driver::current_context()?;
+    let ctx = driver().current_context()?;
     if let Some(marker) = previous {
-        if marker.ctx.handle == ctx as usize && marker.query() == Query::Pending {
+        if marker.ctx.handle == ctx as usize && marker.query() == EventState::Pending {
             return Some(marker);
         }
     }
@@ -567,9 +568,9 @@ fn start_marker(limiter: &Limiter, ordinal: CUdevice, stream: CUstream, ptsz: bo
 
 fn record_marker(limiter: &Limiter, ordinal: CUdevice, ctx: CUcontext, stream: CUstream, ptsz: bool) -> Option<Arc<Marker>> {
     let ctx_rec = limiter.registry.lock().context(ctx as usize, ordinal);
-    let event = driver::event_create()?;
+    let event = driver().event_create()?;
     let marker = Arc::new(Marker { event: event as usize, ctx: ctx_rec });
-    driver::event_record(event, stream, ptsz).then_some(marker)
+    driver().event_record(event, stream, ptsz).then_some(marker)
 }
 
 /// Ends the open chunk of `e` (if any) with a marker on its stream; `late` when it sat idle
@@ -580,11 +581,11 @@ fn close(limiter: &Limiter, e: &mut Entry, late: bool) {
     let end = if shared.orphaned.load(Ordering::Acquire) {
         None
     } else {
-        driver::relaxed(|| {
+        relaxed(driver(), || {
             let stream = e.stream as CUstream;
-            let ctx = driver::current_context()?;
+            let ctx = driver().current_context()?;
             // Captured, or unknown (an error): no marker.
-            if driver::stream_capturing(stream, e.ptsz) != Capture::No {
+            if driver().stream_capturing(stream, e.ptsz) != Capture::No {
                 return None;
             }
             record_marker(limiter, e.ordinal, ctx, stream, e.ptsz)

@@ -13,12 +13,10 @@
 //!   ends the chunk before it.
 //! * [`sampler`]: a thread per process that sees markers complete, polls NVML's
 //!   per-process samples, charges what was measured and refunds the estimates.
-//! * [`driver`]: the driver calls the limiter makes itself.
 //!
 //! A process whose configuration names no compute share pays one relaxed load per launch.
 
 pub mod chunks;
-pub mod driver;
 pub mod sampler;
 
 use crate::abi::cuda::*;

@@ -18,8 +18,10 @@
 //! disturb a capture under way elsewhere in the program.
 
 use super::chunks::{self, DevBook};
-use super::driver::{self, SamplesError};
+use crate::driver::instance::driver;
+use crate::driver::seam::{CudaDriver, NvmlDriver, SamplesError};
 use super::{DevShare, Limiter};
+use crate::abi::cuda::CU_STREAM_CAPTURE_MODE_RELAXED;
 use crate::abi::nvml::NvmlDevice;
 use crate::hooks::nvml::query;
 use fgpu_core::compute::UtilisationBook;
@@ -80,7 +82,8 @@ pub fn start(limiter: &'static Limiter) {
 }
 
 fn run(limiter: &'static Limiter) {
-    driver::relax_this_thread();
+    // For good: this thread runs nothing of the program's.
+    let _ = driver().exchange_capture_mode(CU_STREAM_CAPTURE_MODE_RELAXED);
     loop {
         std::thread::sleep(TICK);
         if !std::ptr::eq(super::existing().map_or(std::ptr::null(), |l| l as *const Limiter), limiter) {
@@ -142,7 +145,7 @@ fn poll(limiter: &Limiter, share: &DevShare, now: u64) {
         limiter.active.ledger.compute_record(limiter.slot, share.id, 0, now);
         return;
     };
-    let answer = driver::process_samples(handle as NvmlDevice, after);
+    let answer = driver().nvml_process_samples(handle as NvmlDevice, after);
     let offset = realtime_ns() - monotonic_ns() as i64;
     let now_us = (realtime_ns() / 1000).max(0) as u64;
     let used = {

@@ -4,6 +4,7 @@
 //! The bytes are reserved in the ledger *before* the driver is called, so racing
 //! allocations can never pass the cap together; a failed driver call gives them back.
 
+use crate::driver::raw;
 use crate::abi::cuda::*;
 use crate::state::{self, Active, Alloc, Dev, Mode};
 use std::ffi::c_uint;
@@ -76,7 +77,8 @@ pub(crate) fn counted_free(ptr: u64, free: impl FnOnce() -> CUresult) -> CUresul
 #[no_mangle]
 pub unsafe extern "C" fn cuMemAlloc_v2(dptr: *mut CUdeviceptr, bytesize: usize) -> CUresult {
     let real = || {
-        let rc = crate::call_real!(cuMemAlloc_v2: fn(*mut CUdeviceptr, usize) -> CUresult, dptr, bytesize).unwrap_or(CUDA_ERROR_NOT_FOUND);
+        // SAFETY: the hook's caller's own arguments, passed on unchanged: the call's contract is theirs.
+        let rc = unsafe { raw::cuMemAlloc_v2(dptr, bytesize) }.unwrap_or(CUDA_ERROR_NOT_FOUND);
         // SAFETY: on success the driver wrote *dptr.
         let ptr = if rc == CUDA_SUCCESS { unsafe { *dptr } } else { 0 };
         (rc, ptr, bytesize as u64)
@@ -92,7 +94,8 @@ pub unsafe extern "C" fn cuMemAlloc_v2(dptr: *mut CUdeviceptr, bytesize: usize) 
 #[no_mangle]
 pub unsafe extern "C" fn cuMemAlloc(dptr: *mut CUdeviceptrV1, bytesize: c_uint) -> CUresult {
     let real = || {
-        let rc = crate::call_real!(cuMemAlloc: fn(*mut CUdeviceptrV1, c_uint) -> CUresult, dptr, bytesize).unwrap_or(CUDA_ERROR_NOT_FOUND);
+        // SAFETY: the hook's caller's own arguments, passed on unchanged: the call's contract is theirs.
+        let rc = unsafe { raw::cuMemAlloc(dptr, bytesize) }.unwrap_or(CUDA_ERROR_NOT_FOUND);
         // SAFETY: on success the driver wrote *dptr.
         let ptr = if rc == CUDA_SUCCESS { unsafe { *dptr as u64 } } else { 0 };
         (rc, ptr, bytesize as u64)
@@ -114,10 +117,8 @@ fn pitch_estimate(width: u64, height: u64) -> u64 {
 #[no_mangle]
 pub unsafe extern "C" fn cuMemAllocPitch_v2(dptr: *mut CUdeviceptr, pitch: *mut usize, width: usize, height: usize, element_size: c_uint) -> CUresult {
     let real = || {
-        let rc = crate::call_real!(
-            cuMemAllocPitch_v2: fn(*mut CUdeviceptr, *mut usize, usize, usize, c_uint) -> CUresult,
-            dptr, pitch, width, height, element_size
-        )
+        // SAFETY: the hook's caller's own arguments, passed on unchanged: the call's contract is theirs.
+        let rc = unsafe { raw::cuMemAllocPitch_v2(dptr, pitch, width, height, element_size) }
         .unwrap_or(CUDA_ERROR_NOT_FOUND);
         if rc != CUDA_SUCCESS {
             return (rc, 0, 0);
@@ -136,10 +137,8 @@ pub unsafe extern "C" fn cuMemAllocPitch_v2(dptr: *mut CUdeviceptr, pitch: *mut 
 #[no_mangle]
 pub unsafe extern "C" fn cuMemAllocPitch(dptr: *mut CUdeviceptrV1, pitch: *mut c_uint, width: c_uint, height: c_uint, element_size: c_uint) -> CUresult {
     let real = || {
-        let rc = crate::call_real!(
-            cuMemAllocPitch: fn(*mut CUdeviceptrV1, *mut c_uint, c_uint, c_uint, c_uint) -> CUresult,
-            dptr, pitch, width, height, element_size
-        )
+        // SAFETY: the hook's caller's own arguments, passed on unchanged: the call's contract is theirs.
+        let rc = unsafe { raw::cuMemAllocPitch(dptr, pitch, width, height, element_size) }
         .unwrap_or(CUDA_ERROR_NOT_FOUND);
         if rc != CUDA_SUCCESS {
             return (rc, 0, 0);
@@ -160,7 +159,8 @@ pub unsafe extern "C" fn cuMemAllocPitch(dptr: *mut CUdeviceptrV1, pitch: *mut c
 #[no_mangle]
 pub unsafe extern "C" fn cuMemAllocManaged(dptr: *mut CUdeviceptr, bytesize: usize, flags: c_uint) -> CUresult {
     let real = || {
-        let rc = crate::call_real!(cuMemAllocManaged: fn(*mut CUdeviceptr, usize, c_uint) -> CUresult, dptr, bytesize, flags)
+        // SAFETY: the hook's caller's own arguments, passed on unchanged: the call's contract is theirs.
+        let rc = unsafe { raw::cuMemAllocManaged(dptr, bytesize, flags) }
             .unwrap_or(CUDA_ERROR_NOT_FOUND);
         // SAFETY: on success the driver wrote *dptr.
         let ptr = if rc == CUDA_SUCCESS { unsafe { *dptr } } else { 0 };
@@ -176,7 +176,8 @@ pub unsafe extern "C" fn cuMemAllocManaged(dptr: *mut CUdeviceptr, bytesize: usi
 /// `cuMemFree_v2` contract.
 #[no_mangle]
 pub unsafe extern "C" fn cuMemFree_v2(dptr: CUdeviceptr) -> CUresult {
-    let real = || crate::call_real!(cuMemFree_v2: fn(CUdeviceptr) -> CUresult, dptr).unwrap_or(CUDA_ERROR_NOT_FOUND);
+    // SAFETY: the hook's caller's own arguments, passed on unchanged: the call's contract is theirs.
+    let real = || unsafe { raw::cuMemFree_v2(dptr) }.unwrap_or(CUDA_ERROR_NOT_FOUND);
     super::guard_driver(CUDA_ERROR_INVALID_VALUE, |answer| counted_free(dptr, answer.wrap(real)))
 }
 
@@ -184,6 +185,7 @@ pub unsafe extern "C" fn cuMemFree_v2(dptr: CUdeviceptr) -> CUresult {
 /// Pre-3.2 `cuMemFree` contract.
 #[no_mangle]
 pub unsafe extern "C" fn cuMemFree(dptr: CUdeviceptrV1) -> CUresult {
-    let real = || crate::call_real!(cuMemFree: fn(CUdeviceptrV1) -> CUresult, dptr).unwrap_or(CUDA_ERROR_NOT_FOUND);
+    // SAFETY: the hook's caller's own arguments, passed on unchanged: the call's contract is theirs.
+    let real = || unsafe { raw::cuMemFree(dptr) }.unwrap_or(CUDA_ERROR_NOT_FOUND);
     super::guard_driver(CUDA_ERROR_INVALID_VALUE, |answer| counted_free(dptr as u64, answer.wrap(real)))
 }

@@ -3,7 +3,10 @@
 //! then settled to what `cu(Mipmapped)ArrayGetMemoryRequirements` says the driver took
 //! (CUDA 11.6+; older drivers keep the computed size).
 
+use crate::driver::raw;
 use crate::abi::cuda::*;
+use crate::driver::instance::driver;
+use crate::driver::seam::CudaDriver;
 use crate::state::{self, Alloc, Mode};
 use std::ffi::{c_uint, c_void};
 
@@ -30,13 +33,7 @@ fn mipmapped_bytes(d: &CudaArray3dDescriptor, levels: u32) -> u64 {
 
 /// What the driver says an array holds, if it can say.
 fn measured(handle: *mut c_void, ordinal: CUdevice, mipmapped: bool) -> Option<u64> {
-    let mut req = CudaArrayMemoryRequirements::default();
-    let rc = if mipmapped {
-        crate::call_real!(cuMipmappedArrayGetMemoryRequirements: fn(*mut CudaArrayMemoryRequirements, *mut c_void, CUdevice) -> CUresult, &mut req, handle, ordinal)?
-    } else {
-        crate::call_real!(cuArrayGetMemoryRequirements: fn(*mut CudaArrayMemoryRequirements, *mut c_void, CUdevice) -> CUresult, &mut req, handle, ordinal)?
-    };
-    (rc == CUDA_SUCCESS && req.size > 0).then_some(req.size as u64)
+    driver().array_size(handle, mipmapped, ordinal)
 }
 
 /// Reserves `estimate`, creates through `create`, settles to the measured size and records it.
@@ -100,7 +97,8 @@ macro_rules! array_create_hook {
         /// The driver's contract for this entry point: `handle` writable, `desc` readable.
         #[no_mangle]
         pub unsafe extern "C" fn $name(handle: *mut CUarray, desc: *const $desc) -> CUresult {
-            let real = || crate::call_real!($name: fn(*mut CUarray, *const $desc) -> CUresult, handle, desc).unwrap_or(CUDA_ERROR_NOT_FOUND);
+            // SAFETY: the hook's caller's own arguments, passed on unchanged: the call's contract is theirs.
+            let real = || unsafe { raw::$name(handle, desc) }.unwrap_or(CUDA_ERROR_NOT_FOUND);
             if handle.is_null() || desc.is_null() {
                 return real();
             }
@@ -138,7 +136,8 @@ array_create_hook!(
 #[no_mangle]
 pub unsafe extern "C" fn cuMipmappedArrayCreate(handle: *mut CUmipmappedArray, desc: *const CudaArray3dDescriptor, levels: c_uint) -> CUresult {
     let real = || {
-        crate::call_real!(cuMipmappedArrayCreate: fn(*mut CUmipmappedArray, *const CudaArray3dDescriptor, c_uint) -> CUresult, handle, desc, levels)
+        // SAFETY: the hook's caller's own arguments, passed on unchanged: the call's contract is theirs.
+        unsafe { raw::cuMipmappedArrayCreate(handle, desc, levels) }
             .unwrap_or(CUDA_ERROR_NOT_FOUND)
     };
     if handle.is_null() || desc.is_null() {
@@ -153,7 +152,8 @@ pub unsafe extern "C" fn cuMipmappedArrayCreate(handle: *mut CUmipmappedArray, d
 /// `cuArrayDestroy` contract.
 #[no_mangle]
 pub unsafe extern "C" fn cuArrayDestroy(handle: CUarray) -> CUresult {
-    let real = || crate::call_real!(cuArrayDestroy: fn(CUarray) -> CUresult, handle).unwrap_or(CUDA_ERROR_NOT_FOUND);
+    // SAFETY: the hook's caller's own arguments, passed on unchanged: the call's contract is theirs.
+    let real = || unsafe { raw::cuArrayDestroy(handle) }.unwrap_or(CUDA_ERROR_NOT_FOUND);
     super::guard_driver(CUDA_ERROR_INVALID_VALUE, |answer| counted_destroy(handle, answer.wrap(real)))
 }
 
@@ -161,7 +161,8 @@ pub unsafe extern "C" fn cuArrayDestroy(handle: CUarray) -> CUresult {
 /// `cuMipmappedArrayDestroy` contract.
 #[no_mangle]
 pub unsafe extern "C" fn cuMipmappedArrayDestroy(handle: CUmipmappedArray) -> CUresult {
-    let real = || crate::call_real!(cuMipmappedArrayDestroy: fn(CUmipmappedArray) -> CUresult, handle).unwrap_or(CUDA_ERROR_NOT_FOUND);
+    // SAFETY: the hook's caller's own arguments, passed on unchanged: the call's contract is theirs.
+    let real = || unsafe { raw::cuMipmappedArrayDestroy(handle) }.unwrap_or(CUDA_ERROR_NOT_FOUND);
     super::guard_driver(CUDA_ERROR_INVALID_VALUE, |answer| counted_destroy(handle, answer.wrap(real)))
 }
 

@@ -7,7 +7,10 @@
 //! usage where its host PID is known, else the device's usage before and after), and it is
 //! returned when the context is destroyed.
 
+use crate::driver::raw;
 use crate::abi::cuda::*;
+use crate::driver::instance::driver;
+use crate::driver::seam::CudaDriver;
 use crate::hooks::nvml::query;
 use crate::state::{self, Active, Dev, Mode};
 use fgpu_core::log::Level;
@@ -107,7 +110,8 @@ fn destroy_context(ctx: CUcontext, real: impl FnOnce() -> CUresult) -> CUresult 
 /// `cuCtxCreate_v2` contract.
 #[no_mangle]
 pub unsafe extern "C" fn cuCtxCreate_v2(pctx: *mut CUcontext, flags: c_uint, dev: CUdevice) -> CUresult {
-    let real = || crate::call_real!(cuCtxCreate_v2: fn(*mut CUcontext, c_uint, CUdevice) -> CUresult, pctx, flags, dev).unwrap_or(CUDA_ERROR_NOT_FOUND);
+    // SAFETY: the hook's caller's own arguments, passed on unchanged: the call's contract is theirs.
+    let real = || unsafe { raw::cuCtxCreate_v2(pctx, flags, dev) }.unwrap_or(CUDA_ERROR_NOT_FOUND);
     if pctx.is_null() {
         return real();
     }
@@ -118,7 +122,8 @@ pub unsafe extern "C" fn cuCtxCreate_v2(pctx: *mut CUcontext, flags: c_uint, dev
 /// Original `cuCtxCreate` contract (same arguments as `_v2`).
 #[no_mangle]
 pub unsafe extern "C" fn cuCtxCreate(pctx: *mut CUcontext, flags: c_uint, dev: CUdevice) -> CUresult {
-    let real = || crate::call_real!(cuCtxCreate: fn(*mut CUcontext, c_uint, CUdevice) -> CUresult, pctx, flags, dev).unwrap_or(CUDA_ERROR_NOT_FOUND);
+    // SAFETY: the hook's caller's own arguments, passed on unchanged: the call's contract is theirs.
+    let real = || unsafe { raw::cuCtxCreate(pctx, flags, dev) }.unwrap_or(CUDA_ERROR_NOT_FOUND);
     if pctx.is_null() {
         return real();
     }
@@ -130,7 +135,8 @@ pub unsafe extern "C" fn cuCtxCreate(pctx: *mut CUcontext, flags: c_uint, dev: C
 #[no_mangle]
 pub unsafe extern "C" fn cuCtxCreate_v3(pctx: *mut CUcontext, params: *mut c_void, num_params: c_int, flags: c_uint, dev: CUdevice) -> CUresult {
     let real = || {
-        crate::call_real!(cuCtxCreate_v3: fn(*mut CUcontext, *mut c_void, c_int, c_uint, CUdevice) -> CUresult, pctx, params, num_params, flags, dev)
+        // SAFETY: the hook's caller's own arguments, passed on unchanged: the call's contract is theirs.
+        unsafe { raw::cuCtxCreate_v3(pctx, params, num_params, flags, dev) }
             .unwrap_or(CUDA_ERROR_NOT_FOUND)
     };
     if pctx.is_null() {
@@ -144,7 +150,8 @@ pub unsafe extern "C" fn cuCtxCreate_v3(pctx: *mut CUcontext, params: *mut c_voi
 #[no_mangle]
 pub unsafe extern "C" fn cuCtxCreate_v4(pctx: *mut CUcontext, params: *mut c_void, flags: c_uint, dev: CUdevice) -> CUresult {
     let real = || {
-        crate::call_real!(cuCtxCreate_v4: fn(*mut CUcontext, *mut c_void, c_uint, CUdevice) -> CUresult, pctx, params, flags, dev)
+        // SAFETY: the hook's caller's own arguments, passed on unchanged: the call's contract is theirs.
+        unsafe { raw::cuCtxCreate_v4(pctx, params, flags, dev) }
             .unwrap_or(CUDA_ERROR_NOT_FOUND)
     };
     if pctx.is_null() {
@@ -157,7 +164,8 @@ pub unsafe extern "C" fn cuCtxCreate_v4(pctx: *mut CUcontext, params: *mut c_voi
 /// `cuCtxDestroy_v2` contract.
 #[no_mangle]
 pub unsafe extern "C" fn cuCtxDestroy_v2(ctx: CUcontext) -> CUresult {
-    let real = || crate::call_real!(cuCtxDestroy_v2: fn(CUcontext) -> CUresult, ctx).unwrap_or(CUDA_ERROR_NOT_FOUND);
+    // SAFETY: the hook's caller's own arguments, passed on unchanged: the call's contract is theirs.
+    let real = || unsafe { raw::cuCtxDestroy_v2(ctx) }.unwrap_or(CUDA_ERROR_NOT_FOUND);
     super::guard_driver(CUDA_ERROR_INVALID_VALUE, |answer| destroy_context(ctx, answer.wrap(real)))
 }
 
@@ -165,21 +173,21 @@ pub unsafe extern "C" fn cuCtxDestroy_v2(ctx: CUcontext) -> CUresult {
 /// Original `cuCtxDestroy` contract.
 #[no_mangle]
 pub unsafe extern "C" fn cuCtxDestroy(ctx: CUcontext) -> CUresult {
-    let real = || crate::call_real!(cuCtxDestroy: fn(CUcontext) -> CUresult, ctx).unwrap_or(CUDA_ERROR_NOT_FOUND);
+    // SAFETY: the hook's caller's own arguments, passed on unchanged: the call's contract is theirs.
+    let real = || unsafe { raw::cuCtxDestroy(ctx) }.unwrap_or(CUDA_ERROR_NOT_FOUND);
     super::guard_driver(CUDA_ERROR_INVALID_VALUE, |answer| destroy_context(ctx, answer.wrap(real)))
 }
 
 fn primary_active(ordinal: CUdevice) -> Option<bool> {
-    let (mut flags, mut active): (c_uint, c_int) = (0, 0);
-    let rc = crate::call_real!(cuDevicePrimaryCtxGetState: fn(CUdevice, *mut c_uint, *mut c_int) -> CUresult, ordinal, &mut flags, &mut active)?;
-    (rc == CUDA_SUCCESS).then_some(active != 0)
+    driver().primary_context_active(ordinal)
 }
 
 /// # Safety
 /// `cuDevicePrimaryCtxRetain` contract.
 #[no_mangle]
 pub unsafe extern "C" fn cuDevicePrimaryCtxRetain(pctx: *mut CUcontext, ordinal: CUdevice) -> CUresult {
-    let real = || crate::call_real!(cuDevicePrimaryCtxRetain: fn(*mut CUcontext, CUdevice) -> CUresult, pctx, ordinal).unwrap_or(CUDA_ERROR_NOT_FOUND);
+    // SAFETY: the hook's caller's own arguments, passed on unchanged: the call's contract is theirs.
+    let real = || unsafe { raw::cuDevicePrimaryCtxRetain(pctx, ordinal) }.unwrap_or(CUDA_ERROR_NOT_FOUND);
     super::guard_driver(CUDA_ERROR_OUT_OF_MEMORY, |answer| match state::mode() {
         Mode::Off => answer.of(real()),
         Mode::Closed(_) => CUDA_ERROR_OUT_OF_MEMORY,
@@ -223,7 +231,8 @@ fn after_primary_release(ordinal: CUdevice, real: impl FnOnce() -> CUresult) -> 
 /// `cuDevicePrimaryCtxRelease_v2` contract.
 #[no_mangle]
 pub unsafe extern "C" fn cuDevicePrimaryCtxRelease_v2(ordinal: CUdevice) -> CUresult {
-    let real = || crate::call_real!(cuDevicePrimaryCtxRelease_v2: fn(CUdevice) -> CUresult, ordinal).unwrap_or(CUDA_ERROR_NOT_FOUND);
+    // SAFETY: the hook's caller's own arguments, passed on unchanged: the call's contract is theirs.
+    let real = || unsafe { raw::cuDevicePrimaryCtxRelease_v2(ordinal) }.unwrap_or(CUDA_ERROR_NOT_FOUND);
     super::guard_driver(CUDA_ERROR_INVALID_VALUE, |answer| after_primary_release(ordinal, answer.wrap(real)))
 }
 
@@ -231,7 +240,8 @@ pub unsafe extern "C" fn cuDevicePrimaryCtxRelease_v2(ordinal: CUdevice) -> CUre
 /// Original `cuDevicePrimaryCtxRelease` contract.
 #[no_mangle]
 pub unsafe extern "C" fn cuDevicePrimaryCtxRelease(ordinal: CUdevice) -> CUresult {
-    let real = || crate::call_real!(cuDevicePrimaryCtxRelease: fn(CUdevice) -> CUresult, ordinal).unwrap_or(CUDA_ERROR_NOT_FOUND);
+    // SAFETY: the hook's caller's own arguments, passed on unchanged: the call's contract is theirs.
+    let real = || unsafe { raw::cuDevicePrimaryCtxRelease(ordinal) }.unwrap_or(CUDA_ERROR_NOT_FOUND);
     super::guard_driver(CUDA_ERROR_INVALID_VALUE, |answer| after_primary_release(ordinal, answer.wrap(real)))
 }
 
@@ -239,7 +249,8 @@ pub unsafe extern "C" fn cuDevicePrimaryCtxRelease(ordinal: CUdevice) -> CUresul
 /// `cuDevicePrimaryCtxReset_v2` contract.
 #[no_mangle]
 pub unsafe extern "C" fn cuDevicePrimaryCtxReset_v2(ordinal: CUdevice) -> CUresult {
-    let real = || crate::call_real!(cuDevicePrimaryCtxReset_v2: fn(CUdevice) -> CUresult, ordinal).unwrap_or(CUDA_ERROR_NOT_FOUND);
+    // SAFETY: the hook's caller's own arguments, passed on unchanged: the call's contract is theirs.
+    let real = || unsafe { raw::cuDevicePrimaryCtxReset_v2(ordinal) }.unwrap_or(CUDA_ERROR_NOT_FOUND);
     super::guard_driver(CUDA_ERROR_INVALID_VALUE, |answer| after_primary_release(ordinal, answer.wrap(real)))
 }
 
@@ -247,6 +258,7 @@ pub unsafe extern "C" fn cuDevicePrimaryCtxReset_v2(ordinal: CUdevice) -> CUresu
 /// Original `cuDevicePrimaryCtxReset` contract.
 #[no_mangle]
 pub unsafe extern "C" fn cuDevicePrimaryCtxReset(ordinal: CUdevice) -> CUresult {
-    let real = || crate::call_real!(cuDevicePrimaryCtxReset: fn(CUdevice) -> CUresult, ordinal).unwrap_or(CUDA_ERROR_NOT_FOUND);
+    // SAFETY: the hook's caller's own arguments, passed on unchanged: the call's contract is theirs.
+    let real = || unsafe { raw::cuDevicePrimaryCtxReset(ordinal) }.unwrap_or(CUDA_ERROR_NOT_FOUND);
     super::guard_driver(CUDA_ERROR_INVALID_VALUE, |answer| after_primary_release(ordinal, answer.wrap(real)))
 }

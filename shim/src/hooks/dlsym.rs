@@ -8,7 +8,8 @@
 //! caller's return address (a normal call would make the shim the caller and return the
 //! wrong symbol: see the field notes on LLVM OpenMP).
 
-use crate::real::{self, Sym, REAL_DLSYM};
+use super::table;
+use crate::driver::symbols::{self, fgpu_init_real_dlsym, REAL_DLSYM};
 use std::ffi::{c_char, c_void, CStr};
 
 /// The exported `dlsym`.
@@ -42,7 +43,7 @@ pub unsafe extern "C" fn dlsym(handle: *mut c_void, symbol: *const c_char) -> *m
         "ret",
         real = sym REAL_DLSYM,
         hook = sym dlsym_hook,
-        init = sym real::fgpu_init_real_dlsym,
+        init = sym fgpu_init_real_dlsym,
     )
 }
 
@@ -74,14 +75,14 @@ pub unsafe extern "C" fn dlsym(handle: *mut c_void, symbol: *const c_char) -> *m
         "ret",
         real = sym REAL_DLSYM,
         hook = sym dlsym_hook,
-        init = sym real::fgpu_init_real_dlsym,
+        init = sym fgpu_init_real_dlsym,
     )
 }
 
 /// Every lookup that is not `RTLD_NEXT` lands here.
 extern "C" fn dlsym_hook(handle: *mut c_void, symbol: *const c_char) -> *mut c_void {
     // SAFETY: forwarded unchanged from our caller, who owes dlsym's contract.
-    let found = unsafe { real::real_dlsym(handle, symbol) };
+    let found = unsafe { symbols::real_dlsym(handle, symbol) };
     if found.is_null() || symbol.is_null() {
         return found;
     }
@@ -92,10 +93,10 @@ extern "C" fn dlsym_hook(handle: *mut c_void, symbol: *const c_char) -> *mut c_v
         if !(name.starts_with(b"cu") || name.starts_with(b"nvml")) {
             return found;
         }
-        match Sym::hooked_by_name(name) {
+        match table::hooked_by_name(name) {
             Some(sym) => {
-                real::remember(sym, found);
-                sym.wrapper().unwrap_or(found)
+                symbols::remember(sym, found);
+                table::wrapper(sym).unwrap_or(found)
             }
             None => found,
         }

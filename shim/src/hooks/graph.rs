@@ -22,7 +22,10 @@
 //! the fact: its launch is not refused, its memory is counted once the call returns, and a
 //! warning says so if that passes the cap.
 
+use crate::driver::raw;
 use crate::abi::cuda::*;
+use crate::driver::instance::driver;
+use crate::driver::seam::CudaDriver;
 use crate::counted_pool::{CountedPool, InFlight};
 use crate::state::{self, Active, Mode};
 use fgpu_core::limit::format_bytes;
@@ -30,8 +33,7 @@ use fgpu_core::log::{self, Level, RateLimit};
 use fgpu_core::log_at;
 use fgpu_core::uuid::format_gpu_uuid;
 use std::collections::HashMap;
-use std::ffi::{c_char, c_void};
-use std::ptr::null_mut;
+use std::ffi::c_char;
 use std::sync::atomic::Ordering;
 
 const GRAPH_GRANULE: u64 = 2 << 20;
@@ -46,42 +48,25 @@ pub struct GraphBook {
 }
 
 fn graph_attribute(ordinal: CUdevice, attribute: u32) -> Option<u64> {
-    let mut value: u64 = 0;
-    let rc = crate::call_real!(
-        cuDeviceGetGraphMemAttribute: fn(CUdevice, u32, *mut c_void) -> CUresult,
-        ordinal, attribute, (&mut value as *mut u64).cast()
-    )?;
-    (rc == CUDA_SUCCESS).then_some(value)
+    driver().graph_mem_attribute(ordinal, attribute)
 }
 
 /// The memory a graph's allocation nodes take, per device, in pool granules. `None` when
 /// the driver cannot tell, or when the graph holds child graphs or conditional bodies
 /// (whose nodes are not read): the graph is then counted after the fact.
 fn graph_needs(graph: CUgraph) -> Option<Vec<(CUdevice, u64)>> {
-    let mut count: usize = 0;
-    let rc = crate::call_real!(cuGraphGetNodes, graph, null_mut(), &mut count)?;
-    if rc != CUDA_SUCCESS {
-        return None;
-    }
-    let mut nodes: Vec<CUgraphNode> = vec![null_mut(); count];
-    let rc = crate::call_real!(cuGraphGetNodes, graph, nodes.as_mut_ptr(), &mut count)?;
-    if rc != CUDA_SUCCESS {
-        return None;
-    }
-    nodes.truncate(count);
+    let nodes = driver().graph_nodes(graph)?;
     let mut needs: Vec<(CUdevice, u64)> = Vec::new();
     for node in nodes {
-        let mut kind: u32 = 0;
-        let rc = crate::call_real!(cuGraphNodeGetType: fn(CUgraphNode, *mut u32) -> CUresult, node, &mut kind)?;
-        if rc != CUDA_SUCCESS || kind == CU_GRAPH_NODE_TYPE_GRAPH || kind == CU_GRAPH_NODE_TYPE_CONDITIONAL {
+        let kind = driver().graph_node_type(node)?;
+        if kind == CU_GRAPH_NODE_TYPE_GRAPH || kind == CU_GRAPH_NODE_TYPE_CONDITIONAL {
             return None;
         }
         if kind != CU_GRAPH_NODE_TYPE_MEM_ALLOC {
             continue;
         }
-        let mut params = CudaMemAllocNodeParams::default();
-        let rc = crate::call_real!(cuGraphMemAllocNodeGetParams: fn(CUgraphNode, *mut CudaMemAllocNodeParams) -> CUresult, node, &mut params)?;
-        if rc != CUDA_SUCCESS || params.pool_props.location_type != CU_MEM_LOCATION_TYPE_DEVICE {
+        let Ok(params) = driver().mem_alloc_node_params(node)? else { continue };
+        if params.pool_props.location_type != CU_MEM_LOCATION_TYPE_DEVICE {
             continue;
         }
         let bytes = (params.bytesize as u64).next_multiple_of(GRAPH_GRANULE);
@@ -218,7 +203,8 @@ macro_rules! graph_hooks {
         #[doc = concat!("# Safety\n`", stringify!($name), "` contract.")]
         #[no_mangle]
         pub unsafe extern "C" fn $name($($arg: $ty),*) -> CUresult {
-            let $real = || crate::call_real!($name: fn($($ty),*) -> CUresult $(, $arg)*).unwrap_or(CUDA_ERROR_NOT_FOUND);
+            // SAFETY: the hook's caller's own arguments, passed on unchanged: the call's contract is theirs.
+            let $real = || unsafe { raw::$name($($arg),*) }.unwrap_or(CUDA_ERROR_NOT_FOUND);
             super::guard_driver(CUDA_ERROR_INVALID_VALUE, |answer| {
                 let $real = answer.wrap($real);
                 $body
@@ -255,7 +241,8 @@ fn wants_upload(params: *const CudaGraphInstantiateParams) -> bool {
 /// `cuDeviceGraphMemTrim` contract.
 #[no_mangle]
 pub unsafe extern "C" fn cuDeviceGraphMemTrim(device: CUdevice) -> CUresult {
-    let real = || crate::call_real!(cuDeviceGraphMemTrim: fn(CUdevice) -> CUresult, device).unwrap_or(CUDA_ERROR_NOT_FOUND);
+    // SAFETY: the hook's caller's own arguments, passed on unchanged: the call's contract is theirs.
+    let real = || unsafe { raw::cuDeviceGraphMemTrim(device) }.unwrap_or(CUDA_ERROR_NOT_FOUND);
     super::guard_driver(CUDA_ERROR_INVALID_VALUE, |answer| {
         let rc = answer.of(real());
         if let Mode::On(active) = state::mode() {
@@ -269,7 +256,8 @@ pub unsafe extern "C" fn cuDeviceGraphMemTrim(device: CUdevice) -> CUresult {
 /// `cuGraphExecDestroy` contract.
 #[no_mangle]
 pub unsafe extern "C" fn cuGraphExecDestroy(exec: CUgraphExec) -> CUresult {
-    let real = || crate::call_real!(cuGraphExecDestroy: fn(CUgraphExec) -> CUresult, exec).unwrap_or(CUDA_ERROR_NOT_FOUND);
+    // SAFETY: the hook's caller's own arguments, passed on unchanged: the call's contract is theirs.
+    let real = || unsafe { raw::cuGraphExecDestroy(exec) }.unwrap_or(CUDA_ERROR_NOT_FOUND);
     super::guard_driver(CUDA_ERROR_INVALID_VALUE, |answer| {
         let rc = answer.of(real());
         if let Mode::On(active) = state::mode() {

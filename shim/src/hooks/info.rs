@@ -2,6 +2,7 @@
 //! memory (the GPU's own memory when the cap is larger: a cap never makes a GPU look bigger
 //! than it is), and free memory as what is left of it (never more than the device really has).
 
+use crate::driver::raw;
 use crate::abi::cuda::*;
 use crate::state::{self, Dev, Mode};
 use fgpu_core::view::MemoryView;
@@ -42,12 +43,14 @@ fn mem_get_info(real: impl FnOnce(&mut u64, &mut u64) -> CUresult) -> (CUresult,
 #[no_mangle]
 pub unsafe extern "C" fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize) -> CUresult {
     if free.is_null() || total.is_null() {
-        return crate::call_real!(cuMemGetInfo_v2, free, total).unwrap_or(CUDA_ERROR_NOT_FOUND);
+        // SAFETY: the hook's caller's own arguments, passed on unchanged: the call's contract is theirs.
+        return unsafe { raw::cuMemGetInfo_v2(free, total) }.unwrap_or(CUDA_ERROR_NOT_FOUND);
     }
     super::guard(CUDA_ERROR_INVALID_VALUE, || {
         let (rc, f, t) = mem_get_info(|f, t| {
             let (mut rf, mut rt) = (0usize, 0usize);
-            let rc = crate::call_real!(cuMemGetInfo_v2, &mut rf, &mut rt).unwrap_or(CUDA_ERROR_NOT_FOUND);
+            // SAFETY: the hook's caller's own arguments, passed on unchanged: the call's contract is theirs.
+            let rc = unsafe { raw::cuMemGetInfo_v2(&mut rf, &mut rt) }.unwrap_or(CUDA_ERROR_NOT_FOUND);
             (*f, *t) = (rf as u64, rt as u64);
             rc
         });
@@ -64,12 +67,14 @@ pub unsafe extern "C" fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize) ->
 #[no_mangle]
 pub unsafe extern "C" fn cuMemGetInfo(free: *mut c_uint, total: *mut c_uint) -> CUresult {
     if free.is_null() || total.is_null() {
-        return crate::call_real!(cuMemGetInfo, free, total).unwrap_or(CUDA_ERROR_NOT_FOUND);
+        // SAFETY: the hook's caller's own arguments, passed on unchanged: the call's contract is theirs.
+        return unsafe { raw::cuMemGetInfo(free, total) }.unwrap_or(CUDA_ERROR_NOT_FOUND);
     }
     super::guard(CUDA_ERROR_INVALID_VALUE, || {
         let (rc, f, t) = mem_get_info(|f, t| {
             let (mut rf, mut rt) = (0 as c_uint, 0 as c_uint);
-            let rc = crate::call_real!(cuMemGetInfo, &mut rf, &mut rt).unwrap_or(CUDA_ERROR_NOT_FOUND);
+            // SAFETY: the hook's caller's own arguments, passed on unchanged: the call's contract is theirs.
+            let rc = unsafe { raw::cuMemGetInfo(&mut rf, &mut rt) }.unwrap_or(CUDA_ERROR_NOT_FOUND);
             (*f, *t) = (rf as u64, rt as u64);
             rc
         });
@@ -92,7 +97,8 @@ fn capped_total(ordinal: CUdevice, real_total: u64) -> u64 {
 /// `cuDeviceTotalMem_v2` contract.
 #[no_mangle]
 pub unsafe extern "C" fn cuDeviceTotalMem_v2(bytes: *mut usize, dev: CUdevice) -> CUresult {
-    let rc = crate::call_real!(cuDeviceTotalMem_v2, bytes, dev).unwrap_or(CUDA_ERROR_NOT_FOUND);
+    // SAFETY: the hook's caller's own arguments, passed on unchanged: the call's contract is theirs.
+    let rc = unsafe { raw::cuDeviceTotalMem_v2(bytes, dev) }.unwrap_or(CUDA_ERROR_NOT_FOUND);
     if rc != CUDA_SUCCESS || bytes.is_null() {
         return rc;
     }
@@ -107,7 +113,8 @@ pub unsafe extern "C" fn cuDeviceTotalMem_v2(bytes: *mut usize, dev: CUdevice) -
 /// Pre-3.2 `cuDeviceTotalMem` contract.
 #[no_mangle]
 pub unsafe extern "C" fn cuDeviceTotalMem(bytes: *mut c_uint, dev: CUdevice) -> CUresult {
-    let rc = crate::call_real!(cuDeviceTotalMem: fn(*mut c_uint, CUdevice) -> CUresult, bytes, dev).unwrap_or(CUDA_ERROR_NOT_FOUND);
+    // SAFETY: the hook's caller's own arguments, passed on unchanged: the call's contract is theirs.
+    let rc = unsafe { raw::cuDeviceTotalMem(bytes, dev) }.unwrap_or(CUDA_ERROR_NOT_FOUND);
     if rc != CUDA_SUCCESS || bytes.is_null() {
         return rc;
     }

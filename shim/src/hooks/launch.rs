@@ -6,6 +6,7 @@
 //! Should the limiter itself fail (a panic, caught here), the launch is refused with
 //! `CUDA_ERROR_UNKNOWN` rather than run unlimited.
 
+use crate::driver::raw;
 use crate::abi::cuda::*;
 use crate::compute::{self, Unit};
 use std::ffi::{c_uint, c_void};
@@ -41,10 +42,8 @@ macro_rules! kernel_launch {
             extra: *mut *mut c_void,
         ) -> CUresult {
             gated(stream, $ptsz, Unit::Kernel, || {
-                crate::call_real!(
-                    $name: fn(CUfunction, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, CUstream, *mut *mut c_void, *mut *mut c_void) -> CUresult,
-                    f, gx, gy, gz, bx, by, bz, shared, stream, params, extra
-                )
+                // SAFETY: the hook's caller's own arguments, passed on unchanged: the call's contract is theirs.
+                unsafe { raw::$name(f, gx, gy, gz, bx, by, bz, shared, stream, params, extra) }
                 .unwrap_or(CUDA_ERROR_NOT_FOUND)
             })
         }
@@ -71,10 +70,8 @@ macro_rules! cooperative_launch {
             params: *mut *mut c_void,
         ) -> CUresult {
             gated(stream, $ptsz, Unit::Kernel, || {
-                crate::call_real!(
-                    $name: fn(CUfunction, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, CUstream, *mut *mut c_void) -> CUresult,
-                    f, gx, gy, gz, bx, by, bz, shared, stream, params
-                )
+                // SAFETY: the hook's caller's own arguments, passed on unchanged: the call's contract is theirs.
+                unsafe { raw::$name(f, gx, gy, gz, bx, by, bz, shared, stream, params) }
                 .unwrap_or(CUDA_ERROR_NOT_FOUND)
             })
         }
@@ -90,7 +87,8 @@ macro_rules! launch_ex {
         #[no_mangle]
         pub unsafe extern "C" fn $name(config: *const CUlaunchConfig, f: CUfunction, params: *mut *mut c_void, extra: *mut *mut c_void) -> CUresult {
             let real = || {
-                crate::call_real!($name: fn(*const CUlaunchConfig, CUfunction, *mut *mut c_void, *mut *mut c_void) -> CUresult, config, f, params, extra)
+                // SAFETY: the hook's caller's own arguments, passed on unchanged: the call's contract is theirs.
+                unsafe { raw::$name(config, f, params, extra) }
                     .unwrap_or(CUDA_ERROR_NOT_FOUND)
             };
             if config.is_null() {

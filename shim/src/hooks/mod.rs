@@ -14,6 +14,7 @@ pub mod launch;
 pub mod nvml;
 pub mod pool;
 pub mod procaddr;
+pub mod table;
 pub mod untracked;
 pub mod vmm;
 

@@ -5,6 +5,7 @@
 //! next allocation already sees it; where NVML has no figure of this process's own, the
 //! device's usage before and after the load is.
 
+use crate::driver::raw;
 use crate::abi::cuda::*;
 use crate::state::{self, Mode};
 use std::ffi::{c_char, c_uint, c_void};
@@ -21,7 +22,8 @@ fn counted_load(real: impl FnOnce() -> CUresult) -> CUresult {
 /// `cuModuleLoad` contract.
 #[no_mangle]
 pub unsafe extern "C" fn cuModuleLoad(module: *mut *mut c_void, fname: *const c_char) -> CUresult {
-    let real = || crate::call_real!(cuModuleLoad: fn(*mut *mut c_void, *const c_char) -> CUresult, module, fname).unwrap_or(CUDA_ERROR_NOT_FOUND);
+    // SAFETY: the hook's caller's own arguments, passed on unchanged: the call's contract is theirs.
+    let real = || unsafe { raw::cuModuleLoad(module, fname) }.unwrap_or(CUDA_ERROR_NOT_FOUND);
     super::guard_driver(CUDA_ERROR_INVALID_VALUE, |answer| counted_load(answer.wrap(real)))
 }
 
@@ -29,7 +31,8 @@ pub unsafe extern "C" fn cuModuleLoad(module: *mut *mut c_void, fname: *const c_
 /// `cuModuleLoadData` contract.
 #[no_mangle]
 pub unsafe extern "C" fn cuModuleLoadData(module: *mut *mut c_void, image: *const c_void) -> CUresult {
-    let real = || crate::call_real!(cuModuleLoadData: fn(*mut *mut c_void, *const c_void) -> CUresult, module, image).unwrap_or(CUDA_ERROR_NOT_FOUND);
+    // SAFETY: the hook's caller's own arguments, passed on unchanged: the call's contract is theirs.
+    let real = || unsafe { raw::cuModuleLoadData(module, image) }.unwrap_or(CUDA_ERROR_NOT_FOUND);
     super::guard_driver(CUDA_ERROR_INVALID_VALUE, |answer| counted_load(answer.wrap(real)))
 }
 
@@ -44,10 +47,8 @@ pub unsafe extern "C" fn cuModuleLoadDataEx(
     option_values: *mut *mut c_void,
 ) -> CUresult {
     let real = || {
-        crate::call_real!(
-            cuModuleLoadDataEx: fn(*mut *mut c_void, *const c_void, c_uint, *mut c_uint, *mut *mut c_void) -> CUresult,
-            module, image, num_options, options, option_values
-        )
+        // SAFETY: the hook's caller's own arguments, passed on unchanged: the call's contract is theirs.
+        unsafe { raw::cuModuleLoadDataEx(module, image, num_options, options, option_values) }
         .unwrap_or(CUDA_ERROR_NOT_FOUND)
     };
     super::guard_driver(CUDA_ERROR_INVALID_VALUE, |answer| counted_load(answer.wrap(real)))
@@ -57,7 +58,8 @@ pub unsafe extern "C" fn cuModuleLoadDataEx(
 /// `cuModuleLoadFatBinary` contract.
 #[no_mangle]
 pub unsafe extern "C" fn cuModuleLoadFatBinary(module: *mut *mut c_void, fat_cubin: *const c_void) -> CUresult {
-    let real = || crate::call_real!(cuModuleLoadFatBinary: fn(*mut *mut c_void, *const c_void) -> CUresult, module, fat_cubin).unwrap_or(CUDA_ERROR_NOT_FOUND);
+    // SAFETY: the hook's caller's own arguments, passed on unchanged: the call's contract is theirs.
+    let real = || unsafe { raw::cuModuleLoadFatBinary(module, fat_cubin) }.unwrap_or(CUDA_ERROR_NOT_FOUND);
     super::guard_driver(CUDA_ERROR_INVALID_VALUE, |answer| counted_load(answer.wrap(real)))
 }
 
@@ -75,10 +77,8 @@ pub unsafe extern "C" fn cuLibraryLoadData(
     num_library_options: c_uint,
 ) -> CUresult {
     let real = || {
-        crate::call_real!(
-            cuLibraryLoadData: fn(*mut *mut c_void, *const c_void, *mut c_uint, *mut *mut c_void, c_uint, *mut c_uint, *mut *mut c_void, c_uint) -> CUresult,
-            library, code, jit_options, jit_option_values, num_jit_options, library_options, library_option_values, num_library_options
-        )
+        // SAFETY: the hook's caller's own arguments, passed on unchanged: the call's contract is theirs.
+        unsafe { raw::cuLibraryLoadData(library, code, jit_options, jit_option_values, num_jit_options, library_options, library_option_values, num_library_options) }
         .unwrap_or(CUDA_ERROR_NOT_FOUND)
     };
     super::guard_driver(CUDA_ERROR_INVALID_VALUE, |answer| counted_load(answer.wrap(real)))
@@ -98,10 +98,8 @@ pub unsafe extern "C" fn cuLibraryLoadFromFile(
     num_library_options: c_uint,
 ) -> CUresult {
     let real = || {
-        crate::call_real!(
-            cuLibraryLoadFromFile: fn(*mut *mut c_void, *const c_char, *mut c_uint, *mut *mut c_void, c_uint, *mut c_uint, *mut *mut c_void, c_uint) -> CUresult,
-            library, file_name, jit_options, jit_option_values, num_jit_options, library_options, library_option_values, num_library_options
-        )
+        // SAFETY: the hook's caller's own arguments, passed on unchanged: the call's contract is theirs.
+        unsafe { raw::cuLibraryLoadFromFile(library, file_name, jit_options, jit_option_values, num_jit_options, library_options, library_option_values, num_library_options) }
         .unwrap_or(CUDA_ERROR_NOT_FOUND)
     };
     super::guard_driver(CUDA_ERROR_INVALID_VALUE, |answer| counted_load(answer.wrap(real)))

@@ -21,14 +21,16 @@
 //!   gives, nothing of the driver's lists is shown. With a broken configuration all of
 //!   them are empty.
 
+use crate::driver::raw;
 use crate::abi::nvml::*;
-use crate::real::Sym;
+use crate::driver::instance::driver;
+use crate::driver::seam::NvmlDriver;
 use crate::state::{self, Active, Mode};
 use fgpu_core::ledger::{DeviceId, SlotId, Snapshot};
 use fgpu_core::nvmlpids::{Entry, Look, Member, NvmlPids, Own, Verdict};
 use fgpu_core::uuid::{format_gpu_uuid, parse_gpu_uuid};
 use fgpu_core::view::MemoryView;
-use std::ffi::{c_char, c_uint};
+use std::ffi::c_uint;
 
 /// Calls into the real NVML that fgpu itself needs (context measurement, UUIDs).
 // NVML device handles are opaque tokens handed back to NVML, never dereferenced here.
@@ -36,128 +38,22 @@ use std::ffi::{c_char, c_uint};
 pub mod query {
     use super::*;
     use crate::state::Dev;
-    use std::sync::OnceLock;
-
-    pub fn ready() -> bool {
-        static READY: OnceLock<bool> = OnceLock::new();
-        *READY.get_or_init(|| {
-            crate::real::library_present(crate::real::Lib::Nvml)
-                && crate::call_real!(nvmlInit_v2: fn() -> NvmlReturn) == Some(NVML_SUCCESS)
-        })
-    }
 
     pub fn handle_for(uuid: &[u8; 16]) -> Option<NvmlDevice> {
-        if !ready() {
-            return None;
-        }
-        let text = format!("{}\0", format_gpu_uuid(uuid));
-        let mut handle: NvmlDevice = std::ptr::null_mut();
-        let rc = crate::call_real!(nvmlDeviceGetHandleByUUID: fn(*const c_char, *mut NvmlDevice) -> NvmlReturn, text.as_ptr().cast(), &mut handle)?;
-        (rc == NVML_SUCCESS).then_some(handle)
+        driver().nvml_device_by_uuid(uuid)
     }
 
     pub fn device_uuid(device: NvmlDevice) -> Option<[u8; 16]> {
-        parse_gpu_uuid(&device_uuid_text(device)?)
-    }
-
-    /// `nvmlDeviceGetUUID` as NVML writes it: `GPU-…`, or `MIG-…` for a MIG instance.
-    fn device_uuid_text(device: NvmlDevice) -> Option<String> {
-        // NVML_DEVICE_UUID_V2_BUFFER_SIZE (nvml.h) is 96.
-        let mut buf = [0u8; 96];
-        let rc = crate::call_real!(nvmlDeviceGetUUID: fn(NvmlDevice, *mut c_char, c_uint) -> NvmlReturn, device, buf.as_mut_ptr().cast(), buf.len() as c_uint)?;
-        if rc != NVML_SUCCESS {
-            return None;
-        }
-        let end = buf.iter().position(|b| *b == 0).unwrap_or(buf.len());
-        std::str::from_utf8(&buf[..end]).ok().map(str::to_string)
-    }
-
-    /// `NVML_DEVICE_MIG_ENABLE` (nvml.h): the current mode of a GPU split into MIG instances.
-    const NVML_DEVICE_MIG_ENABLE: c_uint = 1;
-
-    /// The UUID of every GPU NVML lists (`nvmlDeviceGetCount_v2`: every GPU of the machine,
-    /// or of the container, whatever `CUDA_VISIBLE_DEVICES` says) and of every MIG instance
-    /// on them, or why they cannot be listed.
-    pub fn all_uuids() -> Result<Vec<String>, String> {
-        if !ready() {
-            return Err("NVML (libnvidia-ml.so.1) cannot be loaded or initialised".into());
-        }
-        let mut count: c_uint = 0;
-        let rc = crate::call_real!(nvmlDeviceGetCount_v2: fn(*mut c_uint) -> NvmlReturn, &mut count).ok_or("NVML has no nvmlDeviceGetCount_v2")?;
-        if rc != NVML_SUCCESS {
-            return Err(format!("nvmlDeviceGetCount_v2 failed with NVML error {rc}"));
-        }
-        let mut uuids = Vec::new();
-        for index in 0..count {
-            let mut device: NvmlDevice = std::ptr::null_mut();
-            let rc = crate::call_real!(nvmlDeviceGetHandleByIndex_v2: fn(c_uint, *mut NvmlDevice) -> NvmlReturn, index, &mut device)
-                .ok_or("NVML has no nvmlDeviceGetHandleByIndex_v2")?;
-            if rc != NVML_SUCCESS {
-                return Err(format!("nvmlDeviceGetHandleByIndex_v2({index}) failed with NVML error {rc}"));
-            }
-            uuids.push(device_uuid_text(device).ok_or_else(|| format!("nvmlDeviceGetUUID of GPU {index} failed"))?);
-            uuids.extend(mig_uuids(device));
-        }
-        Ok(uuids)
-    }
-
-    /// The UUIDs of the MIG instances of one GPU (none when MIG is off or unknown to NVML).
-    fn mig_uuids(device: NvmlDevice) -> Vec<String> {
-        let (mut current, mut pending): (c_uint, c_uint) = (0, 0);
-        let mode = crate::call_real!(nvmlDeviceGetMigMode: fn(NvmlDevice, *mut c_uint, *mut c_uint) -> NvmlReturn, device, &mut current, &mut pending);
-        if mode != Some(NVML_SUCCESS) || current != NVML_DEVICE_MIG_ENABLE {
-            return Vec::new();
-        }
-        let mut max: c_uint = 0;
-        if crate::call_real!(nvmlDeviceGetMaxMigDeviceCount: fn(NvmlDevice, *mut c_uint) -> NvmlReturn, device, &mut max) != Some(NVML_SUCCESS) {
-            return Vec::new();
-        }
-        // Slots of instances not created answer NVML_ERROR_NOT_FOUND.
-        (0..max)
-            .filter_map(|index| {
-                let mut mig: NvmlDevice = std::ptr::null_mut();
-                let rc = crate::call_real!(nvmlDeviceGetMigDeviceHandleByIndex: fn(NvmlDevice, c_uint, *mut NvmlDevice) -> NvmlReturn, device, index, &mut mig)?;
-                if rc != NVML_SUCCESS {
-                    return None;
-                }
-                device_uuid_text(mig)
-            })
-            .collect()
+        parse_gpu_uuid(&driver().nvml_device_uuid(device)?)
     }
 
     pub fn device_memory(device: NvmlDevice) -> Option<NvmlMemory> {
-        let mut memory = NvmlMemory::default();
-        let rc = crate::call_real!(nvmlDeviceGetMemoryInfo, device, &mut memory)?;
-        (rc == NVML_SUCCESS).then_some(memory)
+        driver().nvml_memory(device)
     }
 
     /// The real compute-process list (v3 layout, falling back to v2 and v1).
     pub fn compute_processes(device: NvmlDevice) -> Option<Vec<NvmlProcessInfoV2>> {
-        for sym in [Sym::nvmlDeviceGetComputeRunningProcesses_v3, Sym::nvmlDeviceGetComputeRunningProcesses_v2] {
-            if crate::real::get(sym).is_null() {
-                continue;
-            }
-            let mut entries = vec![NvmlProcessInfoV2::default(); 256];
-            let mut count = entries.len() as c_uint;
-            let rc = if sym == Sym::nvmlDeviceGetComputeRunningProcesses_v3 {
-                crate::call_real!(nvmlDeviceGetComputeRunningProcesses_v3: fn(NvmlDevice, *mut c_uint, *mut NvmlProcessInfoV2) -> NvmlReturn, device, &mut count, entries.as_mut_ptr())?
-            } else {
-                crate::call_real!(nvmlDeviceGetComputeRunningProcesses_v2: fn(NvmlDevice, *mut c_uint, *mut NvmlProcessInfoV2) -> NvmlReturn, device, &mut count, entries.as_mut_ptr())?
-            };
-            if rc == NVML_SUCCESS {
-                entries.truncate(count as usize);
-                return Some(entries);
-            }
-        }
-        let mut entries = vec![NvmlProcessInfoV1::default(); 256];
-        let mut count = entries.len() as c_uint;
-        let rc = crate::call_real!(nvmlDeviceGetComputeRunningProcesses: fn(NvmlDevice, *mut c_uint, *mut NvmlProcessInfoV1) -> NvmlReturn, device, &mut count, entries.as_mut_ptr())?;
-        (rc == NVML_SUCCESS).then(|| {
-            entries[..count as usize]
-                .iter()
-                .map(|e| NvmlProcessInfoV2 { pid: e.pid, used_gpu_memory: e.used_gpu_memory, gpu_instance_id: NVML_NO_INSTANCE, compute_instance_id: NVML_NO_INSTANCE })
-                .collect()
-        })
+        driver().nvml_compute_processes(device)
     }
 
     /// NVML's compute list for a device as [`Entry`]s (memory figures read as
@@ -312,7 +208,8 @@ fn memory_answer(device: NvmlDevice, real_total: u64) -> MemoryAnswer {
 /// `nvmlDeviceGetMemoryInfo` contract.
 #[no_mangle]
 pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo(device: NvmlDevice, memory: *mut NvmlMemory) -> NvmlReturn {
-    let rc = crate::call_real!(nvmlDeviceGetMemoryInfo, device, memory).unwrap_or(NVML_ERROR_FUNCTION_NOT_FOUND);
+    // SAFETY: the hook's caller's own arguments, passed on unchanged: the call's contract is theirs.
+    let rc = unsafe { raw::nvmlDeviceGetMemoryInfo(device, memory) }.unwrap_or(NVML_ERROR_FUNCTION_NOT_FOUND);
     if rc != NVML_SUCCESS || memory.is_null() {
         return rc;
     }
@@ -332,7 +229,8 @@ pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo(device: NvmlDevice, memory: *mu
 /// `nvmlDeviceGetMemoryInfo_v2` contract (`version` set by the caller).
 #[no_mangle]
 pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo_v2(device: NvmlDevice, memory: *mut NvmlMemoryV2) -> NvmlReturn {
-    let rc = crate::call_real!(nvmlDeviceGetMemoryInfo_v2: fn(NvmlDevice, *mut NvmlMemoryV2) -> NvmlReturn, device, memory).unwrap_or(NVML_ERROR_FUNCTION_NOT_FOUND);
+    // SAFETY: the hook's caller's own arguments, passed on unchanged: the call's contract is theirs.
+    let rc = unsafe { raw::nvmlDeviceGetMemoryInfo_v2(device, memory) }.unwrap_or(NVML_ERROR_FUNCTION_NOT_FOUND);
     if rc != NVML_SUCCESS || memory.is_null() {
         return rc;
     }
@@ -553,15 +451,7 @@ fn v2(l: &Listed) -> NvmlProcessInfoV2 {
 /// layout the driver in this process uses, as its callers (nvitop checks the version) expect.
 fn v3_entries_are_wide() -> bool {
     static WIDE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *WIDE.get_or_init(|| {
-        let mut buf = [0u8; 96];
-        let rc = crate::call_real!(nvmlSystemGetDriverVersion: fn(*mut c_char, c_uint) -> NvmlReturn, buf.as_mut_ptr().cast(), buf.len() as c_uint);
-        if rc != Some(NVML_SUCCESS) {
-            return false;
-        }
-        let end = buf.iter().position(|b| *b == 0).unwrap_or(buf.len());
-        wide_v3_driver(std::str::from_utf8(&buf[..end]).unwrap_or(""))
-    })
+    *WIDE.get_or_init(|| driver().nvml_driver_version().is_some_and(|v| wide_v3_driver(&v)))
 }
 
 fn wide_v3_driver(version: &str) -> bool {
@@ -580,7 +470,8 @@ macro_rules! process_list_hook {
         /// NVML process-list contract.
         #[no_mangle]
         pub unsafe extern "C" fn $name(device: NvmlDevice, count: *mut c_uint, infos: *mut $ty) -> NvmlReturn {
-            let real = |c, i| crate::call_real!($name: fn(NvmlDevice, *mut c_uint, *mut $ty) -> NvmlReturn, device, c, i);
+            // SAFETY: the hook's caller's own arguments, passed on unchanged: the call's contract is theirs.
+            let real = |c, i| unsafe { raw::$name(device, c, i) };
             // SAFETY: forwarded caller pointers per the NVML contract.
             unsafe { list_in_layout::<$ty>(device, count, infos, $kind, real, $make) }
         }
@@ -591,11 +482,14 @@ macro_rules! process_list_hook {
         #[no_mangle]
         pub unsafe extern "C" fn $name(device: NvmlDevice, count: *mut c_uint, infos: *mut NvmlProcessInfoV2) -> NvmlReturn {
             if v3_entries_are_wide() {
-                let real = |c, i| crate::call_real!($name: fn(NvmlDevice, *mut c_uint, *mut NvmlProcessInfoV3Cc) -> NvmlReturn, device, c, i);
+                // SAFETY: the caller's own count and buffer, which on these drivers holds 32-byte
+                // entries: the driver writes the layout it always writes.
+                let real = |c, i: *mut NvmlProcessInfoV3Cc| unsafe { raw::$name(device, c, i.cast()) };
                 // SAFETY: on these drivers the caller's buffer holds 32-byte entries.
                 unsafe { list_in_layout(device, count, infos.cast::<NvmlProcessInfoV3Cc>(), $kind, real, v3_wide) }
             } else {
-                let real = |c, i| crate::call_real!($name: fn(NvmlDevice, *mut c_uint, *mut NvmlProcessInfoV2) -> NvmlReturn, device, c, i);
+                // SAFETY: the hook's caller's own arguments, passed on unchanged: the call's contract is theirs.
+                let real = |c, i| unsafe { raw::$name(device, c, i) };
                 // SAFETY: forwarded caller pointers per the NVML contract.
                 unsafe { list_in_layout(device, count, infos, $kind, real, v2) }
             }
@@ -664,7 +558,8 @@ process_list_hook!(nvmlDeviceGetMPSComputeRunningProcesses_v3, v3, ListKind::Oth
 #[no_mangle]
 pub unsafe extern "C" fn nvmlDeviceGetRunningProcessDetailList(device: NvmlDevice, plist: *mut NvmlProcessDetailList) -> NvmlReturn {
     let call = |list: *mut NvmlProcessDetailList| {
-        crate::call_real!(nvmlDeviceGetRunningProcessDetailList: fn(NvmlDevice, *mut NvmlProcessDetailList) -> NvmlReturn, device, list)
+        // SAFETY: the hook's caller's own arguments, passed on unchanged: the call's contract is theirs.
+        unsafe { raw::nvmlDeviceGetRunningProcessDetailList(device, list) }
             .unwrap_or(NVML_ERROR_FUNCTION_NOT_FOUND)
     };
     super::guard(NVML_ERROR_UNKNOWN, || {
@@ -775,7 +670,8 @@ pub unsafe extern "C" fn nvmlDeviceGetProcessUtilization(
     last_seen: u64,
 ) -> NvmlReturn {
     let real = |s: *mut NvmlProcessUtilizationSample, c: *mut c_uint| {
-        crate::call_real!(nvmlDeviceGetProcessUtilization, device, s, c, last_seen)
+        // SAFETY: the hook's caller's own arguments, passed on unchanged: the call's contract is theirs.
+        unsafe { raw::nvmlDeviceGetProcessUtilization(device, s, c, last_seen) }
         .unwrap_or(NVML_ERROR_FUNCTION_NOT_FOUND)
     };
     super::guard(NVML_ERROR_UNKNOWN, || {
@@ -805,7 +701,8 @@ pub unsafe extern "C" fn nvmlDeviceGetProcessUtilization(
 #[no_mangle]
 pub unsafe extern "C" fn nvmlDeviceGetProcessesUtilizationInfo(device: NvmlDevice, info: *mut NvmlProcessesUtilizationInfo) -> NvmlReturn {
     let call = |i: *mut NvmlProcessesUtilizationInfo| {
-        crate::call_real!(nvmlDeviceGetProcessesUtilizationInfo: fn(NvmlDevice, *mut NvmlProcessesUtilizationInfo) -> NvmlReturn, device, i)
+        // SAFETY: the hook's caller's own arguments, passed on unchanged: the call's contract is theirs.
+        unsafe { raw::nvmlDeviceGetProcessesUtilizationInfo(device, i) }
             .unwrap_or(NVML_ERROR_FUNCTION_NOT_FOUND)
     };
     super::guard(NVML_ERROR_UNKNOWN, || {
@@ -849,7 +746,8 @@ pub unsafe extern "C" fn nvmlDeviceGetProcessesUtilizationInfo(device: NvmlDevic
 #[no_mangle]
 pub unsafe extern "C" fn nvmlDeviceGetAccountingPids(device: NvmlDevice, count: *mut c_uint, pids: *mut c_uint) -> NvmlReturn {
     let real = |p: *mut c_uint, c: *mut c_uint| {
-        crate::call_real!(nvmlDeviceGetAccountingPids: fn(NvmlDevice, *mut c_uint, *mut c_uint) -> NvmlReturn, device, c, p)
+        // SAFETY: the hook's caller's own arguments, passed on unchanged: the call's contract is theirs.
+        unsafe { raw::nvmlDeviceGetAccountingPids(device, c, p) }
             .unwrap_or(NVML_ERROR_FUNCTION_NOT_FOUND)
     };
     super::guard(NVML_ERROR_UNKNOWN, || {
@@ -876,7 +774,8 @@ pub unsafe extern "C" fn nvmlDeviceGetAccountingPids(device: NvmlDevice, count: 
 #[no_mangle]
 pub unsafe extern "C" fn nvmlDeviceGetAccountingStats(device: NvmlDevice, pid: c_uint, stats: *mut std::ffi::c_void) -> NvmlReturn {
     let real = |p: c_uint| {
-        crate::call_real!(nvmlDeviceGetAccountingStats: fn(NvmlDevice, c_uint, *mut std::ffi::c_void) -> NvmlReturn, device, p, stats)
+        // SAFETY: the hook's caller's own arguments, passed on unchanged: the call's contract is theirs.
+        unsafe { raw::nvmlDeviceGetAccountingStats(device, p, stats) }
             .unwrap_or(NVML_ERROR_FUNCTION_NOT_FOUND)
     };
     super::guard(NVML_ERROR_UNKNOWN, || match state::mode() {
@@ -902,7 +801,8 @@ fn host_pid_of(active: &Active, pid: c_uint) -> Option<c_uint> {
 #[no_mangle]
 pub unsafe extern "C" fn nvmlDeviceGetAccountingStats_v2(device: NvmlDevice, stats: *mut NvmlAccountingStatsV2) -> NvmlReturn {
     let real = || {
-        crate::call_real!(nvmlDeviceGetAccountingStats_v2: fn(NvmlDevice, *mut NvmlAccountingStatsV2) -> NvmlReturn, device, stats)
+        // SAFETY: the hook's caller's own arguments, passed on unchanged: the call's contract is theirs.
+        unsafe { raw::nvmlDeviceGetAccountingStats_v2(device, stats) }
             .unwrap_or(NVML_ERROR_FUNCTION_NOT_FOUND)
     };
     super::guard(NVML_ERROR_UNKNOWN, || {
@@ -959,7 +859,8 @@ unsafe fn session_list<T: Copy + Default>(
 #[no_mangle]
 pub unsafe extern "C" fn nvmlDeviceGetEncoderSessions(device: NvmlDevice, count: *mut c_uint, sessions: *mut NvmlEncoderSessionInfo) -> NvmlReturn {
     let real = |c, s| {
-        crate::call_real!(nvmlDeviceGetEncoderSessions: fn(NvmlDevice, *mut c_uint, *mut NvmlEncoderSessionInfo) -> NvmlReturn, device, c, s)
+        // SAFETY: the hook's caller's own arguments, passed on unchanged: the call's contract is theirs.
+        unsafe { raw::nvmlDeviceGetEncoderSessions(device, c, s) }
             .unwrap_or(NVML_ERROR_FUNCTION_NOT_FOUND)
     };
     super::guard(NVML_ERROR_UNKNOWN, || {
@@ -973,7 +874,8 @@ pub unsafe extern "C" fn nvmlDeviceGetEncoderSessions(device: NvmlDevice, count:
 #[no_mangle]
 pub unsafe extern "C" fn nvmlDeviceGetFBCSessions(device: NvmlDevice, count: *mut c_uint, sessions: *mut NvmlFbcSessionInfo) -> NvmlReturn {
     let real = |c, s| {
-        crate::call_real!(nvmlDeviceGetFBCSessions: fn(NvmlDevice, *mut c_uint, *mut NvmlFbcSessionInfo) -> NvmlReturn, device, c, s)
+        // SAFETY: the hook's caller's own arguments, passed on unchanged: the call's contract is theirs.
+        unsafe { raw::nvmlDeviceGetFBCSessions(device, c, s) }
             .unwrap_or(NVML_ERROR_FUNCTION_NOT_FOUND)
     };
     super::guard(NVML_ERROR_UNKNOWN, || {

@@ -16,28 +16,23 @@
 //! No lock is held across the allocation itself: streams of one process allocate in
 //! parallel (see `counted_pool.rs` for how overlapping calls are counted).
 
+use crate::driver::raw;
 use crate::abi::cuda::*;
+use crate::driver::instance::driver;
+use crate::driver::seam::CudaDriver;
 use crate::counted_pool::{CountedPool, InFlight};
 use crate::state::{self, Active, Mode};
 use std::collections::HashMap;
-use std::ffi::c_void;
 use std::sync::atomic::Ordering;
 
 const POOL_GRANULE: u64 = 2 << 20;
 
 fn pool_attribute(pool: CUmemoryPool, attribute: u32) -> Option<u64> {
-    let mut value: u64 = 0;
-    let rc = crate::call_real!(
-        cuMemPoolGetAttribute: fn(CUmemoryPool, u32, *mut c_void) -> CUresult,
-        pool, attribute, (&mut value as *mut u64).cast()
-    )?;
-    (rc == CUDA_SUCCESS).then_some(value)
+    driver().mem_pool_attribute(pool, attribute)
 }
 
 fn current_pool(ordinal: CUdevice) -> Option<CUmemoryPool> {
-    let mut pool: CUmemoryPool = std::ptr::null_mut();
-    let rc = crate::call_real!(cuDeviceGetMemPool: fn(*mut CUmemoryPool, CUdevice) -> CUresult, &mut pool, ordinal)?;
-    (rc == CUDA_SUCCESS && !pool.is_null()).then_some(pool)
+    driver().device_mem_pool(ordinal)
 }
 
 /// Brings the count for one pool to its reserved memory, once `done` has run.
@@ -106,7 +101,8 @@ fn grow_pool(active: &Active, dev: &crate::state::Dev, pool: CUmemoryPool, bytes
 /// `cuMemAllocAsync` contract.
 #[no_mangle]
 pub unsafe extern "C" fn cuMemAllocAsync(dptr: *mut CUdeviceptr, bytesize: usize, stream: CUstream) -> CUresult {
-    let real = || crate::call_real!(cuMemAllocAsync: fn(*mut CUdeviceptr, usize, CUstream) -> CUresult, dptr, bytesize, stream).unwrap_or(CUDA_ERROR_NOT_FOUND);
+    // SAFETY: the hook's caller's own arguments, passed on unchanged: the call's contract is theirs.
+    let real = || unsafe { raw::cuMemAllocAsync(dptr, bytesize, stream) }.unwrap_or(CUDA_ERROR_NOT_FOUND);
     super::guard_driver(CUDA_ERROR_OUT_OF_MEMORY, |answer| pool_alloc(bytesize, None, answer.wrap(real)))
 }
 
@@ -114,7 +110,8 @@ pub unsafe extern "C" fn cuMemAllocAsync(dptr: *mut CUdeviceptr, bytesize: usize
 /// `cuMemAllocAsync_ptsz` contract (per-thread default stream).
 #[no_mangle]
 pub unsafe extern "C" fn cuMemAllocAsync_ptsz(dptr: *mut CUdeviceptr, bytesize: usize, stream: CUstream) -> CUresult {
-    let real = || crate::call_real!(cuMemAllocAsync_ptsz: fn(*mut CUdeviceptr, usize, CUstream) -> CUresult, dptr, bytesize, stream).unwrap_or(CUDA_ERROR_NOT_FOUND);
+    // SAFETY: the hook's caller's own arguments, passed on unchanged: the call's contract is theirs.
+    let real = || unsafe { raw::cuMemAllocAsync_ptsz(dptr, bytesize, stream) }.unwrap_or(CUDA_ERROR_NOT_FOUND);
     super::guard_driver(CUDA_ERROR_OUT_OF_MEMORY, |answer| pool_alloc(bytesize, None, answer.wrap(real)))
 }
 
@@ -123,7 +120,8 @@ pub unsafe extern "C" fn cuMemAllocAsync_ptsz(dptr: *mut CUdeviceptr, bytesize: 
 #[no_mangle]
 pub unsafe extern "C" fn cuMemAllocFromPoolAsync(dptr: *mut CUdeviceptr, bytesize: usize, pool: CUmemoryPool, stream: CUstream) -> CUresult {
     let real = || {
-        crate::call_real!(cuMemAllocFromPoolAsync: fn(*mut CUdeviceptr, usize, CUmemoryPool, CUstream) -> CUresult, dptr, bytesize, pool, stream)
+        // SAFETY: the hook's caller's own arguments, passed on unchanged: the call's contract is theirs.
+        unsafe { raw::cuMemAllocFromPoolAsync(dptr, bytesize, pool, stream) }
             .unwrap_or(CUDA_ERROR_NOT_FOUND)
     };
     super::guard_driver(CUDA_ERROR_OUT_OF_MEMORY, |answer| pool_alloc(bytesize, Some(pool), answer.wrap(real)))
@@ -134,7 +132,8 @@ pub unsafe extern "C" fn cuMemAllocFromPoolAsync(dptr: *mut CUdeviceptr, bytesiz
 #[no_mangle]
 pub unsafe extern "C" fn cuMemAllocFromPoolAsync_ptsz(dptr: *mut CUdeviceptr, bytesize: usize, pool: CUmemoryPool, stream: CUstream) -> CUresult {
     let real = || {
-        crate::call_real!(cuMemAllocFromPoolAsync_ptsz: fn(*mut CUdeviceptr, usize, CUmemoryPool, CUstream) -> CUresult, dptr, bytesize, pool, stream)
+        // SAFETY: the hook's caller's own arguments, passed on unchanged: the call's contract is theirs.
+        unsafe { raw::cuMemAllocFromPoolAsync_ptsz(dptr, bytesize, pool, stream) }
             .unwrap_or(CUDA_ERROR_NOT_FOUND)
     };
     super::guard_driver(CUDA_ERROR_OUT_OF_MEMORY, |answer| pool_alloc(bytesize, Some(pool), answer.wrap(real)))
@@ -158,21 +157,24 @@ fn then_refresh(real: impl FnOnce() -> CUresult) -> CUresult {
 /// `cuMemFreeAsync` contract.
 #[no_mangle]
 pub unsafe extern "C" fn cuMemFreeAsync(dptr: CUdeviceptr, stream: CUstream) -> CUresult {
-    crate::call_real!(cuMemFreeAsync: fn(CUdeviceptr, CUstream) -> CUresult, dptr, stream).unwrap_or(CUDA_ERROR_NOT_FOUND)
+    // SAFETY: the hook's caller's own arguments, passed on unchanged: the call's contract is theirs.
+    unsafe { raw::cuMemFreeAsync(dptr, stream) }.unwrap_or(CUDA_ERROR_NOT_FOUND)
 }
 
 /// # Safety
 /// `cuMemFreeAsync_ptsz` contract.
 #[no_mangle]
 pub unsafe extern "C" fn cuMemFreeAsync_ptsz(dptr: CUdeviceptr, stream: CUstream) -> CUresult {
-    crate::call_real!(cuMemFreeAsync_ptsz: fn(CUdeviceptr, CUstream) -> CUresult, dptr, stream).unwrap_or(CUDA_ERROR_NOT_FOUND)
+    // SAFETY: the hook's caller's own arguments, passed on unchanged: the call's contract is theirs.
+    unsafe { raw::cuMemFreeAsync_ptsz(dptr, stream) }.unwrap_or(CUDA_ERROR_NOT_FOUND)
 }
 
 /// # Safety
 /// `cuMemPoolTrimTo` contract.
 #[no_mangle]
 pub unsafe extern "C" fn cuMemPoolTrimTo(pool: CUmemoryPool, min_bytes_to_keep: usize) -> CUresult {
-    let real = || crate::call_real!(cuMemPoolTrimTo: fn(CUmemoryPool, usize) -> CUresult, pool, min_bytes_to_keep).unwrap_or(CUDA_ERROR_NOT_FOUND);
+    // SAFETY: the hook's caller's own arguments, passed on unchanged: the call's contract is theirs.
+    let real = || unsafe { raw::cuMemPoolTrimTo(pool, min_bytes_to_keep) }.unwrap_or(CUDA_ERROR_NOT_FOUND);
     super::guard_driver(CUDA_ERROR_INVALID_VALUE, |answer| then_refresh(answer.wrap(real)))
 }
 
@@ -180,7 +182,8 @@ pub unsafe extern "C" fn cuMemPoolTrimTo(pool: CUmemoryPool, min_bytes_to_keep: 
 /// `cuMemPoolDestroy` contract.
 #[no_mangle]
 pub unsafe extern "C" fn cuMemPoolDestroy(pool: CUmemoryPool) -> CUresult {
-    let real = || crate::call_real!(cuMemPoolDestroy: fn(CUmemoryPool) -> CUresult, pool).unwrap_or(CUDA_ERROR_NOT_FOUND);
+    // SAFETY: the hook's caller's own arguments, passed on unchanged: the call's contract is theirs.
+    let real = || unsafe { raw::cuMemPoolDestroy(pool) }.unwrap_or(CUDA_ERROR_NOT_FOUND);
     super::guard_driver(CUDA_ERROR_INVALID_VALUE, |answer| {
         let Mode::On(active) = state::mode() else { return answer.of(real()) };
         let rc = answer.of(real());
@@ -200,7 +203,8 @@ pub unsafe extern "C" fn cuMemPoolDestroy(pool: CUmemoryPool) -> CUresult {
 /// `cuStreamSynchronize` contract.
 #[no_mangle]
 pub unsafe extern "C" fn cuStreamSynchronize(stream: CUstream) -> CUresult {
-    let real = || crate::call_real!(cuStreamSynchronize: fn(CUstream) -> CUresult, stream).unwrap_or(CUDA_ERROR_NOT_FOUND);
+    // SAFETY: the hook's caller's own arguments, passed on unchanged: the call's contract is theirs.
+    let real = || unsafe { raw::cuStreamSynchronize(stream) }.unwrap_or(CUDA_ERROR_NOT_FOUND);
     super::guard_driver(CUDA_ERROR_INVALID_VALUE, |answer| {
         crate::compute::before_sync(Some((stream, false)));
         then_refresh(answer.wrap(real))
@@ -211,7 +215,8 @@ pub unsafe extern "C" fn cuStreamSynchronize(stream: CUstream) -> CUresult {
 /// `cuStreamSynchronize_ptsz` contract.
 #[no_mangle]
 pub unsafe extern "C" fn cuStreamSynchronize_ptsz(stream: CUstream) -> CUresult {
-    let real = || crate::call_real!(cuStreamSynchronize_ptsz: fn(CUstream) -> CUresult, stream).unwrap_or(CUDA_ERROR_NOT_FOUND);
+    // SAFETY: the hook's caller's own arguments, passed on unchanged: the call's contract is theirs.
+    let real = || unsafe { raw::cuStreamSynchronize_ptsz(stream) }.unwrap_or(CUDA_ERROR_NOT_FOUND);
     super::guard_driver(CUDA_ERROR_INVALID_VALUE, |answer| {
         crate::compute::before_sync(Some((stream, true)));
         then_refresh(answer.wrap(real))
@@ -222,7 +227,8 @@ pub unsafe extern "C" fn cuStreamSynchronize_ptsz(stream: CUstream) -> CUresult 
 /// `cuEventSynchronize` contract.
 #[no_mangle]
 pub unsafe extern "C" fn cuEventSynchronize(event: CUevent) -> CUresult {
-    let real = || crate::call_real!(cuEventSynchronize: fn(CUevent) -> CUresult, event).unwrap_or(CUDA_ERROR_NOT_FOUND);
+    // SAFETY: the hook's caller's own arguments, passed on unchanged: the call's contract is theirs.
+    let real = || unsafe { raw::cuEventSynchronize(event) }.unwrap_or(CUDA_ERROR_NOT_FOUND);
     super::guard_driver(CUDA_ERROR_INVALID_VALUE, |answer| {
         crate::compute::before_sync(None);
         then_refresh(answer.wrap(real))
@@ -233,7 +239,8 @@ pub unsafe extern "C" fn cuEventSynchronize(event: CUevent) -> CUresult {
 /// `cuCtxSynchronize` contract.
 #[no_mangle]
 pub unsafe extern "C" fn cuCtxSynchronize() -> CUresult {
-    let real = || crate::call_real!(cuCtxSynchronize: fn() -> CUresult).unwrap_or(CUDA_ERROR_NOT_FOUND);
+    // SAFETY: the hook's caller's own arguments, passed on unchanged: the call's contract is theirs.
+    let real = || unsafe { raw::cuCtxSynchronize() }.unwrap_or(CUDA_ERROR_NOT_FOUND);
     super::guard_driver(CUDA_ERROR_INVALID_VALUE, |answer| {
         crate::compute::before_sync(None);
         then_refresh(answer.wrap(real))

@@ -9,7 +9,9 @@
 //! (and say so at debug level) rather than let the caller run uncapped.
 
 use crate::abi::cuda::*;
-use crate::real::{self, Sym};
+use super::table;
+use crate::driver::raw;
+use crate::driver::symbols::{self, Sym};
 use fgpu_core::log::Level;
 use fgpu_core::log_at;
 use std::ffi::{c_char, c_int, c_void, CStr};
@@ -18,7 +20,8 @@ use std::ffi::{c_char, c_int, c_void, CStr};
 /// `cuGetProcAddress` contract (CUDA 11.3+): NUL-terminated `symbol`, writable `pfn`.
 #[no_mangle]
 pub unsafe extern "C" fn cuGetProcAddress(symbol: *const c_char, pfn: *mut *mut c_void, cuda_version: c_int, flags: u64) -> CUresult {
-    let rc = crate::call_real!(cuGetProcAddress: fn(*const c_char, *mut *mut c_void, c_int, u64) -> CUresult, symbol, pfn, cuda_version, flags)
+    // SAFETY: the hook's caller's own arguments, passed on unchanged: the call's contract is theirs.
+    let rc = unsafe { raw::cuGetProcAddress(symbol, pfn, cuda_version, flags) }
         .unwrap_or(CUDA_ERROR_NOT_FOUND);
     super::guard(rc, || {
         // SAFETY: forwarded caller pointers, checked for null inside.
@@ -37,10 +40,8 @@ pub unsafe extern "C" fn cuGetProcAddress_v2(
     flags: u64,
     symbol_status: *mut u32,
 ) -> CUresult {
-    let rc = crate::call_real!(
-        cuGetProcAddress_v2: fn(*const c_char, *mut *mut c_void, c_int, u64, *mut u32) -> CUresult,
-        symbol, pfn, cuda_version, flags, symbol_status
-    )
+    // SAFETY: the hook's caller's own arguments, passed on unchanged: the call's contract is theirs.
+    let rc = unsafe { raw::cuGetProcAddress_v2(symbol, pfn, cuda_version, flags, symbol_status) }
     .unwrap_or(CUDA_ERROR_NOT_FOUND);
     super::guard(rc, || {
         // SAFETY: forwarded caller pointers, checked for null inside.
@@ -62,8 +63,8 @@ unsafe fn substitute(rc: CUresult, symbol: *const c_char, pfn: *mut *mut c_void,
     if found.is_null() {
         return;
     }
-    if let Some(sym) = real::identify(found) {
-        if let Some(wrapper) = sym.wrapper() {
+    if let Some(sym) = table::identify(found) {
+        if let Some(wrapper) = table::wrapper(sym) {
             // SAFETY: as above.
             unsafe { *pfn = wrapper };
         }
@@ -73,10 +74,10 @@ unsafe fn substitute(rc: CUresult, symbol: *const c_char, pfn: *mut *mut c_void,
     let name = unsafe { CStr::from_ptr(symbol) }.to_string_lossy();
     let ptds = flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM != 0;
     if let Some(sym) = variant_for(&name, cuda_version, ptds) {
-        if let Some(wrapper) = sym.wrapper() {
+        if let Some(wrapper) = table::wrapper(sym) {
             if found != wrapper {
                 log_at!(Level::Debug, "cuGetProcAddress({name}, {cuda_version}) returned an address fgpu does not know; using its {} wrapper", sym.name());
-                real::remember(sym, found);
+                symbols::remember(sym, found);
                 // SAFETY: as above.
                 unsafe { *pfn = wrapper };
             }

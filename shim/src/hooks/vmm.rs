@@ -8,6 +8,7 @@
 //! The driver is called without holding this process's handle table: what it did is
 //! recorded once it has answered, so threads map and unmap in parallel.
 
+use crate::driver::raw;
 use crate::abi::cuda::*;
 use crate::state::{self, Mode};
 use std::collections::{BTreeMap, HashMap};
@@ -32,7 +33,8 @@ struct Handle {
 #[no_mangle]
 pub unsafe extern "C" fn cuMemCreate(handle: *mut CUmemGenericAllocationHandle, size: usize, prop: *const CUmemAllocationProp, flags: u64) -> CUresult {
     let real = || {
-        crate::call_real!(cuMemCreate: fn(*mut CUmemGenericAllocationHandle, usize, *const CUmemAllocationProp, u64) -> CUresult, handle, size, prop, flags)
+        // SAFETY: the hook's caller's own arguments, passed on unchanged: the call's contract is theirs.
+        unsafe { raw::cuMemCreate(handle, size, prop, flags) }
             .unwrap_or(CUDA_ERROR_NOT_FOUND)
     };
     if handle.is_null() || prop.is_null() || size == 0 {
@@ -84,7 +86,8 @@ fn drop_if_gone(active: &state::Active, handles: &mut Handles, id: CUmemGenericA
 /// `cuMemRelease` contract.
 #[no_mangle]
 pub unsafe extern "C" fn cuMemRelease(handle: CUmemGenericAllocationHandle) -> CUresult {
-    let real = || crate::call_real!(cuMemRelease: fn(CUmemGenericAllocationHandle) -> CUresult, handle).unwrap_or(CUDA_ERROR_NOT_FOUND);
+    // SAFETY: the hook's caller's own arguments, passed on unchanged: the call's contract is theirs.
+    let real = || unsafe { raw::cuMemRelease(handle) }.unwrap_or(CUDA_ERROR_NOT_FOUND);
     super::guard_driver(CUDA_ERROR_INVALID_VALUE, |answer| {
         let Mode::On(active) = state::mode() else { return answer.of(real()) };
         let rc = answer.of(real());
@@ -105,7 +108,8 @@ pub unsafe extern "C" fn cuMemRelease(handle: CUmemGenericAllocationHandle) -> C
 #[no_mangle]
 pub unsafe extern "C" fn cuMemMap(ptr: CUdeviceptr, size: usize, offset: usize, handle: CUmemGenericAllocationHandle, flags: u64) -> CUresult {
     let real = || {
-        crate::call_real!(cuMemMap: fn(CUdeviceptr, usize, usize, CUmemGenericAllocationHandle, u64) -> CUresult, ptr, size, offset, handle, flags)
+        // SAFETY: the hook's caller's own arguments, passed on unchanged: the call's contract is theirs.
+        unsafe { raw::cuMemMap(ptr, size, offset, handle, flags) }
             .unwrap_or(CUDA_ERROR_NOT_FOUND)
     };
     super::guard_driver(CUDA_ERROR_INVALID_VALUE, |answer| {
@@ -127,7 +131,8 @@ pub unsafe extern "C" fn cuMemMap(ptr: CUdeviceptr, size: usize, offset: usize, 
 /// `cuMemUnmap` contract.
 #[no_mangle]
 pub unsafe extern "C" fn cuMemUnmap(ptr: CUdeviceptr, size: usize) -> CUresult {
-    let real = || crate::call_real!(cuMemUnmap: fn(CUdeviceptr, usize) -> CUresult, ptr, size).unwrap_or(CUDA_ERROR_NOT_FOUND);
+    // SAFETY: the hook's caller's own arguments, passed on unchanged: the call's contract is theirs.
+    let real = || unsafe { raw::cuMemUnmap(ptr, size) }.unwrap_or(CUDA_ERROR_NOT_FOUND);
     super::guard_driver(CUDA_ERROR_INVALID_VALUE, |answer| {
         let Mode::On(active) = state::mode() else { return answer.of(real()) };
         let rc = answer.of(real());

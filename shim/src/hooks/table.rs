@@ -1,0 +1,130 @@
+//! The table from each driver symbol the shim hooks to its exported wrapper here. The
+//! `dlsym` and `cuGetProcAddress` hooks hand these wrappers out in place of the driver's
+//! functions; each wrapper's signature is checked at compile time against the symbol's
+//! prototype in `driver/table.rs` (which tests check against NVIDIA's headers).
+
+use super::{alloc, array, context, graph, info, launch, module, nvml, pool, procaddr, vmm};
+use crate::driver::raw::proto;
+use crate::driver::symbols::{Lib, Sym};
+use std::ffi::c_void;
+
+macro_rules! hooked {
+    ($( $name:ident => $wrapper:path ; )*) => {
+        /// Every symbol the shim hooks.
+        pub const HOOKED: &[Sym] = &[ $( Sym::$name, )* ];
+
+        /// Our exported replacement for `sym`, if the shim hooks it.
+        pub fn wrapper(sym: Sym) -> Option<*mut c_void> {
+            match sym {
+                $( Sym::$name => Some($wrapper as *mut c_void), )*
+                _ => None,
+            }
+        }
+
+        /// The hooked symbol with this exact name.
+        pub fn hooked_by_name(name: &[u8]) -> Option<Sym> {
+            $( if name == stringify!($name).as_bytes() { return Some(Sym::$name); } )*
+            None
+        }
+
+        // Each wrapper has the C prototype of the symbol it stands for.
+        $( const _: proto::$name = $wrapper; )*
+    };
+}
+
+hooked! {
+    cuGetProcAddress => procaddr::cuGetProcAddress;
+    cuGetProcAddress_v2 => procaddr::cuGetProcAddress_v2;
+    cuMemAlloc => alloc::cuMemAlloc;
+    cuMemAlloc_v2 => alloc::cuMemAlloc_v2;
+    cuMemAllocPitch => alloc::cuMemAllocPitch;
+    cuMemAllocPitch_v2 => alloc::cuMemAllocPitch_v2;
+    cuMemAllocManaged => alloc::cuMemAllocManaged;
+    cuMemFree => alloc::cuMemFree;
+    cuMemFree_v2 => alloc::cuMemFree_v2;
+    cuMemGetInfo => info::cuMemGetInfo;
+    cuMemGetInfo_v2 => info::cuMemGetInfo_v2;
+    cuDeviceTotalMem => info::cuDeviceTotalMem;
+    cuDeviceTotalMem_v2 => info::cuDeviceTotalMem_v2;
+    cuCtxCreate => context::cuCtxCreate;
+    cuCtxCreate_v2 => context::cuCtxCreate_v2;
+    cuCtxCreate_v3 => context::cuCtxCreate_v3;
+    cuCtxCreate_v4 => context::cuCtxCreate_v4;
+    cuCtxDestroy => context::cuCtxDestroy;
+    cuCtxDestroy_v2 => context::cuCtxDestroy_v2;
+    cuDevicePrimaryCtxRetain => context::cuDevicePrimaryCtxRetain;
+    cuDevicePrimaryCtxRelease => context::cuDevicePrimaryCtxRelease;
+    cuDevicePrimaryCtxRelease_v2 => context::cuDevicePrimaryCtxRelease_v2;
+    cuDevicePrimaryCtxReset => context::cuDevicePrimaryCtxReset;
+    cuDevicePrimaryCtxReset_v2 => context::cuDevicePrimaryCtxReset_v2;
+    cuMemAllocAsync => pool::cuMemAllocAsync;
+    cuMemAllocAsync_ptsz => pool::cuMemAllocAsync_ptsz;
+    cuMemAllocFromPoolAsync => pool::cuMemAllocFromPoolAsync;
+    cuMemAllocFromPoolAsync_ptsz => pool::cuMemAllocFromPoolAsync_ptsz;
+    cuMemFreeAsync => pool::cuMemFreeAsync;
+    cuMemFreeAsync_ptsz => pool::cuMemFreeAsync_ptsz;
+    cuMemPoolTrimTo => pool::cuMemPoolTrimTo;
+    cuMemPoolDestroy => pool::cuMemPoolDestroy;
+    cuStreamSynchronize => pool::cuStreamSynchronize;
+    cuStreamSynchronize_ptsz => pool::cuStreamSynchronize_ptsz;
+    cuEventSynchronize => pool::cuEventSynchronize;
+    cuCtxSynchronize => pool::cuCtxSynchronize;
+    cuMemCreate => vmm::cuMemCreate;
+    cuMemRelease => vmm::cuMemRelease;
+    cuMemMap => vmm::cuMemMap;
+    cuMemUnmap => vmm::cuMemUnmap;
+    cuArrayCreate => array::cuArrayCreate;
+    cuArrayCreate_v2 => array::cuArrayCreate_v2;
+    cuArray3DCreate => array::cuArray3DCreate;
+    cuArray3DCreate_v2 => array::cuArray3DCreate_v2;
+    cuMipmappedArrayCreate => array::cuMipmappedArrayCreate;
+    cuArrayDestroy => array::cuArrayDestroy;
+    cuMipmappedArrayDestroy => array::cuMipmappedArrayDestroy;
+    cuGraphInstantiate => graph::cuGraphInstantiate;
+    cuGraphInstantiate_v2 => graph::cuGraphInstantiate_v2;
+    cuGraphInstantiateWithFlags => graph::cuGraphInstantiateWithFlags;
+    cuGraphInstantiateWithParams => graph::cuGraphInstantiateWithParams;
+    cuGraphInstantiateWithParams_ptsz => graph::cuGraphInstantiateWithParams_ptsz;
+    cuGraphLaunch => graph::cuGraphLaunch;
+    cuGraphLaunch_ptsz => graph::cuGraphLaunch_ptsz;
+    cuGraphUpload => graph::cuGraphUpload;
+    cuGraphUpload_ptsz => graph::cuGraphUpload_ptsz;
+    cuDeviceGraphMemTrim => graph::cuDeviceGraphMemTrim;
+    cuGraphExecDestroy => graph::cuGraphExecDestroy;
+    cuModuleLoad => module::cuModuleLoad;
+    cuModuleLoadData => module::cuModuleLoadData;
+    cuModuleLoadDataEx => module::cuModuleLoadDataEx;
+    cuModuleLoadFatBinary => module::cuModuleLoadFatBinary;
+    cuLibraryLoadData => module::cuLibraryLoadData;
+    cuLibraryLoadFromFile => module::cuLibraryLoadFromFile;
+    cuLaunchKernel => launch::cuLaunchKernel;
+    cuLaunchKernel_ptsz => launch::cuLaunchKernel_ptsz;
+    cuLaunchKernelEx => launch::cuLaunchKernelEx;
+    cuLaunchKernelEx_ptsz => launch::cuLaunchKernelEx_ptsz;
+    cuLaunchCooperativeKernel => launch::cuLaunchCooperativeKernel;
+    cuLaunchCooperativeKernel_ptsz => launch::cuLaunchCooperativeKernel_ptsz;
+    nvmlDeviceGetMemoryInfo => nvml::nvmlDeviceGetMemoryInfo;
+    nvmlDeviceGetMemoryInfo_v2 => nvml::nvmlDeviceGetMemoryInfo_v2;
+    nvmlDeviceGetComputeRunningProcesses => nvml::nvmlDeviceGetComputeRunningProcesses;
+    nvmlDeviceGetComputeRunningProcesses_v2 => nvml::nvmlDeviceGetComputeRunningProcesses_v2;
+    nvmlDeviceGetComputeRunningProcesses_v3 => nvml::nvmlDeviceGetComputeRunningProcesses_v3;
+    nvmlDeviceGetGraphicsRunningProcesses => nvml::nvmlDeviceGetGraphicsRunningProcesses;
+    nvmlDeviceGetGraphicsRunningProcesses_v2 => nvml::nvmlDeviceGetGraphicsRunningProcesses_v2;
+    nvmlDeviceGetGraphicsRunningProcesses_v3 => nvml::nvmlDeviceGetGraphicsRunningProcesses_v3;
+    nvmlDeviceGetMPSComputeRunningProcesses => nvml::nvmlDeviceGetMPSComputeRunningProcesses;
+    nvmlDeviceGetMPSComputeRunningProcesses_v2 => nvml::nvmlDeviceGetMPSComputeRunningProcesses_v2;
+    nvmlDeviceGetMPSComputeRunningProcesses_v3 => nvml::nvmlDeviceGetMPSComputeRunningProcesses_v3;
+    nvmlDeviceGetProcessUtilization => nvml::nvmlDeviceGetProcessUtilization;
+    nvmlDeviceGetAccountingPids => nvml::nvmlDeviceGetAccountingPids;
+    nvmlDeviceGetAccountingStats => nvml::nvmlDeviceGetAccountingStats;
+    nvmlDeviceGetAccountingStats_v2 => nvml::nvmlDeviceGetAccountingStats_v2;
+    nvmlDeviceGetRunningProcessDetailList => nvml::nvmlDeviceGetRunningProcessDetailList;
+    nvmlDeviceGetProcessesUtilizationInfo => nvml::nvmlDeviceGetProcessesUtilizationInfo;
+    nvmlDeviceGetEncoderSessions => nvml::nvmlDeviceGetEncoderSessions;
+    nvmlDeviceGetFBCSessions => nvml::nvmlDeviceGetFBCSessions;
+}
+
+/// Which hooked CUDA symbol's real implementation lives at `address`, if any.
+pub fn identify(address: *mut c_void) -> Option<Sym> {
+    HOOKED.iter().copied().filter(|s| s.lib() == Lib::Cuda).find(|s| crate::driver::symbols::get(*s) == address)
+}
