@@ -3,18 +3,22 @@
 //! front, `libfgpu.so` (crate `fgpu-front`), loads it on the first such call and forwards
 //! every hooked entry point to it; preloaded itself, it works alone too.
 //!
+//! The modules, each using only those below it:
+//!
 //! * [`hooks`]: the exported functions that replace driver entry points, one module per
 //!   family (`dlsym`, `cuGetProcAddress`, allocations, contexts, pools, graphs, VMM, arrays,
-//!   memory info, NVML).
-//! * [`driver`]: every driver function the shim calls, declared once; finding them
-//!   without going through our own hooks; the seam the accounting and the limiter call.
-//! * [`state`]: this process's configuration, ledger slot and devices.
-//! * [`host_pid`]: this process's host PID, from the kernel or the host's `fgpu service`.
+//!   memory info, launches, NVML), and the table from exported names to them: the thin
+//!   ABI edge.
 //! * [`compute`]: the compute share: launches admitted in chunks against the ledger's bucket,
 //!   measured by NVML or by the process's own events.
+//! * [`accounting`]: this process's mode, its account in the ledger, its devices, and one
+//!   record per kind of memory it has counted, with the flows that reserve, call and settle.
 //! * [`config`]: the configuration as the shim takes it (device keys checked against NVML).
-//! * [`allocs`]: its live allocations, found again at free time without a lock.
-//! * [`counted_pool`]: driver-side pools (stream-ordered, graph) counted as what they reserve.
+//! * [`host_pid`]: this process's host PID, from the kernel or the host's `fgpu service`.
+//! * [`fork`]: the one fork handler: a child starts over.
+//! * [`driver`]: every driver function the shim calls, declared once and checked against
+//!   NVIDIA's headers; finding them without going through our own hooks; the seam the
+//!   accounting and the limiter call (the real driver, or a fake in unit tests).
 //! * [`abi`]: the C types of CUDA and NVML.
 //!
 //! The policy (limits, configuration) and the ledger live in `fgpu-core`, which knows
@@ -27,11 +31,10 @@
 #![allow(clippy::not_unsafe_ptr_arg_deref)]
 
 pub mod abi;
-pub mod allocs;
+pub mod accounting;
 pub mod compute;
 pub mod config;
-pub mod counted_pool;
 pub mod driver;
+pub mod fork;
 pub mod hooks;
 pub mod host_pid;
-pub mod state;

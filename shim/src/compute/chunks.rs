@@ -325,7 +325,7 @@ pub fn apply(limiter: &Limiter, settled: Settled, now: u64) {
         if let Some(dev) = limiter.known(ordinal) {
             dev.charge(limiter, charge, now);
             if measured != 0 {
-                limiter.active.ledger.compute_record(limiter.slot, dev.id, measured, now);
+                limiter.account.ledger.compute_record(limiter.slot, dev.id, measured, now);
             }
         }
     }
@@ -464,7 +464,7 @@ pub fn admit_slow(limiter: &'static Limiter, stream: CUstream, ptsz: bool, unit:
     if admitted {
         return;
     }
-    let Ok(dev) = limiter.active.current_device() else { return };
+    let Ok(dev) = limiter.account.current_device() else { return };
     let Some(share) = limiter.device(dev) else {
         // No share on this device: a chunk without end.
         let _ = with_local(|local| {
@@ -517,7 +517,7 @@ fn wait_for_share(limiter: &Limiter, share: &DevShare, unit: Unit) -> (u32, u64)
         // may have taken what this one saw.
         if ready_at <= now && fits && share.admit(limiter, provisional, now) {
             if waited {
-                limiter.active.ledger.compute_waited(share.id, now.saturating_sub(began));
+                limiter.account.ledger.compute_waited(share.id, now.saturating_sub(began));
             }
             return (launches, provisional);
         }

@@ -20,7 +20,9 @@ pub mod chunks;
 pub mod sampler;
 
 use crate::abi::cuda::*;
-use crate::state::{self, Active, Dev, Mode, MAX_ORDINALS};
+use crate::accounting::account::Account;
+use crate::accounting::devices::{Dev, MAX_ORDINALS};
+use crate::accounting::process::{self, Active, Mode};
 use fgpu_core::compute::{self as policy, admit_threshold, charge_keeping_rest, format_share, overdrawn, Carry};
 use fgpu_core::ledger::{DeviceId, SlotId};
 use fgpu_core::log::Level;
@@ -59,8 +61,7 @@ pub struct DevShare {
 impl DevShare {
     /// The buckets to satisfy: (share, clock now).
     pub fn buckets(&self, limiter: &Limiter) -> impl Iterator<Item = (u64, u64)> + '_ {
-        let ledger = limiter.active;
-        let shared = self.ledger_share.map(|s| (s, ledger.ledger.compute_clock(self.id)));
+        let shared = self.ledger_share.map(|s| (s, limiter.account.ledger.compute_clock(self.id)));
         let own = self.own.as_ref().map(|(s, clock)| (*s, clock.load(Ordering::Acquire)));
         shared.into_iter().chain(own)
     }
@@ -85,7 +86,7 @@ impl DevShare {
         }
         if let Some(share) = self.ledger_share {
             let amount = self.carry[0].spend(gpu);
-            if limiter.active.ledger.compute_admit(self.id, amount as u64, share, admit_threshold(share), now).is_err() {
+            if limiter.account.ledger.compute_admit(self.id, amount as u64, share, admit_threshold(share), now).is_err() {
                 self.carry[0].keep((gpu - amount) as u64, share);
                 if let Some((charged, own_share, clock)) = own_charged {
                     // Undo the own bucket's charge: what was charged goes back through it,
@@ -118,7 +119,7 @@ impl DevShare {
         if let Some(share) = self.ledger_share {
             let amount = self.carry[0].spend(gpu_ns);
             if amount != 0 {
-                let (_, rest) = limiter.active.ledger.compute_charge(self.id, amount, share, now);
+                let (_, rest) = limiter.account.ledger.compute_charge(self.id, amount, share, now);
                 self.carry[0].keep(rest, share);
             }
         }
@@ -140,6 +141,7 @@ impl DevShare {
 /// One per process, leaked.
 pub struct Limiter {
     pub active: &'static Active,
+    pub account: &'static Account,
     pub slot: SlotId,
     pub generation: u32,
     devices: [OnceLock<Option<DevShare>>; MAX_ORDINALS],
@@ -177,8 +179,8 @@ fn build() -> Option<&'static Limiter> {
         // SAFETY: as in `limiter`.
         return Some(unsafe { &*current });
     }
-    let active = match state::mode() {
-        Mode::On(active) if active.config.has_compute() => active,
+    let active = match process::mode() {
+        Mode::On(active) if active.account().config.has_compute() => active,
         // No share configured, or a broken configuration: there every context is refused
         // (fail closed), so no kernel can run to be limited.
         _ => {
@@ -186,10 +188,11 @@ fn build() -> Option<&'static Limiter> {
             return None;
         }
     };
-    let slot = active.slot()?;
-    register_fork_handler();
+    let slot = active.account().slot()?;
+    crate::fork::on_child(after_fork_in_child);
     let limiter: &'static Limiter = Box::leak(Box::new(Limiter {
         active,
+        account: active.account(),
         slot,
         generation: GENERATION.load(Ordering::Relaxed),
         devices: [const { OnceLock::new() }; MAX_ORDINALS],
@@ -200,18 +203,10 @@ fn build() -> Option<&'static Limiter> {
     Some(limiter)
 }
 
-fn register_fork_handler() {
-    static ONCE: Once = Once::new();
-    ONCE.call_once(|| {
-        // SAFETY: models pthread_atfork(3) with only a child handler, a plain extern "C" fn.
-        unsafe { libc::pthread_atfork(None, None, Some(after_fork_in_child)) };
-    });
-}
-
 /// A forked child starts over: its parent's limiter (whose sampler thread does not exist
 /// in the child) is dropped from sight, and its locks may be held by threads that are gone.
 /// Only async-signal-safe work here.
-extern "C" fn after_fork_in_child() {
+fn after_fork_in_child() {
     LIMITER.store(null_mut(), Ordering::Release);
     GENERATION.fetch_add(1, Ordering::Relaxed);
     if BUILD.is_locked() {
@@ -238,8 +233,8 @@ impl Limiter {
 
     fn share_of(&self, dev: &Dev) -> Option<DevShare> {
         let uuid = format_gpu_uuid(&dev.uuid);
-        let own = self.active.config.share_for(&uuid);
-        let ledger = match self.active.ledger.register_compute(dev.id, own.unwrap_or(0), Some(self.slot)) {
+        let own = self.account.config.share_for(&uuid);
+        let ledger = match self.account.ledger.register_compute(dev.id, own.unwrap_or(0), Some(self.slot)) {
             Ok(share) => share,
             Err(e) => {
                 // The ledger cannot be read: hold to this process's own share alone.
@@ -249,7 +244,7 @@ impl Limiter {
         };
         let own = own?;
         let kept = Kept::Share { asked: own, ledger };
-        if let Some(line) = kept.message(&uuid, self.active.ledger.path()) {
+        if let Some(line) = kept.message(&uuid, self.account.ledger.path()) {
             log_at!(Level::Warn, "{line}");
         }
         let ledger_share = (ledger != 0).then_some(ledger);
@@ -298,7 +293,7 @@ pub fn before_context_destroyed(ctx: CUcontext) {
 /// makes new markers, which is harmless).
 pub fn before_primary_released(ordinal: CUdevice) {
     if let Some(limiter) = existing() {
-        let created = limiter.active.contexts.lock().keys().copied().collect::<Vec<usize>>();
+        let created = limiter.active.created_contexts();
         limiter.registry.lock().context_gone(|c| c.ordinal == ordinal && !created.contains(&c.handle));
     }
 }

@@ -23,7 +23,6 @@ use crate::driver::seam::{CudaDriver, NvmlDriver, SamplesError};
 use super::{DevShare, Limiter};
 use crate::abi::cuda::CU_STREAM_CAPTURE_MODE_RELAXED;
 use crate::abi::nvml::NvmlDevice;
-use crate::hooks::nvml::query;
 use fgpu_core::compute::UtilisationBook;
 use fgpu_core::log::{monotonic_ns, Level};
 use fgpu_core::log_at;
@@ -123,8 +122,8 @@ fn revoke_if_overdrawn(limiter: &Limiter) {
 /// The PID NVML's samples name this process by, once known (`host_pid.rs`: its own PID
 /// where the driver gives PIDs as its namespace sees them, its host PID where the driver
 /// gives host PIDs).
-fn host_pid(_limiter: &Limiter) -> Option<u32> {
-    query::sampled_pid()
+fn host_pid(limiter: &Limiter) -> Option<u32> {
+    limiter.active.sampled_pid()
 }
 
 /// Asks NVML about one device when due; charges and records what it measured.
@@ -142,7 +141,7 @@ fn poll(limiter: &Limiter, share: &DevShare, now: u64) {
     };
     let Some((handle, after)) = ask else {
         // Events measure (or it is not time yet): the display window still moves.
-        limiter.active.ledger.compute_record(limiter.slot, share.id, 0, now);
+        limiter.account.ledger.compute_record(limiter.slot, share.id, 0, now);
         return;
     };
     let answer = driver().nvml_process_samples(handle as NvmlDevice, after);
@@ -181,14 +180,14 @@ fn poll(limiter: &Limiter, share: &DevShare, now: u64) {
         used
     };
     share.charge(limiter, used, now);
-    limiter.active.ledger.compute_record(limiter.slot, share.id, used, now);
+    limiter.account.ledger.compute_record(limiter.slot, share.id, used, now);
 }
 
 /// Sets NVML up for a device if this process's host PID is known.
 fn start_measuring(limiter: &Limiter, share: &DevShare, book: &mut DevBook, now: u64) {
     let Some(pid) = host_pid(limiter) else { return };
     let uuid = format_gpu_uuid(&share.uuid);
-    let Some(handle) = query::handle_for(&share.uuid) else {
+    let Some(handle) = driver().nvml_device_by_uuid(&share.uuid) else {
         log_at!(Level::Info, "NVML cannot find {uuid}; the compute share there is measured by this process's events");
         book.by_events = true;
         return;

@@ -1,75 +1,41 @@
 //! Plain device allocations: `cuMemAlloc`, `cuMemAllocPitch`, `cuMemAllocManaged`,
 //! `cuMemFree`, in their `_v2` and original 32-bit forms.
 //!
-//! The bytes are reserved in the ledger *before* the driver is called, so racing
-//! allocations can never pass the cap together; a failed driver call gives them back.
+//! Reserve, call and settle are the accounting's (`accounting/alloc.rs`); these hooks read
+//! the caller's arguments and the driver's answer.
 
-use crate::driver::raw;
 use crate::abi::cuda::*;
-use crate::state::{self, Active, Alloc, Dev, Mode};
+use crate::accounting::process::{self, Mode};
+use crate::driver::raw;
 use std::ffi::c_uint;
 
-/// Reserves `bytes` on the current device, runs `allocate` (which returns the driver's result
-/// and, on success, the pointer and the bytes actually taken), and records the allocation.
+/// A counted allocation on the current device (`Active::counted_alloc`): `allocate`
+/// returns the driver's result and, on success, the pointer and the bytes taken.
 pub(crate) fn counted(call: &'static str, bytes: u64, allocate: impl FnOnce() -> (CUresult, u64, u64)) -> CUresult {
-    match state::mode() {
+    match process::mode() {
         Mode::Off => allocate().0,
         Mode::Closed(_) => CUDA_ERROR_OUT_OF_MEMORY,
-        Mode::On(active) => {
-            let dev = match active.current_device() {
-                Ok(dev) => dev,
-                Err(rc) => return rc,
-            };
-            counted_on(active, dev, call, bytes, allocate)
-        }
+        Mode::On(active) => match active.account().current_device() {
+            Ok(dev) => active.counted_alloc(dev, call, bytes, allocate),
+            Err(rc) => rc,
+        },
     }
 }
 
-pub(crate) fn counted_on(active: &Active, dev: &Dev, call: &'static str, bytes: u64, allocate: impl FnOnce() -> (CUresult, u64, u64)) -> CUresult {
-    if let Err(rc) = active.reserve(dev, bytes, call) {
-        return rc;
-    }
-    fgpu_core::crash_point!("alloc.reserved");
-    let (rc, ptr, actual) = allocate();
-    fgpu_core::crash_point!("alloc.allocated");
-    if rc == CUDA_SUCCESS {
-        active.settle(dev, bytes, actual);
-        active.allocs.insert(ptr, Alloc { ordinal: dev.ordinal, bytes: actual });
-    } else {
-        active.release(dev, bytes);
-    }
-    rc
-}
-
-/// As [`counted`], for a call whose real size is only known afterwards (see
-/// `hooks/untracked.rs`).
+/// As [`counted`], for a call whose real size is only known afterwards (a pitch).
 fn counted_settling(call: &'static str, bytes: u64, allocate: impl FnOnce() -> (CUresult, u64, u64)) -> CUresult {
-    match state::mode() {
-        Mode::On(active) => super::untracked::settling(active, || counted(call, bytes, allocate)),
+    match process::mode() {
+        Mode::On(active) => active.counted_alloc_settling(call, bytes, allocate),
         _ => counted(call, bytes, allocate),
     }
 }
 
-/// Frees through `free`, then returns what the allocation held. The record is taken out
-/// first, so a concurrent allocation that reuses the address is never mistaken for it.
+/// A free through `free`, then what the allocation held goes back.
 pub(crate) fn counted_free(ptr: u64, free: impl FnOnce() -> CUresult) -> CUresult {
-    let Mode::On(active) = state::mode() else {
-        return free();
-    };
-    let record = active.allocs.remove(ptr);
-    let rc = free();
-    fgpu_core::crash_point!("free.freed");
-    match (rc, record) {
-        (CUDA_SUCCESS, Some(alloc)) => {
-            if let Some(dev) = active.known_device(alloc.ordinal) {
-                active.release(dev, alloc.bytes);
-            }
-        }
-        (CUDA_SUCCESS, None) => crate::hooks::pool::refresh_pools(active),
-        (_, Some(alloc)) => active.allocs.insert(ptr, alloc),
-        (_, None) => {}
+    match process::mode() {
+        Mode::On(active) => active.counted_free(ptr, free),
+        _ => free(),
     }
-    rc
 }
 
 /// # Safety

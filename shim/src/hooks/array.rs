@@ -3,11 +3,9 @@
 //! then settled to what `cu(Mipmapped)ArrayGetMemoryRequirements` says the driver took
 //! (CUDA 11.6+; older drivers keep the computed size).
 
-use crate::driver::raw;
 use crate::abi::cuda::*;
-use crate::driver::instance::driver;
-use crate::driver::seam::CudaDriver;
-use crate::state::{self, Alloc, Mode};
+use crate::accounting::process::{self, Mode};
+use crate::driver::raw;
 use std::ffi::{c_uint, c_void};
 
 /// Bytes of one level of an array: width x max(height,1) x max(depth,1) x channels x element.
@@ -31,61 +29,27 @@ fn mipmapped_bytes(d: &CudaArray3dDescriptor, levels: u32) -> u64 {
     total
 }
 
-/// What the driver says an array holds, if it can say.
-fn measured(handle: *mut c_void, ordinal: CUdevice, mipmapped: bool) -> Option<u64> {
-    driver().array_size(handle, mipmapped, ordinal)
-}
-
-/// Reserves `estimate`, creates through `create`, settles to the measured size and records it.
+/// Reserves `estimate`, creates through `create`, settles to the measured size and records
+/// it (`Active::counted_array`); `out` is where the driver writes the new handle.
 fn counted_array(call: &'static str, out: *mut *mut c_void, estimate: u64, mipmapped: bool, create: impl FnOnce() -> CUresult) -> CUresult {
-    let active = match state::mode() {
-        Mode::Off => return create(),
-        Mode::Closed(_) => return CUDA_ERROR_OUT_OF_MEMORY,
-        Mode::On(active) => active,
-    };
-    let dev = match active.current_device() {
-        Ok(dev) => dev,
-        Err(rc) => return rc,
-    };
-    super::untracked::settling(active, || settled_array(active, dev, call, out, estimate, mipmapped, create))
-}
-
-fn settled_array(active: &state::Active, dev: &state::Dev, call: &'static str, out: *mut *mut c_void, estimate: u64, mipmapped: bool, create: impl FnOnce() -> CUresult) -> CUresult {
-    if let Err(rc) = active.reserve(dev, estimate, call) {
-        return rc;
+    match process::mode() {
+        Mode::Off => create(),
+        Mode::Closed(_) => CUDA_ERROR_OUT_OF_MEMORY,
+        Mode::On(active) => active.counted_array(call, estimate, mipmapped, || {
+            let rc = create();
+            // SAFETY: on success the driver wrote the new array handle to *out, which the
+            // caller checked non-null.
+            let handle = if rc == CUDA_SUCCESS { unsafe { *out } } else { std::ptr::null_mut() };
+            (rc, handle)
+        }),
     }
-    fgpu_core::crash_point!("array.reserved");
-    let rc = create();
-    fgpu_core::crash_point!("array.created");
-    if rc != CUDA_SUCCESS {
-        active.release(dev, estimate);
-        return rc;
-    }
-    // SAFETY: on success the driver wrote the new array handle to *out.
-    let handle = unsafe { *out };
-    let actual = measured(handle, dev.ordinal, mipmapped).unwrap_or(estimate);
-    active.settle(dev, estimate, actual);
-    active.arrays.lock().insert(handle as usize, Alloc { ordinal: dev.ordinal, bytes: actual });
-    rc
 }
 
 fn counted_destroy(handle: *mut c_void, destroy: impl FnOnce() -> CUresult) -> CUresult {
-    let Mode::On(active) = state::mode() else { return destroy() };
-    let record = active.arrays.lock().remove(&(handle as usize));
-    let rc = destroy();
-    fgpu_core::crash_point!("array.destroyed");
-    match (rc, record) {
-        (CUDA_SUCCESS, Some(alloc)) => {
-            if let Some(dev) = active.known_device(alloc.ordinal) {
-                active.release(dev, alloc.bytes);
-            }
-        }
-        (_, Some(alloc)) => {
-            active.arrays.lock().insert(handle as usize, alloc);
-        }
-        _ => {}
+    match process::mode() {
+        Mode::On(active) => active.counted_array_destroy(handle, destroy),
+        _ => destroy(),
     }
-    rc
 }
 
 /// One exported array constructor: its descriptor type and how many bytes it describes.

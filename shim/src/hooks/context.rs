@@ -1,109 +1,36 @@
-//! CUDA contexts hold device memory that no allocation call shows (hundreds of MiB).
-//!
-//! Before a context is created, its expected size is reserved: the last size measured on
-//! that device by any process of the ledger, or 512 MiB before anyone has measured. A
-//! context that does not fit is refused with `CUDA_ERROR_OUT_OF_MEMORY`. Once it exists,
-//! the reservation is corrected to the size measured through NVML (this process's own
-//! usage where its host PID is known, else the device's usage before and after), and it is
-//! returned when the context is destroyed.
+//! CUDA contexts: `cuCtxCreate*`, `cuCtxDestroy*`, and the primary context's retain,
+//! release and reset. What a context is counted at (reserved before, measured after) is the
+//! accounting's (`accounting/context.rs`); the compute limiter hears of contexts going away
+//! first, so that it never touches its markers in them again.
 
-use crate::driver::raw;
 use crate::abi::cuda::*;
-use crate::driver::instance::driver;
-use crate::driver::seam::CudaDriver;
-use crate::hooks::nvml::query;
-use crate::state::{self, Active, Dev, Mode};
-use fgpu_core::log::Level;
-use fgpu_core::log_at;
+use crate::accounting::process::{self, Mode};
+use crate::driver::raw;
 use std::ffi::{c_int, c_uint, c_void};
-
-const FIRST_ESTIMATE: u64 = 512 << 20;
-/// Measurements outside (0, this] are treated as noise and the estimate is kept.
-const MAX_PLAUSIBLE: u64 = 16 << 30;
-
-fn estimate(active: &Active, dev: &Dev) -> u64 {
-    match active.ledger.context_hint(dev.id) {
-        0 => FIRST_ESTIMATE,
-        hint => hint,
-    }
-}
-
-/// Reserves, creates (through `create`), measures and records one context.
-fn counted_creation(active: &Active, dev: &Dev, call: &'static str, create: impl FnOnce() -> CUresult) -> Result<u64, CUresult> {
-    super::untracked::settling(active, || measured_creation(active, dev, call, create))
-}
-
-fn measured_creation(active: &Active, dev: &Dev, call: &'static str, create: impl FnOnce() -> CUresult) -> Result<u64, CUresult> {
-    let reserved = estimate(active, dev);
-    active.reserve(dev, reserved, call)?;
-    fgpu_core::crash_point!("context.reserved");
-    let before = query::before_context(dev);
-    let rc = create();
-    fgpu_core::crash_point!("context.created");
-    if rc != CUDA_SUCCESS {
-        active.release(dev, reserved);
-        return Err(rc);
-    }
-    let measured = query::context_size(active, dev, reserved, before).filter(|m| *m > 0 && *m <= MAX_PLAUSIBLE);
-    let actual = measured.unwrap_or(reserved);
-    if let Some(m) = measured {
-        active.ledger.set_context_hint(dev.id, m);
-    }
-    log_at!(Level::Debug, "{call}: context on device {} takes {} bytes ({})", dev.ordinal, actual, if measured.is_some() { "measured" } else { "estimated" });
-    active.settle(dev, reserved, actual);
-    if let Some(slot) = active.slot_if_joined() {
-        active.ledger.add_context(slot, dev.id, actual as i64);
-    }
-    Ok(actual)
-}
-
-/// Returns `bytes` of context memory on `ordinal` (counted and shown as context memory).
-pub(crate) fn forget(active: &Active, ordinal: CUdevice, bytes: u64) {
-    if let Some(dev) = active.known_device(ordinal) {
-        active.release(dev, bytes);
-        if let Some(slot) = active.slot_if_joined() {
-            active.ledger.add_context(slot, dev.id, -(bytes as i64));
-        }
-    }
-}
 
 /// Shared body of the `cuCtxCreate` variants.
 fn create_context(call: &'static str, pctx: *mut CUcontext, ordinal: CUdevice, real: impl FnOnce() -> CUresult) -> CUresult {
-    match state::mode() {
+    match process::mode() {
         Mode::Off => real(),
         Mode::Closed(_) => CUDA_ERROR_OUT_OF_MEMORY,
-        Mode::On(active) => {
-            let dev = match active.device(ordinal) {
-                Ok(dev) => dev,
-                Err(_) => return real(),
-            };
-            match counted_creation(active, dev, call, real) {
-                Ok(bytes) => {
-                    // SAFETY: on success the driver wrote the new context to *pctx.
-                    let ctx = unsafe { *pctx } as usize;
-                    active.contexts.lock().insert(ctx, (ordinal, bytes));
-                    CUDA_SUCCESS
-                }
-                Err(rc) => rc,
-            }
-        }
+        Mode::On(active) => active.create_context(call, ordinal, real, || {
+            // SAFETY: called only on success, when the driver wrote the new context to *pctx
+            // (checked non-null by the hook).
+            unsafe { *pctx as usize }
+        }),
     }
 }
 
 fn destroy_context(ctx: CUcontext, real: impl FnOnce() -> CUresult) -> CUresult {
     crate::compute::before_context_destroyed(ctx);
-    let rc = real();
-    fgpu_core::crash_point!("context.destroyed");
-    if rc == CUDA_SUCCESS {
-        if let Mode::On(active) = state::mode() {
-            let removed = active.contexts.lock().remove(&(ctx as usize));
-            if let Some((ordinal, bytes)) = removed {
-                forget(active, ordinal, bytes);
-                super::untracked::forget_if_no_context(active, ordinal);
-            }
+    match process::mode() {
+        Mode::On(active) => active.destroy_context(ctx as usize, real),
+        _ => {
+            let rc = real();
+            fgpu_core::crash_point!("context.destroyed");
+            rc
         }
     }
-    rc
 }
 
 /// # Safety
@@ -178,53 +105,26 @@ pub unsafe extern "C" fn cuCtxDestroy(ctx: CUcontext) -> CUresult {
     super::guard_driver(CUDA_ERROR_INVALID_VALUE, |answer| destroy_context(ctx, answer.wrap(real)))
 }
 
-fn primary_active(ordinal: CUdevice) -> Option<bool> {
-    driver().primary_context_active(ordinal)
-}
-
 /// # Safety
 /// `cuDevicePrimaryCtxRetain` contract.
 #[no_mangle]
 pub unsafe extern "C" fn cuDevicePrimaryCtxRetain(pctx: *mut CUcontext, ordinal: CUdevice) -> CUresult {
     // SAFETY: the hook's caller's own arguments, passed on unchanged: the call's contract is theirs.
     let real = || unsafe { raw::cuDevicePrimaryCtxRetain(pctx, ordinal) }.unwrap_or(CUDA_ERROR_NOT_FOUND);
-    super::guard_driver(CUDA_ERROR_OUT_OF_MEMORY, |answer| match state::mode() {
+    super::guard_driver(CUDA_ERROR_OUT_OF_MEMORY, |answer| match process::mode() {
         Mode::Off => answer.of(real()),
         Mode::Closed(_) => CUDA_ERROR_OUT_OF_MEMORY,
-        Mode::On(active) => {
-            let Ok(dev) = active.device(ordinal) else { return answer.of(real()) };
-            // Serialises this process's retains and releases, so exactly one retain counts
-            // the creation of each primary context.
-            let mut primary = active.primary.lock();
-            if primary.contains_key(&ordinal) || primary_active(ordinal) == Some(true) {
-                return answer.of(real());
-            }
-            match counted_creation(active, dev, "cuDevicePrimaryCtxRetain", answer.wrap(real)) {
-                Ok(bytes) => {
-                    primary.insert(ordinal, bytes);
-                    CUDA_SUCCESS
-                }
-                Err(rc) => rc,
-            }
-        }
+        Mode::On(active) => active.retain_primary(ordinal, answer.wrap(real)),
     })
 }
 
 /// After a release or reset, a primary context that is no longer active gives its memory back.
 fn after_primary_release(ordinal: CUdevice, real: impl FnOnce() -> CUresult) -> CUresult {
     crate::compute::before_primary_released(ordinal);
-    let Mode::On(active) = state::mode() else { return real() };
-    let mut primary = active.primary.lock();
-    let rc = real();
-    fgpu_core::crash_point!("context.released");
-    if rc == CUDA_SUCCESS && primary_active(ordinal) != Some(true) {
-        if let Some(bytes) = primary.remove(&ordinal) {
-            forget(active, ordinal, bytes);
-            drop(primary);
-            super::untracked::forget_if_no_context(active, ordinal);
-        }
+    match process::mode() {
+        Mode::On(active) => active.release_primary(ordinal, real),
+        _ => real(),
     }
-    rc
 }
 
 /// # Safety

@@ -2,21 +2,10 @@
 //! memory (the GPU's own memory when the cap is larger: a cap never makes a GPU look bigger
 //! than it is), and free memory as what is left of it (never more than the device really has).
 
-use crate::driver::raw;
 use crate::abi::cuda::*;
-use crate::state::{self, Dev, Mode};
-use fgpu_core::view::MemoryView;
+use crate::accounting::process::{self, Mode};
+use crate::driver::raw;
 use std::ffi::c_uint;
-
-/// (free, total) as fgpu reports them for `dev`, given the driver's real free memory.
-fn capped_view(active: &state::Active, dev: &Dev, real_free: u64) -> (u64, u64) {
-    // A process that died must be gone from `used` at once (the driver freed its memory).
-    active.ledger.reclaim_dead(active.slot_if_joined());
-    super::untracked::count_untracked(active);
-    let used = active.container_used(dev);
-    let view = MemoryView { cap: dev.limit, total: dev.shown };
-    (view.free(used, Some(real_free)), view.total)
-}
 
 /// Runs the real `cuMemGetInfo` and rewrites its answer.
 fn mem_get_info(real: impl FnOnce(&mut u64, &mut u64) -> CUresult) -> (CUresult, u64, u64) {
@@ -25,12 +14,12 @@ fn mem_get_info(real: impl FnOnce(&mut u64, &mut u64) -> CUresult) -> (CUresult,
     if rc != CUDA_SUCCESS {
         return (rc, free, total);
     }
-    match state::mode() {
+    match process::mode() {
         Mode::Off => (rc, free, total),
         Mode::Closed(_) => (rc, 0, total),
-        Mode::On(active) => match active.current_device() {
+        Mode::On(active) => match active.account().current_device() {
             Ok(dev) => {
-                let (free, total) = capped_view(active, dev, free);
+                let (free, total) = active.memory_view(dev, free);
                 (rc, free, total)
             }
             Err(_) => (rc, 0, total),
@@ -87,8 +76,8 @@ pub unsafe extern "C" fn cuMemGetInfo(free: *mut c_uint, total: *mut c_uint) -> 
 }
 
 fn capped_total(ordinal: CUdevice, real_total: u64) -> u64 {
-    match state::mode() {
-        Mode::On(active) => active.device(ordinal).map(|dev| dev.shown).unwrap_or(real_total),
+    match process::mode() {
+        Mode::On(active) => active.account().device(ordinal).map(|dev| dev.shown).unwrap_or(real_total),
         _ => real_total,
     }
 }

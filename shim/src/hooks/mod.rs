@@ -15,7 +15,6 @@ pub mod nvml;
 pub mod pool;
 pub mod procaddr;
 pub mod table;
-pub mod untracked;
 pub mod vmm;
 
 use fgpu_core::log::Level;

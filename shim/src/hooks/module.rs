@@ -1,19 +1,19 @@
 //! Module and library loads (`cuModuleLoad*`, `cuLibraryLoad*`): the driver takes device
 //! memory for their code and data without saying how much. The load is not refused (its
 //! size is unknown beforehand), but what NVML shows this process holding beyond the ledger
-//! is counted right after it (`untracked.rs`), not at the next synchronisation, so the
+//! is counted right after it (`accounting/records/untracked.rs`), not at the next synchronisation, so the
 //! next allocation already sees it; where NVML has no figure of this process's own, the
 //! device's usage before and after the load is.
 
 use crate::driver::raw;
 use crate::abi::cuda::*;
-use crate::state::{self, Mode};
+use crate::accounting::process::{self, Mode};
 use std::ffi::{c_char, c_uint, c_void};
 
-/// Runs a load, then counts what it took (`untracked::around_load`).
+/// Runs a load, then counts what it took (`accounting/records/untracked.rs`).
 fn counted_load(real: impl FnOnce() -> CUresult) -> CUresult {
-    match state::mode() {
-        Mode::On(active) => super::untracked::around_load(active, real),
+    match process::mode() {
+        Mode::On(active) => active.around_load(real),
         _ => real(),
     }
 }

@@ -14,87 +14,20 @@
 //!   destruction, it settles the count to the pool's reserved memory.
 //!
 //! No lock is held across the allocation itself: streams of one process allocate in
-//! parallel (see `counted_pool.rs` for how overlapping calls are counted).
+//! parallel. The counting is the accounting's (`accounting/pool.rs`,
+//! `accounting/records/pools.rs`).
 
-use crate::driver::raw;
 use crate::abi::cuda::*;
-use crate::driver::instance::driver;
-use crate::driver::seam::CudaDriver;
-use crate::counted_pool::{CountedPool, InFlight};
-use crate::state::{self, Active, Mode};
-use std::collections::HashMap;
-use std::sync::atomic::Ordering;
-
-const POOL_GRANULE: u64 = 2 << 20;
-
-fn pool_attribute(pool: CUmemoryPool, attribute: u32) -> Option<u64> {
-    driver().mem_pool_attribute(pool, attribute)
-}
-
-fn current_pool(ordinal: CUdevice) -> Option<CUmemoryPool> {
-    driver().device_mem_pool(ordinal)
-}
-
-/// Brings the count for one pool to its reserved memory, once `done` has run.
-fn settle_pool(active: &Active, pools: &mut HashMap<usize, CountedPool>, pool: CUmemoryPool, done: InFlight) {
-    let Some(counted) = pools.get_mut(&(pool as usize)) else { return };
-    let Some(dev) = active.known_device(counted.ordinal) else { return };
-    let (before, after) = counted.finish(done, pool_attribute(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT));
-    active.settle(dev, before, after);
-}
-
-/// Re-reads every known pool (after synchronisation points, where pools shrink).
-pub fn refresh_pools(active: &Active) {
-    if !active.any_pool.load(Ordering::Acquire) {
-        return;
-    }
-    let mut pools = active.pools.lock();
-    let keys: Vec<usize> = pools.keys().copied().collect();
-    for pool in keys {
-        settle_pool(active, &mut pools, pool as CUmemoryPool, InFlight::default());
-    }
-}
+use crate::accounting::process::{self, Mode};
+use crate::driver::raw;
 
 /// Shared body of the stream-ordered allocations. `pool` is `None` for the device's current pool.
 fn pool_alloc(bytesize: usize, pool: Option<CUmemoryPool>, real: impl FnOnce() -> CUresult) -> CUresult {
-    let active = match state::mode() {
-        Mode::Off => return real(),
-        Mode::Closed(_) => return CUDA_ERROR_OUT_OF_MEMORY,
-        Mode::On(active) => active,
-    };
-    let dev = match active.current_device() {
-        Ok(dev) => dev,
-        Err(rc) => return rc,
-    };
-    let Some(pool) = pool.or_else(|| current_pool(dev.ordinal)) else {
-        return real();
-    };
-    super::untracked::settling(active, || grow_pool(active, dev, pool, bytesize, real))
-}
-
-/// Reserves what `pool` may grow by for `bytesize`, runs `real`, settles the pool.
-fn grow_pool(active: &Active, dev: &crate::state::Dev, pool: CUmemoryPool, bytesize: usize, real: impl FnOnce() -> CUresult) -> CUresult {
-    let in_flight = {
-        let mut pools = active.pools.lock();
-        let counted = pools.entry(pool as usize).or_insert_with(|| CountedPool::new(dev.ordinal));
-        active.any_pool.store(true, Ordering::Release);
-        let reserved = pool_attribute(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT).unwrap_or(0);
-        let used = pool_attribute(pool, CU_MEMPOOL_ATTR_USED_MEM_CURRENT).unwrap_or(0);
-        // What a synchronisation leaves the pool (its release threshold, in granules).
-        let kept = pool_attribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD).map_or(0, |t| t.saturating_add(POOL_GRANULE - 1) / POOL_GRANULE * POOL_GRANULE);
-        let growth = counted.growth_for(bytesize as u64, reserved, used, kept, POOL_GRANULE);
-        if growth > 0 {
-            if let Err(rc) = active.reserve(dev, growth, "cuMemAllocAsync") {
-                return rc;
-            }
-        }
-        counted.begin(growth, bytesize as u64)
-    };
-    fgpu_core::crash_point!("pool.reserved");
-    let rc = real();
-    fgpu_core::crash_point!("pool.allocated");
-    settle_pool(active, &mut active.pools.lock(), pool, in_flight);
-    rc
+    match process::mode() {
+        Mode::Off => real(),
+        Mode::Closed(_) => CUDA_ERROR_OUT_OF_MEMORY,
+        Mode::On(active) => active.pool_alloc(bytesize as u64, pool, real),
+    }
 }
 
 /// # Safety
@@ -143,10 +76,8 @@ pub unsafe extern "C" fn cuMemAllocFromPoolAsync_ptsz(dptr: *mut CUdeviceptr, by
 fn then_refresh(real: impl FnOnce() -> CUresult) -> CUresult {
     let rc = real();
     fgpu_core::crash_point!("sync.returned");
-    if let Mode::On(active) = state::mode() {
-        refresh_pools(active);
-        super::graph::refresh_graph_memory(active);
-        super::untracked::count_untracked(active);
+    if let Mode::On(active) = process::mode() {
+        active.after_sync();
     }
     rc
 }
@@ -185,15 +116,10 @@ pub unsafe extern "C" fn cuMemPoolDestroy(pool: CUmemoryPool) -> CUresult {
     // SAFETY: the hook's caller's own arguments, passed on unchanged: the call's contract is theirs.
     let real = || unsafe { raw::cuMemPoolDestroy(pool) }.unwrap_or(CUDA_ERROR_NOT_FOUND);
     super::guard_driver(CUDA_ERROR_INVALID_VALUE, |answer| {
-        let Mode::On(active) = state::mode() else { return answer.of(real()) };
+        let Mode::On(active) = process::mode() else { return answer.of(real()) };
         let rc = answer.of(real());
         if rc == CUDA_SUCCESS {
-            let removed = active.pools.lock().remove(&(pool as usize));
-            if let Some(counted) = removed {
-                if let Some(dev) = active.known_device(counted.ordinal) {
-                    active.release(dev, counted.counted());
-                }
-            }
+            active.pool_destroyed(pool);
         }
         rc
     })

@@ -103,25 +103,25 @@ hooked! {
     cuLaunchKernelEx_ptsz => launch::cuLaunchKernelEx_ptsz;
     cuLaunchCooperativeKernel => launch::cuLaunchCooperativeKernel;
     cuLaunchCooperativeKernel_ptsz => launch::cuLaunchCooperativeKernel_ptsz;
-    nvmlDeviceGetMemoryInfo => nvml::nvmlDeviceGetMemoryInfo;
-    nvmlDeviceGetMemoryInfo_v2 => nvml::nvmlDeviceGetMemoryInfo_v2;
-    nvmlDeviceGetComputeRunningProcesses => nvml::nvmlDeviceGetComputeRunningProcesses;
-    nvmlDeviceGetComputeRunningProcesses_v2 => nvml::nvmlDeviceGetComputeRunningProcesses_v2;
-    nvmlDeviceGetComputeRunningProcesses_v3 => nvml::nvmlDeviceGetComputeRunningProcesses_v3;
-    nvmlDeviceGetGraphicsRunningProcesses => nvml::nvmlDeviceGetGraphicsRunningProcesses;
-    nvmlDeviceGetGraphicsRunningProcesses_v2 => nvml::nvmlDeviceGetGraphicsRunningProcesses_v2;
-    nvmlDeviceGetGraphicsRunningProcesses_v3 => nvml::nvmlDeviceGetGraphicsRunningProcesses_v3;
-    nvmlDeviceGetMPSComputeRunningProcesses => nvml::nvmlDeviceGetMPSComputeRunningProcesses;
-    nvmlDeviceGetMPSComputeRunningProcesses_v2 => nvml::nvmlDeviceGetMPSComputeRunningProcesses_v2;
-    nvmlDeviceGetMPSComputeRunningProcesses_v3 => nvml::nvmlDeviceGetMPSComputeRunningProcesses_v3;
-    nvmlDeviceGetProcessUtilization => nvml::nvmlDeviceGetProcessUtilization;
-    nvmlDeviceGetAccountingPids => nvml::nvmlDeviceGetAccountingPids;
-    nvmlDeviceGetAccountingStats => nvml::nvmlDeviceGetAccountingStats;
-    nvmlDeviceGetAccountingStats_v2 => nvml::nvmlDeviceGetAccountingStats_v2;
-    nvmlDeviceGetRunningProcessDetailList => nvml::nvmlDeviceGetRunningProcessDetailList;
-    nvmlDeviceGetProcessesUtilizationInfo => nvml::nvmlDeviceGetProcessesUtilizationInfo;
-    nvmlDeviceGetEncoderSessions => nvml::nvmlDeviceGetEncoderSessions;
-    nvmlDeviceGetFBCSessions => nvml::nvmlDeviceGetFBCSessions;
+    nvmlDeviceGetMemoryInfo => nvml::memory::nvmlDeviceGetMemoryInfo;
+    nvmlDeviceGetMemoryInfo_v2 => nvml::memory::nvmlDeviceGetMemoryInfo_v2;
+    nvmlDeviceGetComputeRunningProcesses => nvml::lists::nvmlDeviceGetComputeRunningProcesses;
+    nvmlDeviceGetComputeRunningProcesses_v2 => nvml::lists::nvmlDeviceGetComputeRunningProcesses_v2;
+    nvmlDeviceGetComputeRunningProcesses_v3 => nvml::lists::nvmlDeviceGetComputeRunningProcesses_v3;
+    nvmlDeviceGetGraphicsRunningProcesses => nvml::lists::nvmlDeviceGetGraphicsRunningProcesses;
+    nvmlDeviceGetGraphicsRunningProcesses_v2 => nvml::lists::nvmlDeviceGetGraphicsRunningProcesses_v2;
+    nvmlDeviceGetGraphicsRunningProcesses_v3 => nvml::lists::nvmlDeviceGetGraphicsRunningProcesses_v3;
+    nvmlDeviceGetMPSComputeRunningProcesses => nvml::lists::nvmlDeviceGetMPSComputeRunningProcesses;
+    nvmlDeviceGetMPSComputeRunningProcesses_v2 => nvml::lists::nvmlDeviceGetMPSComputeRunningProcesses_v2;
+    nvmlDeviceGetMPSComputeRunningProcesses_v3 => nvml::lists::nvmlDeviceGetMPSComputeRunningProcesses_v3;
+    nvmlDeviceGetProcessUtilization => nvml::filtered::nvmlDeviceGetProcessUtilization;
+    nvmlDeviceGetAccountingPids => nvml::filtered::nvmlDeviceGetAccountingPids;
+    nvmlDeviceGetAccountingStats => nvml::filtered::nvmlDeviceGetAccountingStats;
+    nvmlDeviceGetAccountingStats_v2 => nvml::filtered::nvmlDeviceGetAccountingStats_v2;
+    nvmlDeviceGetRunningProcessDetailList => nvml::lists::nvmlDeviceGetRunningProcessDetailList;
+    nvmlDeviceGetProcessesUtilizationInfo => nvml::filtered::nvmlDeviceGetProcessesUtilizationInfo;
+    nvmlDeviceGetEncoderSessions => nvml::filtered::nvmlDeviceGetEncoderSessions;
+    nvmlDeviceGetFBCSessions => nvml::filtered::nvmlDeviceGetFBCSessions;
 }
 
 /// Which hooked CUDA symbol's real implementation lives at `address`, if any.

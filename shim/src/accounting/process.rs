@@ -1,0 +1,255 @@
+//! This process under fgpu: whether it is capped ([`Mode`]), built on the first CUDA or
+//! NVML call that needs it (never in a constructor, so a process that does not use the GPU
+//! never reads a file or creates one), started over in a forked child, and, when capped,
+//! everything it has counted ([`Active`]: its account in the ledger and one record per
+//! kind of memory). The flows that change the records are `impl Active` blocks of their
+//! own files (`alloc.rs`, `context.rs`, `pool.rs`, `graph.rs`, `vmm.rs`, `listing.rs`).
+
+use super::account::Account;
+use super::devices::Dev;
+use super::records::allocs::AllocMap;
+use super::records::arrays::Arrays;
+use super::records::contexts::Contexts;
+use super::records::graph_book::GraphBook;
+use super::records::pools::Pools;
+use super::records::untracked::Untracked;
+use super::records::vmm_handles::VmmHandles;
+use crate::abi::cuda::*;
+use crate::driver::instance::driver;
+use crate::driver::seam::NvmlDriver;
+use fgpu_core::ledger::Ledger;
+use fgpu_core::log::{self, Level};
+use fgpu_core::log_at;
+use fgpu_core::view::MemoryView;
+use parking_lot::Mutex;
+use std::ptr::null_mut;
+use std::sync::atomic::{AtomicI32, AtomicPtr, Ordering};
+
+/// What the shim does in this process (one per process, leaked: the size of `On` is moot).
+#[allow(clippy::large_enum_variant)]
+pub enum Mode {
+    /// No cap is configured: every call passes straight through.
+    Off,
+    /// Capped and counted.
+    On(Active),
+    /// The configuration or the ledger is broken: device memory is refused (fail closed).
+    Closed(String),
+}
+
+/// A capped process: its account in the ledger, and what it has counted there, one record
+/// per kind of memory, each behind its own lock.
+pub struct Active {
+    pub(super) account: Account,
+    /// Live allocations by device pointer (`cuMemAlloc*`).
+    pub(super) allocs: AllocMap,
+    pub(super) arrays: Arrays,
+    pub(super) contexts: Contexts,
+    pub(super) pools: Pools,
+    pub(super) graphs: GraphBook,
+    pub(super) vmm: VmmHandles,
+    pub(super) untracked: Untracked,
+}
+
+static MODE: AtomicPtr<Mode> = AtomicPtr::new(null_mut());
+static INIT: Mutex<()> = Mutex::new(());
+/// The ledger descriptor and segment, so a forked child can drop its inherited copies.
+static LEDGER_FD: AtomicI32 = AtomicI32::new(-1);
+static LEDGER_MAP: AtomicPtr<u8> = AtomicPtr::new(null_mut());
+
+/// The state of this process, built on first use.
+#[inline]
+pub fn mode() -> &'static Mode {
+    let current = MODE.load(Ordering::Acquire);
+    if !current.is_null() {
+        // SAFETY: MODE only ever holds pointers from Box::leak, never freed.
+        return unsafe { &*current };
+    }
+    init_slow()
+}
+
+#[cold]
+fn init_slow() -> &'static Mode {
+    let _guard = INIT.lock();
+    let current = MODE.load(Ordering::Acquire);
+    if !current.is_null() {
+        // SAFETY: as in `mode`.
+        return unsafe { &*current };
+    }
+    let mode: &'static Mode = Box::leak(Box::new(build()));
+    if let Mode::On(active) = mode {
+        LEDGER_FD.store(active.account.ledger.raw_fd(), Ordering::Relaxed);
+        LEDGER_MAP.store(active.account.ledger.mapping().0, Ordering::Relaxed);
+    }
+    crate::fork::on_child(after_fork_in_child);
+    MODE.store(mode as *const Mode as *mut Mode, Ordering::Release);
+    mode
+}
+
+fn build() -> Mode {
+    let config = match crate::config::load() {
+        Ok(config) => config,
+        Err(e) => {
+            let message = format!("{e}; GPU memory allocations in this process are refused until this is fixed");
+            log_at!(Level::Error, "{message}");
+            return Mode::Closed(message);
+        }
+    };
+    log::set_level(config.log);
+    if !config.is_active() {
+        log_at!(Level::Debug, "no cap configured (FGPU_LIMIT and FGPU_COMPUTE unset, no limit or compute in {}); not capping", fgpu_core::config::CONFIG_PATH);
+        return Mode::Off;
+    }
+    if let Some(why) = &config.ledger_error {
+        let message = format!("{why}; GPU memory allocations in this process are refused until this is fixed");
+        log_at!(Level::Error, "{message}");
+        return Mode::Closed(message);
+    }
+    if let Some(note) = &config.ledger_note {
+        log_at!(Level::Warn, "{note}");
+    }
+    match Ledger::open(&config.ledger, config.ledger_sharing) {
+        Ok(ledger) => {
+            ledger.set_still_held(Box::new(nvml_still_lists));
+            log_at!(Level::Debug, "ledger {} opened", config.ledger.display());
+            Mode::On(Active::new(Account::new(config, ledger)))
+        }
+        Err(e) => {
+            let message = format!("{e}; GPU memory allocations in this process are refused until this is fixed");
+            log_at!(Level::Error, "{message}");
+            Mode::Closed(message)
+        }
+    }
+}
+
+/// The driver's word on a process of the ledger that died: NVML still lists it on a GPU,
+/// so the driver may still hold its memory (`fgpu_core::ledger::dying`). It is looked for
+/// by the PID NVML gives it here: its host PID on a driver that gives host PIDs (or in the
+/// host's namespace), its own PID on one that gives PIDs as this namespace sees them, if
+/// it was in this namespace (`fgpu_core::nvmlpids`).
+fn nvml_still_lists(dead: &fgpu_core::ledger::DeadProcess) -> bool {
+    use fgpu_core::nvmlpids::NvmlPids;
+    let Mode::On(active) = mode() else { return false };
+    let same_ns = dead.pidns == fgpu_core::pidns::own_pidns();
+    let behaviour = if fgpu_core::pidns::in_host_pidns() { NvmlPids::HostNamespace } else { active.account.host_pid.behaviour() };
+    let pid = match behaviour {
+        NvmlPids::HostNamespace if same_ns => dead.pid,
+        NvmlPids::HostNamespace | NvmlPids::Host if dead.host_pid != 0 => dead.host_pid,
+        b if b.lists_in_caller_namespace() && same_ns => dead.pid,
+        _ => return false,
+    };
+    // Every GPU NVML lists: the dead process may have held memory on one this process has
+    // not used yet (a context being created has none registered).
+    let Ok(uuids) = driver().nvml_all_uuids() else { return false };
+    uuids.iter().filter_map(|text| fgpu_core::uuid::parse_gpu_uuid(text)).any(|uuid| {
+        driver()
+            .nvml_device_by_uuid(&uuid)
+            .and_then(|device| driver().nvml_compute_processes(device))
+            .is_some_and(|listed| listed.iter().any(|p| p.pid == pid))
+    })
+}
+
+/// A forked child is a new process: it must not share its parent's slot (it would keep the
+/// parent looking alive) or its accounting. Drop the inherited ledger descriptor and mapping
+/// (either one keeps the parent's liveness lock alive) and start over on the child's first
+/// CUDA call. Only async-signal-safe calls here.
+fn after_fork_in_child() {
+    MODE.store(null_mut(), Ordering::Release);
+    let fd = LEDGER_FD.swap(-1, Ordering::Relaxed);
+    if fd >= 0 {
+        // SAFETY: closes the child's copy of the ledger descriptor; the leaked parent state
+        // that also names it is never used again in the child.
+        unsafe { libc::close(fd) };
+    }
+    let map = LEDGER_MAP.swap(null_mut(), Ordering::Relaxed);
+    if !map.is_null() {
+        // SAFETY: detaches the child's copy of the ledger segment (shmdt is a plain system
+        // call, safe after fork); nothing in the child uses the parent's state (MODE was
+        // reset above) and so nothing reads through it again.
+        unsafe { libc::shmdt(map.cast()) };
+    }
+    if INIT.is_locked() {
+        // SAFETY: the thread that held INIT does not exist in the child; nobody will unlock it.
+        unsafe { INIT.force_unlock() };
+    }
+}
+
+impl Active {
+    pub fn new(account: Account) -> Active {
+        Active {
+            account,
+            allocs: AllocMap::default(),
+            arrays: Arrays::default(),
+            contexts: Contexts::default(),
+            pools: Pools::default(),
+            graphs: GraphBook::default(),
+            vmm: VmmHandles::default(),
+            untracked: Untracked::default(),
+        }
+    }
+
+    /// This process's account in its ledger.
+    pub fn account(&self) -> &Account {
+        &self.account
+    }
+
+    /// Reserves `bytes` on `dev` against the cap before the driver is asked; what NVML
+    /// shows this process holding beyond its count is counted first (`untracked.rs`).
+    pub fn reserve(&self, dev: &Dev, bytes: u64, call: &str) -> Result<(), CUresult> {
+        let slot = self.account.slot().ok_or(CUDA_ERROR_OUT_OF_MEMORY)?;
+        self.untracked.before_reserving(&self.account, &self.contexts, bytes);
+        self.account.reserve_in_ledger(slot, dev, bytes, call)
+    }
+
+    /// Counts, at most every half second, what NVML shows this process holding beyond the
+    /// ledger's count (`untracked.rs`).
+    pub fn count_untracked(&self) {
+        self.untracked.count(&self.account, &self.contexts);
+    }
+
+    /// Runs a module or library load through `load` and counts what it took
+    /// (`records/untracked.rs`).
+    pub fn around_load(&self, load: impl FnOnce() -> CUresult) -> CUresult {
+        self.untracked.around_load(&self.account, &self.contexts, load)
+    }
+
+    /// The (free, total) a program is told of `dev` (`fgpu_core::view`), given the driver's
+    /// real free memory.
+    pub fn memory_view(&self, dev: &Dev, real_free: u64) -> (u64, u64) {
+        // A process that died must be gone from `used` at once (the driver freed its memory).
+        self.account.ledger.reclaim_dead(self.account.slot_if_joined());
+        self.count_untracked();
+        let used = self.account.container_used(dev);
+        let view = MemoryView { cap: dev.limit, total: dev.shown };
+        (view.free(used, Some(real_free)), view.total)
+    }
+
+    /// The handles of the contexts this process made with `cuCtxCreate*`.
+    pub fn created_contexts(&self) -> Vec<usize> {
+        self.contexts.created_handles()
+    }
+
+    /// The PID NVML's utilisation samples name this process by, once known (the compute
+    /// sampler's). While it is not, a look at NVML's lists is taken now and then.
+    /// Where the driver gives PIDs as this namespace sees them, a process of the ledger that
+    /// this namespace cannot see keeps its raw host PID in the samples: if that equals this
+    /// process's PID, the samples under it could be either's, and none is taken as this
+    /// process's (its events measure it instead).
+    pub fn sampled_pid(&self) -> Option<u32> {
+        let account = &self.account;
+        if account.slot_if_joined().is_some() {
+            let _ = account.own_host_pid();
+        }
+        if account.host_pid.needs_a_look() {
+            self.count_untracked();
+        }
+        let pid = account.host_pid.nvml_pid()?;
+        if account.host_pid.behaviour().lists_in_caller_namespace() {
+            let own = account.slot_if_joined();
+            let snapshot = account.ledger.snapshot(own);
+            if snapshot.processes.iter().any(|p| p.alive && Some(p.slot) != own && p.pid_here.is_none() && p.host_pid == Some(pid)) {
+                return None;
+            }
+        }
+        Some(pid)
+    }
+}
