@@ -17,10 +17,11 @@
 //! switches to NVML as soon as the PID is known. The thread runs with stream capture in relaxed mode, so its driver calls never
 //! disturb a capture under way elsewhere in the program.
 
-use super::chunks::{self, DevBook};
+use super::book::{realtime_ns, DevBook, NvmlState};
 use crate::driver::instance::driver;
 use crate::driver::seam::{CudaDriver, NvmlDriver, SamplesError};
-use super::{DevShare, Limiter};
+use super::limiter::{existing, settle_now, Limiter};
+use super::share::DevShare;
 use crate::abi::cuda::CU_STREAM_CAPTURE_MODE_RELAXED;
 use crate::abi::nvml::NvmlDevice;
 use fgpu_core::compute::UtilisationBook;
@@ -42,38 +43,12 @@ const NVML_RETRY_NS: u64 = 30_000_000;
 /// one period only, or samples that never name it), its events measure it instead.
 const LEARN_PERIOD_WITHIN_NS: u64 = 4_000_000_000;
 
-/// What NVML measures of this process on one device.
-pub struct NvmlState {
-    handle: usize,
-    book: UtilisationBook,
-    host_pid: u32,
-    /// CLOCK_REALTIME - CLOCK_MONOTONIC at the last question (NVML stamps samples in CPU
-    /// time; the limiter's clock is CLOCK_MONOTONIC).
-    offset_ns: i64,
-    /// When to ask next (CLOCK_MONOTONIC ns).
-    next_poll: u64,
-    /// When NVML was first asked (CLOCK_MONOTONIC ns).
-    since: u64,
+/// Starts the sampler thread on the first chunk (once per limiter).
+pub fn ensure_started(limiter: &'static Limiter) {
+    limiter.sampler.call_once(|| start(limiter));
 }
 
-impl NvmlState {
-    /// NVML's sample period as learned so far (µs).
-    pub fn period_us(&self) -> u64 {
-        self.book.period_us()
-    }
-
-    /// CLOCK_MONOTONIC time up to which NVML has answered for this process.
-    pub fn covered_mono(&self) -> Option<u64> {
-        let covered = self.book.covered_us() as i64 * 1000 - self.offset_ns;
-        u64::try_from(covered).ok()
-    }
-}
-
-fn realtime_ns() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as i64).unwrap_or(0)
-}
-
-pub fn start(limiter: &'static Limiter) {
+fn start(limiter: &'static Limiter) {
     let spawned = std::thread::Builder::new().name("fgpu-compute".into()).spawn(move || run(limiter));
     if let Err(e) = spawned {
         log_at!(Level::Error, "cannot start the compute sampler thread ({e}); the share is kept with the estimates alone");
@@ -85,7 +60,7 @@ fn run(limiter: &'static Limiter) {
     let _ = driver().exchange_capture_mode(CU_STREAM_CAPTURE_MODE_RELAXED);
     loop {
         std::thread::sleep(TICK);
-        if !std::ptr::eq(super::existing().map_or(std::ptr::null(), |l| l as *const Limiter), limiter) {
+        if !std::ptr::eq(existing().map_or(std::ptr::null(), |l| l as *const Limiter), limiter) {
             return;
         }
         if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| tick(limiter))).is_err() {
@@ -99,7 +74,7 @@ fn tick(limiter: &'static Limiter) {
     for share in limiter.shares() {
         poll(limiter, share, now);
     }
-    chunks::settle_now(limiter);
+    settle_now(limiter);
     revoke_if_overdrawn(limiter);
     let deferred = std::mem::take(&mut limiter.registry.lock().deferred);
     drop(deferred);
@@ -113,7 +88,7 @@ fn tick(limiter: &'static Limiter) {
 fn revoke_if_overdrawn(limiter: &Limiter) {
     let now = monotonic_ns();
     for share in limiter.shares() {
-        if share.overdrawn(limiter, now) {
+        if share.overdrawn(&limiter.account.ledger, now) {
             limiter.registry.lock().revoke_open(share.ordinal);
         }
     }
@@ -179,7 +154,7 @@ fn poll(limiter: &Limiter, share: &DevShare, now: u64) {
         state.next_poll = expected.max(now + NVML_RETRY_NS);
         used
     };
-    share.charge(limiter, used, now);
+    share.charge(&limiter.account.ledger, used, now);
     limiter.account.ledger.compute_record(limiter.slot, share.id, used, now);
 }
 

@@ -1,0 +1,145 @@
+//! The compute limiter of this process: built on the first launch that needs it (nothing
+//! when the configuration names no compute share: one relaxed load per launch), dropped
+//! from sight in a forked child; the share of each device it holds the process to, and
+//! the chunks it has in flight, settled against the ledger.
+
+use super::chunks::{Registry, Settled};
+use super::share::DevShare;
+use crate::abi::cuda::CUdevice;
+use crate::accounting::account::Account;
+use crate::accounting::devices::{Dev, MAX_ORDINALS};
+use crate::accounting::process::{self, Active, Mode};
+use crate::driver::instance::driver;
+use crate::driver::seam::relaxed;
+use fgpu_core::ledger::SlotId;
+use fgpu_core::log::monotonic_ns;
+use parking_lot::Mutex;
+use std::ptr::null_mut;
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, Ordering};
+use std::sync::{Once, OnceLock};
+
+/// The limiter of this process, once built (null before, and again in a forked child).
+static LIMITER: AtomicPtr<Limiter> = AtomicPtr::new(null_mut());
+/// Set once this process is known to have no compute share: launches pass straight on.
+static NO_SHARE: AtomicBool = AtomicBool::new(false);
+static BUILD: Mutex<()> = Mutex::new(());
+/// Moves on at every fork: thread-local chunks of another generation are stale.
+static GENERATION: AtomicU32 = AtomicU32::new(1);
+
+/// One per process, leaked.
+pub struct Limiter {
+    pub active: &'static Active,
+    pub account: &'static Account,
+    pub slot: SlotId,
+    pub generation: u32,
+    devices: [OnceLock<Option<DevShare>>; MAX_ORDINALS],
+    pub registry: Mutex<Registry>,
+    /// Started once: the sampler thread (`sampler.rs`).
+    pub sampler: Once,
+}
+
+/// The limiter, or `None` when this process has no compute share (the usual case, and the
+/// one that must cost nothing: one relaxed load once decided).
+#[inline(always)]
+pub fn limiter() -> Option<&'static Limiter> {
+    if NO_SHARE.load(Ordering::Relaxed) {
+        return None;
+    }
+    let current = LIMITER.load(Ordering::Acquire);
+    if !current.is_null() {
+        // SAFETY: LIMITER only ever holds pointers from Box::leak, never freed.
+        return Some(unsafe { &*current });
+    }
+    build()
+}
+
+/// The limiter if one was built already (hooks that only tidy up never build one).
+pub fn existing() -> Option<&'static Limiter> {
+    let current = LIMITER.load(Ordering::Acquire);
+    // SAFETY: as in `limiter`.
+    (!current.is_null()).then(|| unsafe { &*current })
+}
+
+#[cold]
+fn build() -> Option<&'static Limiter> {
+    let _guard = BUILD.lock();
+    let current = LIMITER.load(Ordering::Acquire);
+    if !current.is_null() {
+        // SAFETY: as in `limiter`.
+        return Some(unsafe { &*current });
+    }
+    let active = match process::mode() {
+        Mode::On(active) if active.account().config.has_compute() => active,
+        // No share configured, or a broken configuration: there every context is refused
+        // (fail closed), so no kernel can run to be limited.
+        _ => {
+            NO_SHARE.store(true, Ordering::Relaxed);
+            return None;
+        }
+    };
+    let slot = active.account().slot()?;
+    crate::fork::on_child(after_fork_in_child);
+    let limiter: &'static Limiter = Box::leak(Box::new(Limiter {
+        active,
+        account: active.account(),
+        slot,
+        generation: GENERATION.load(Ordering::Relaxed),
+        devices: [const { OnceLock::new() }; MAX_ORDINALS],
+        registry: Mutex::new(Registry::default()),
+        sampler: Once::new(),
+    }));
+    LIMITER.store(limiter as *const Limiter as *mut Limiter, Ordering::Release);
+    Some(limiter)
+}
+
+/// A forked child starts over: its parent's limiter (whose sampler thread does not exist
+/// in the child) is dropped from sight, and its locks may be held by threads that are gone.
+/// Only async-signal-safe work here.
+fn after_fork_in_child() {
+    LIMITER.store(null_mut(), Ordering::Release);
+    GENERATION.fetch_add(1, Ordering::Relaxed);
+    if BUILD.is_locked() {
+        // SAFETY: the thread that held BUILD does not exist in the child.
+        unsafe { BUILD.force_unlock() };
+    }
+}
+
+impl Limiter {
+    /// The share of a device this process is held to, `None` when it has none there.
+    pub fn device(&self, dev: &Dev) -> Option<&DevShare> {
+        let index = usize::try_from(dev.ordinal).ok().filter(|i| *i < MAX_ORDINALS)?;
+        self.devices[index].get_or_init(|| DevShare::of(self.account, self.slot, dev)).as_ref()
+    }
+
+    /// A registered device by ordinal, if its share is known already.
+    pub fn known(&self, ordinal: CUdevice) -> Option<&DevShare> {
+        self.devices.get(usize::try_from(ordinal).ok()?)?.get()?.as_ref()
+    }
+
+    pub fn shares(&self) -> impl Iterator<Item = &DevShare> {
+        self.devices.iter().filter_map(|d| d.get().and_then(Option::as_ref))
+    }
+}
+
+/// Applies what [`Registry::settle`] found to the ledger.
+pub fn apply(limiter: &Limiter, settled: Settled, now: u64) {
+    for (ordinal, charge, measured) in settled.charges {
+        if let Some(dev) = limiter.known(ordinal) {
+            dev.charge(&limiter.account.ledger, charge, now);
+            if measured != 0 {
+                limiter.account.ledger.compute_record(limiter.slot, dev.id, measured, now);
+            }
+        }
+    }
+}
+
+/// Settles the registry now and applies it; the sampler and waiting launches call this.
+pub fn settle_now(limiter: &Limiter) {
+    let now = monotonic_ns();
+    let settled = relaxed(driver(), || {
+        let mut registry = limiter.registry.lock();
+        let covered: Vec<(CUdevice, Option<u64>)> = registry.books.iter().map(|(o, b)| (*o, b.nvml.as_ref().and_then(|n| n.covered_mono()))).collect();
+        registry.settle(now, |o| covered.iter().find(|c| c.0 == o).and_then(|c| c.1))
+    });
+    apply(limiter, settled, now);
+}
