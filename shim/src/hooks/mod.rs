@@ -13,8 +13,8 @@ pub mod module;
 pub mod launch;
 pub mod nvml;
 pub mod pool;
-pub mod procaddr;
 pub mod table;
+pub mod versions;
 pub mod vmm;
 
 use fgpu_core::log::Level;

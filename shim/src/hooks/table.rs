@@ -1,12 +1,26 @@
-//! The table from each driver symbol the shim hooks to its exported wrapper here. The
-//! `dlsym` and `cuGetProcAddress` hooks hand these wrappers out in place of the driver's
-//! functions; each wrapper's signature is checked at compile time against the symbol's
-//! prototype in `driver/table.rs` (which tests check against NVIDIA's headers).
+//! The table from each driver symbol the shim hooks to its exported wrapper here, and the
+//! `cuGetProcAddress` hooks that hand those wrappers out (they are in the table themselves,
+//! so they live with it). `dlsym.rs` hands them out too. Each wrapper's signature is
+//! checked at compile time against the symbol's prototype in `driver/table.rs` (which tests
+//! check against NVIDIA's headers).
+//!
+//! `cuGetProcAddress` / `cuGetProcAddress_v2` are how cudart and most bindings reach every
+//! driver function (base name + CUDA version + flags). The real resolver runs first with the
+//! caller's exact arguments, so the caller gets exactly the variant the driver picks for its
+//! version and flags. Only then, if the returned function is one we wrap, is it replaced by
+//! our wrapper *of that same variant*: we recognise the variant by its address. If the
+//! driver hands back an address we do not recognise for a name we wrap, we fall back to the
+//! driver's documented name/version rules (`versions.rs`, and say so at debug level) rather
+//! than let the caller run uncapped.
 
-use super::{alloc, array, context, graph, info, launch, module, nvml, pool, procaddr, vmm};
-use crate::driver::raw::proto;
-use crate::driver::symbols::{Lib, Sym};
-use std::ffi::c_void;
+use super::versions::variant_for;
+use super::{alloc, array, context, graph, info, launch, module, nvml, pool, vmm};
+use crate::abi::cuda::*;
+use crate::driver::raw::{self, proto};
+use crate::driver::symbols::{self, Lib, Sym};
+use fgpu_core::log::Level;
+use fgpu_core::log_at;
+use std::ffi::{c_char, c_int, c_void, CStr};
 
 macro_rules! hooked {
     ($( $name:ident => $wrapper:path ; )*) => {
@@ -33,8 +47,8 @@ macro_rules! hooked {
 }
 
 hooked! {
-    cuGetProcAddress => procaddr::cuGetProcAddress;
-    cuGetProcAddress_v2 => procaddr::cuGetProcAddress_v2;
+    cuGetProcAddress => self::cuGetProcAddress;
+    cuGetProcAddress_v2 => self::cuGetProcAddress_v2;
     cuMemAlloc => alloc::cuMemAlloc;
     cuMemAlloc_v2 => alloc::cuMemAlloc_v2;
     cuMemAllocPitch => alloc::cuMemAllocPitch;
@@ -127,4 +141,73 @@ hooked! {
 /// Which hooked CUDA symbol's real implementation lives at `address`, if any.
 pub fn identify(address: *mut c_void) -> Option<Sym> {
     HOOKED.iter().copied().filter(|s| s.lib() == Lib::Cuda).find(|s| crate::driver::symbols::get(*s) == address)
+}
+
+/// # Safety
+/// `cuGetProcAddress` contract (CUDA 11.3+): NUL-terminated `symbol`, writable `pfn`.
+#[no_mangle]
+pub unsafe extern "C" fn cuGetProcAddress(symbol: *const c_char, pfn: *mut *mut c_void, cuda_version: c_int, flags: u64) -> CUresult {
+    // SAFETY: the hook's caller's own arguments, passed on unchanged: the call's contract is theirs.
+    let rc = unsafe { raw::cuGetProcAddress(symbol, pfn, cuda_version, flags) }
+        .unwrap_or(CUDA_ERROR_NOT_FOUND);
+    super::guard(rc, || {
+        // SAFETY: forwarded caller pointers, checked for null inside.
+        unsafe { substitute(rc, symbol, pfn, cuda_version, flags) };
+        rc
+    })
+}
+
+/// # Safety
+/// `cuGetProcAddress_v2` contract (CUDA 12.0+): as above plus an optional `symbol_status`.
+#[no_mangle]
+pub unsafe extern "C" fn cuGetProcAddress_v2(
+    symbol: *const c_char,
+    pfn: *mut *mut c_void,
+    cuda_version: c_int,
+    flags: u64,
+    symbol_status: *mut u32,
+) -> CUresult {
+    // SAFETY: the hook's caller's own arguments, passed on unchanged: the call's contract is theirs.
+    let rc = unsafe { raw::cuGetProcAddress_v2(symbol, pfn, cuda_version, flags, symbol_status) }
+    .unwrap_or(CUDA_ERROR_NOT_FOUND);
+    super::guard(rc, || {
+        // SAFETY: forwarded caller pointers, checked for null inside.
+        unsafe { substitute(rc, symbol, pfn, cuda_version, flags) };
+        rc
+    })
+}
+
+/// Replaces `*pfn` with our wrapper when the driver returned a function we wrap.
+///
+/// # Safety
+/// `symbol` NUL-terminated or null; `pfn` writable or null.
+unsafe fn substitute(rc: CUresult, symbol: *const c_char, pfn: *mut *mut c_void, cuda_version: c_int, flags: u64) {
+    if rc != CUDA_SUCCESS || pfn.is_null() || symbol.is_null() {
+        return;
+    }
+    // SAFETY: pfn is non-null and the driver just wrote it.
+    let found = unsafe { *pfn };
+    if found.is_null() {
+        return;
+    }
+    if let Some(sym) = identify(found) {
+        if let Some(wrapper) = wrapper(sym) {
+            // SAFETY: as above.
+            unsafe { *pfn = wrapper };
+        }
+        return;
+    }
+    // SAFETY: caller's NUL-terminated name.
+    let name = unsafe { CStr::from_ptr(symbol) }.to_string_lossy();
+    let ptds = flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM != 0;
+    if let Some(sym) = variant_for(&name, cuda_version, ptds) {
+        if let Some(wrapper) = wrapper(sym) {
+            if found != wrapper {
+                log_at!(Level::Debug, "cuGetProcAddress({name}, {cuda_version}) returned an address fgpu does not know; using its {} wrapper", sym.name());
+                symbols::remember(sym, found);
+                // SAFETY: as above.
+                unsafe { *pfn = wrapper };
+            }
+        }
+    }
 }
