@@ -7,7 +7,7 @@
 
 use fgpu_tests::*;
 use serde_json::Value;
-use std::io::{Read, Write};
+use std::io::Write;
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::process::Command;
@@ -719,19 +719,6 @@ fn doctor_reports_a_ledger_directory_it_cannot_write() {
 
 // ------------------------------------------------------------------------------ fgpu exporter
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
-fn http_get(port: u16, path: &str, accept: &str) -> std::io::Result<(String, String)> {
-    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port))?;
-    stream.set_read_timeout(Some(Duration::from_secs(10)))?;
-    write!(stream, "GET {path} HTTP/1.0\r\nHost: localhost\r\nAccept: {accept}\r\n\r\n")?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response)?;
-    let (head, body) = response.split_once("\r\n\r\n").unwrap_or((&response, ""));
-    Ok((head.to_string(), body.to_string()))
-}
 
 /// The value of the sample `name{...}` whose labels contain all of `labels`.
 fn sample(body: &str, name: &str, labels: &[(&str, String)]) -> Option<f64> {
@@ -1042,10 +1029,7 @@ fn run_gpus_auto_puts_jobs_where_there_is_room() {
     std::fs::create_dir_all(&tmp).unwrap();
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o1777)).unwrap();
-    let fgpu_copy = reachable().dir.join("fgpu");
-    if !fgpu_copy.exists() {
-        std::fs::copy(fgpu_bin(), &fgpu_copy).unwrap();
-    }
+    let fgpu_copy = reachable_fgpu();
     let client = reachable_client("cuclient");
     let as_user = |args: &[&str]| env.command_as(user, &fgpu_copy).args(args).env("TMPDIR", &tmp).env("FGPU_SHIM", &reachable().front);
     let job = |extra: &[&str]| {

@@ -98,18 +98,8 @@ fn forge(env: &Env, header: &[u8], root: Option<&Path>) -> (Background, i32) {
     (tenant, shmid)
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
 fn http_get(port: u16, path: &str) -> std::io::Result<(String, String)> {
-    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port))?;
-    stream.set_read_timeout(Some(Duration::from_secs(10)))?;
-    write!(stream, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n")?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response)?;
-    let (head, body) = response.split_once("\r\n\r\n").unwrap_or((&response, ""));
-    Ok((head.to_string(), body.to_string()))
+    fgpu_tests::http_get(port, path, "text/plain")
 }
 
 fn start_exporter(env: &Env, args: &[&str]) -> (Background, u16) {
@@ -189,10 +179,7 @@ fn h2_a_run_ledger_is_private_to_its_user() {
     let dir = reachable().dir.join(format!("h2-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o1777)).unwrap();
-    let fgpu_copy = reachable().dir.join("fgpu");
-    if !fgpu_copy.exists() {
-        std::fs::copy(fgpu_bin(), &fgpu_copy).unwrap();
-    }
+    let fgpu_copy = reachable_fgpu();
     let run_as = |uid: u32, args: &[&str]| {
         env.command_as(uid, &fgpu_copy).args(["run", "--limit", "1G"]).args(args).env("TMPDIR", &dir).env("FGPU_SHIM", &reachable().front).arg("--").arg(reachable_client("cuclient"))
     };
