@@ -324,6 +324,30 @@ fn m1_held_locks_do_not_stall_status() {
     }
 }
 
+// ------------------------------------------------------------------------------ M4
+
+/// M4: one lock from the first free slot's byte to the end of a ledger's file, held by a
+/// process that is no member, keeps nobody out: a newcomer still gets a slot (its liveness
+/// is then its process's), what it holds counts against the cap, and the simulated driver
+/// never holds more than the cap.
+#[test]
+fn m4_a_lock_over_every_slot_keeps_nobody_out() {
+    let env = Env::new("sec-m4");
+    let mut holder = env.client(&["init", "primary", "alloc", "1G", "hold"]).shim().limit("4G").spawn();
+    holder.wait_for("holding");
+    let start = fgpu_core::ledger::layout::alive_lock(1).to_string();
+    let mut locker = env.command(client("ledger_tenant")).arg("hold-range").arg(&env.ledger).arg(&start).spawn();
+    locker.wait_for("locked");
+    let run = env.client(&["init", "primary", "alloc", "2G", "alloc", "1G"]).shim().limit("4G").success();
+    let rcs: Vec<i64> = run.lines("alloc").iter().map(|l| field(l, "rc").unwrap().parse().unwrap()).collect();
+    assert_eq!(rcs, vec![0, 2], "granted within the cap, refused past it (1.3 GiB held, 0.3 + 2 GiB more, then 1 GiB over 4 GiB)\n{run}");
+    assert!(!run.stderr().contains("locked by a process"), "{run}");
+    let sim = env.sim();
+    assert!(sim.device_used(0) <= 4 * GIB);
+    locker.finish();
+    holder.finish();
+}
+
 // ------------------------------------------------------------------------------ M2
 
 /// M2: 350 connections opened within 5 s and left idle, under a limit of 256 open files,

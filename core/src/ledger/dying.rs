@@ -67,6 +67,16 @@ pub fn still_exiting(dead: &DeadProcess) -> bool {
     }
 }
 
+/// Whether a process the ledger knows only by its PID (a slot whose liveness is its
+/// process's: `LIVENESS_PROCESS`) still runs. Where this namespace cannot see it, it counts
+/// as running: never drop accounting on doubt.
+pub fn process_alive(owner: &DeadProcess) -> bool {
+    if owner.pid_here().is_none() {
+        return true;
+    }
+    still_exiting(owner)
+}
+
 /// The state letter and start time (clock ticks after boot) of a `/proc/PID/stat` line.
 /// The command name (field 2) may hold spaces and parentheses: fields are counted after
 /// its last `)`.

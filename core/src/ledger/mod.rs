@@ -308,13 +308,23 @@ impl Ledger {
     }
 
     /// Claims a slot for the calling process and holds its liveness lock until the ledger is
-    /// dropped or the process dies.
+    /// dropped or the process dies. When every free slot's lock is held by a process that
+    /// is not a member (a user who can open a shared ledger's file may lock all of it), the
+    /// slot's liveness is this process's instead (`LIVENESS_PROCESS`): locks alone never
+    /// keep a process out of a ledger that has free slots.
     pub fn join(&self) -> Result<SlotId, LedgerError> {
         // Free slots first; then slots marked live, whose owner may have died.
         for wanted in [SLOT_FREE, SLOT_LIVE] {
             for index in 0..MAX_SLOTS {
                 let id = SlotId(index);
                 if self.slot(id).state.load(Relaxed) != wanted {
+                    continue;
+                }
+                if wanted == SLOT_LIVE && self.by_process(id) {
+                    if self.take_dead_by_process(id) {
+                        self.fill_slot(id, LIVENESS_PROCESS);
+                        return Ok(id);
+                    }
                     continue;
                 }
                 let locked = lock::ofd_lock(self.fd(), alive_lock(index), false)
@@ -331,13 +341,32 @@ impl Ledger {
                     }
                     self.reclaim_locked(id);
                 }
-                self.fill_slot(id);
+                if !self.start_claim(id, SLOT_FREE) {
+                    // Taken meanwhile by a process whose liveness is its own.
+                    lock::ofd_unlock(self.fd(), alive_lock(index));
+                    continue;
+                }
+                self.fill_slot(id, LIVENESS_LOCK);
                 crate::crash_point!("ledger.join.filled");
                 return Ok(id);
             }
         }
-        // Free slots that could not be locked: a member takes a slot's lock only to mark it
-        // live at once, so free slots that stay locked are held by a process that is not one.
+        // Free slots whose locks are held by a process that is not a member: claimed with a
+        // compare-and-swap, alive while this process is.
+        let blocked: Vec<SlotId> = (0..MAX_SLOTS).map(SlotId).filter(|id| self.slot(*id).state.load(Acquire) == SLOT_FREE && self.locked_by_outsider(*id)).collect();
+        for id in blocked {
+            if self.start_claim(id, SLOT_FREE) {
+                self.fill_slot(id, LIVENESS_PROCESS);
+                return Ok(id);
+            }
+        }
+        // Slots stuck half-claimed by a process that died in the middle.
+        for id in (0..MAX_SLOTS).map(SlotId) {
+            if self.take_stuck_claim(id) {
+                self.fill_slot(id, LIVENESS_PROCESS);
+                return Ok(id);
+            }
+        }
         let free = self.slot_ids().filter(|id| self.slot(*id).state.load(Relaxed) == SLOT_FREE).count() + (MAX_SLOTS - self.slot_ids().count());
         if free > 0 {
             return Err(LedgerError::SlotsLocked { path: self.path().to_path_buf(), free });
@@ -345,8 +374,82 @@ impl Ledger {
         Err(LedgerError::Full { path: self.path().to_path_buf() })
     }
 
-    fn fill_slot(&self, id: SlotId) {
+    /// Whether a slot's liveness is its owner's process rather than a lock.
+    fn by_process(&self, id: SlotId) -> bool {
+        self.slot(id).liveness.load(Acquire) == LIVENESS_PROCESS
+    }
+
+    /// Changes a slot's state from `from` to [`SLOT_CLAIMING`]: only one process can.
+    fn start_claim(&self, id: SlotId, from: u32) -> bool {
         let slot = self.slot(id);
+        if slot.state.compare_exchange(from, SLOT_CLAIMING, AcqRel, Acquire).is_err() {
+            return false;
+        }
+        slot.claiming_since_s.store((crate::log::monotonic_ns() / 1_000_000_000) as u32, Relaxed);
+        true
+    }
+
+    /// How long a slot may stay [`SLOT_CLAIMING`] before it counts as left so by a process
+    /// that died in the middle (a claim takes microseconds).
+    const STUCK_CLAIM_S: u32 = 10;
+
+    /// Takes over a slot left half-claimed (or half-cleared) by a process that died; what
+    /// it held is dropped (its owner was found dead, and not held by the driver, first).
+    fn take_stuck_claim(&self, id: SlotId) -> bool {
+        let slot = self.slot(id);
+        if slot.state.load(Acquire) != SLOT_CLAIMING {
+            return false;
+        }
+        let since = slot.claiming_since_s.load(Relaxed);
+        let now = (crate::log::monotonic_ns() / 1_000_000_000) as u32;
+        if now.saturating_sub(since) < Self::STUCK_CLAIM_S {
+            return false;
+        }
+        if slot.claiming_since_s.compare_exchange(since, now, AcqRel, Relaxed).is_err() {
+            return false;
+        }
+        self.clear(id);
+        true
+    }
+
+    /// Whether a free slot's lock is held by a process that is not a member: a member
+    /// locks one byte and marks the slot within microseconds; a lock wider than the byte,
+    /// or one still there 20 ms later on a slot still free, is not a member's.
+    fn locked_by_outsider(&self, id: SlotId) -> bool {
+        match lock::ofd_conflict(self.fd(), alive_lock(id.0)) {
+            Ok(Some((_, len))) if len != 1 => true,
+            Ok(Some(_)) => {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+                self.slot(id).state.load(Acquire) == SLOT_FREE && matches!(lock::ofd_conflict(self.fd(), alive_lock(id.0)), Ok(Some(_)))
+            }
+            _ => false,
+        }
+    }
+
+    /// Takes a slot whose liveness is its process's, if that process died and the driver
+    /// holds nothing of it: its bytes are dropped and the slot is this process's to fill.
+    fn take_dead_by_process(&self, id: SlotId) -> bool {
+        if !self.by_process(id) || self.is_alive(id) {
+            return false;
+        }
+        if self.driver_may_hold(id) {
+            self.slot(id).dying_since_ns.compare_exchange(0, crate::log::monotonic_ns().max(1), Relaxed, Relaxed).ok();
+            return false;
+        }
+        // A process that dies between the claim and the clearing leaves a claimed slot
+        // with the dead owner's bytes, which nobody counts any more (they are not held by
+        // the driver): the slot is taken over after `STUCK_CLAIM_S`.
+        if !self.start_claim(id, SLOT_LIVE) {
+            return false;
+        }
+        self.clear(id);
+        true
+    }
+
+    /// Fills a slot this process claimed ([`SLOT_CLAIMING`]) and marks it live.
+    fn fill_slot(&self, id: SlotId, liveness: u64) {
+        let slot = self.slot(id);
+        slot.liveness.store(liveness, Relaxed);
         let comm = pidns::comm();
         slot.pid.store(std::process::id(), Relaxed);
         slot.host_pid.store(pidns::host_pid().unwrap_or(0), Relaxed);
@@ -368,6 +471,13 @@ impl Ledger {
 
     /// Gives the slot back (normal exit); what it still holds is returned to the devices.
     pub fn leave(&self, id: SlotId) {
+        if self.by_process(id) {
+            if self.start_claim(id, SLOT_LIVE) {
+                self.clear(id);
+                self.slot(id).state.store(SLOT_FREE, Release);
+            }
+            return;
+        }
         self.reclaim_locked(id);
         lock::ofd_unlock(self.fd(), alive_lock(id.0));
     }
@@ -375,6 +485,13 @@ impl Ledger {
     /// Drops a slot's holdings and frees it. The caller holds its liveness lock. Each word is
     /// cleared by itself, so a reclaimer that dies midway leaves a slot the next one finishes.
     fn reclaim_locked(&self, id: SlotId) -> u64 {
+        let total = self.clear(id);
+        self.slot(id).state.store(SLOT_FREE, Release);
+        total
+    }
+
+    /// Drops a slot's holdings, its marks and its liveness (the caller owns the slot).
+    fn clear(&self, id: SlotId) -> u64 {
         let slot = self.slot(id);
         let mut total = 0;
         for d in 0..MAX_DEVICES {
@@ -384,7 +501,7 @@ impl Ledger {
             total += old.held();
         }
         slot.dying_since_ns.store(0, Relaxed);
-        slot.state.store(SLOT_FREE, Release);
+        slot.liveness.store(LIVENESS_LOCK, Relaxed);
         total
     }
 
@@ -601,6 +718,9 @@ impl Ledger {
     }
 
     fn is_alive(&self, id: SlotId) -> bool {
+        if self.by_process(id) {
+            return dying::process_alive(&self.dead_process(id));
+        }
         // An error here (should not happen) counts as alive: never drop accounting on doubt.
         lock::ofd_held_by_other(self.fd(), alive_lock(id.0)).unwrap_or(true)
     }
@@ -622,6 +742,13 @@ impl Ledger {
         let mut reclaimed = 0;
         for id in self.live_slots() {
             if Some(id) == own {
+                continue;
+            }
+            if self.by_process(id) {
+                if self.take_dead_by_process(id) {
+                    self.slot(id).state.store(SLOT_FREE, Release);
+                    reclaimed += 1;
+                }
                 continue;
             }
             if self.claim_dead(id) {
