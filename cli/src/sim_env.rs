@@ -16,7 +16,7 @@
 //! `FGPU_SIM_*` settings given as options. With `--dry-run` it prints the commands that make
 //! the layout instead of making it.
 
-use crate::cli::SimEnvArgs;
+use crate::args::SimEnvArgs;
 use std::path::{Path, PathBuf};
 
 /// The built libraries and the names they are loaded under.

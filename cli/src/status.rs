@@ -1,6 +1,6 @@
 //! `fgpu status`.
 
-use crate::cli::StatusArgs;
+use crate::args::StatusArgs;
 use crate::ledgers;
 use crate::report::{self, LedgerState};
 
@@ -36,6 +36,6 @@ fn gpus(report: &report::StatusReport, all: bool) -> Vec<crate::placement::GpuRo
     if all {
         return crate::placement::rooms(&probe.devices, &report.ledgers);
     }
-    let seen = report::collect(ledgers::resolve(&crate::cli::LedgerSelection { all: true, ..Default::default() }));
+    let seen = report::collect(ledgers::resolve(&crate::args::LedgerSelection { all: true, ..Default::default() }));
     crate::placement::rooms(&probe.devices, &seen.ledgers)
 }

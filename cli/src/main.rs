@@ -2,7 +2,7 @@
 //! module; this file only parses arguments and turns results into exit codes.
 
 mod cdi;
-mod cli;
+mod args;
 mod doctor;
 mod driver_probe;
 mod elf;
@@ -19,7 +19,7 @@ mod status;
 mod top;
 
 use clap::Parser;
-use cli::{Cli, Command};
+use args::{Cli, Command};
 
 fn main() {
     let cli = match Cli::try_parse() {
@@ -36,7 +36,7 @@ fn main() {
         Command::Doctor(args) => doctor::doctor(&args),
         Command::Exporter(args) => exporter::exporter(&args),
         Command::Completions(args) => {
-            clap_complete::generate(args.shell, &mut cli::completion_command(), "fgpu", &mut std::io::stdout());
+            clap_complete::generate(args.shell, &mut args::completion_command(), "fgpu", &mut std::io::stdout());
             0
         }
         Command::Cdi(args) => cdi::cdi(&args),

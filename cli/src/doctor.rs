@@ -5,7 +5,7 @@
 //! without the shim preloaded); [`assess`] turns facts into findings and is unit-tested
 //! with made-up facts.
 
-use crate::cli::DoctorArgs;
+use crate::args::DoctorArgs;
 use crate::driver_probe::DriverProbe;
 #[cfg(test)]
 use crate::driver_probe::{LibraryProbe, ProbedDevice};

@@ -10,7 +10,7 @@
 //! DCGM exporter labels it: join the two on `UUID`), and per process `pid` (as seen where
 //! the exporter runs), `host_pid` (empty while unknown) and `name`.
 
-use crate::cli::ExporterArgs;
+use crate::args::ExporterArgs;
 use crate::ledgers;
 use crate::report::{self, LedgerState, StatusReport};
 use prometheus_client::encoding::{prometheus_text, text};

@@ -1,6 +1,6 @@
 //! `fgpu top`: `fgpu status`, refreshed in the terminal's alternate screen until `q`.
 
-use crate::cli::TopArgs;
+use crate::args::TopArgs;
 use crate::ledgers;
 use crate::report::{self, StatusReport};
 use crossterm::event::{self, Event, KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
