@@ -9,26 +9,8 @@
 //! job's cap in the job's ledger before the lock is let go, so the next job counts it.
 
 use crate::driver_probe::ProbedDevice;
-use crate::report::{LedgerReport, LedgerState};
+use crate::report::{GpuRoom, LedgerReport, LedgerState};
 use fgpu_core::limit::format_bytes;
-use serde::Serialize;
-
-/// One GPU's memory and what is committed on it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct GpuRoom {
-    /// NVML's index.
-    pub index: u32,
-    pub uuid: String,
-    pub total_bytes: u64,
-    /// The caps (at most the GPU's memory) of the live ledgers on it.
-    pub committed_bytes: u64,
-    /// Live ledgers with a cap on it.
-    pub ledgers: usize,
-    /// Used on it (as the driver says) beyond what those ledgers hold.
-    pub used_outside_bytes: u64,
-    /// What is left: total less committed less used outside.
-    pub left_bytes: u64,
-}
 
 /// The room on each GPU the driver lists, from the ledgers seen (a scan of every ledger
 /// this user may look at).

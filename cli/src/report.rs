@@ -26,9 +26,26 @@ pub struct StatusReport {
     /// Each GPU the driver lists and what is committed on it (`placement.rs`): `fgpu
     /// status` without `--ledger`; empty when the driver cannot be asked.
     #[serde(skip_serializing_if = "Vec::is_empty", default)]
-    pub gpus: Vec<crate::placement::GpuRoom>,
+    pub gpus: Vec<GpuRoom>,
     /// Warnings about how the ledgers were found (also printed on stderr in text mode).
     pub notes: Vec<String>,
+}
+
+/// One GPU's memory and what is committed on it (worked out in `placement.rs`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct GpuRoom {
+    /// NVML's index.
+    pub index: u32,
+    pub uuid: String,
+    pub total_bytes: u64,
+    /// The caps (at most the GPU's memory) of the live ledgers on it.
+    pub committed_bytes: u64,
+    /// Live ledgers with a cap on it.
+    pub ledgers: usize,
+    /// Used on it (as the driver says) beyond what those ledgers hold.
+    pub used_outside_bytes: u64,
+    /// What is left: total less committed less used outside.
+    pub left_bytes: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

@@ -281,7 +281,7 @@ fn place(args: &RunArgs, limit: Option<&str>, ledger: &Path) -> Result<Placed, S
         let _lock = placement_lock();
         let seen = crate::report::collect(crate::ledgers::resolve(&crate::args::LedgerSelection { all: true, ..Default::default() }));
         let rooms = crate::placement::rooms(&probe.devices, &seen.ledgers);
-        let need = |r: &crate::placement::GpuRoom| spec.as_ref().and_then(|s| s.cap_for(&r.uuid, r.total_bytes)).unwrap_or(0).min(r.total_bytes);
+        let need = |r: &crate::report::GpuRoom| spec.as_ref().and_then(|s| s.cap_for(&r.uuid, r.total_bytes)).unwrap_or(0).min(r.total_bytes);
         match crate::placement::choose(&rooms, need) {
             Ok(room) if spec.is_none() => {
                 // No memory cap: nothing to commit; the GPU with the most room is enough.
