@@ -1,5 +1,11 @@
-// Exported CUDA driver entry points: device, managed and host memory.
-// Included by lib.rs.
+//! Exported CUDA driver entry points: device, managed and host memory.
+
+use crate::boundary::*;
+use crate::driver::{Kind, driver};
+use crate::driver;
+use crate::errors::*;
+use fgpu_sim_state::pool::round_up;
+use std::ffi::{c_uint, c_void};
 
 // ---- device memory ----
 

@@ -1,4 +1,4 @@
-//! Module images: what the simulator reads from them (api_module.rs).
+//! Module images: what the simulator reads from them (api/module.rs).
 
 use super::*;
 

@@ -1,5 +1,10 @@
-// Exported CUDA driver entry points: initialisation, version and device queries.
-// Included by lib.rs.
+//! Exported CUDA driver entry points: initialisation, version and device queries.
+
+use crate::boundary::*;
+use crate::driver::driver;
+use crate::errors::*;
+use crate::{attributes, driver};
+use std::ffi::{CStr, c_char, c_int, c_uint};
 
 /// cuInit.
 #[no_mangle]

@@ -1,11 +1,17 @@
-// Exported CUDA driver entry points: copies and memsets.
-// Included by lib.rs.
-//
-// Copies take no time on the device timeline. The synchronous ones that NVIDIA documents as
-// returning only once the copy is done (device to pageable host memory; memsets of unified
-// memory) first wait for the work queued before them: on the legacy default stream, which
-// follows all earlier work of the context, or, for the `_ptds` forms, on the calling
-// thread's per-thread default stream.
+//! Exported CUDA driver entry points: copies and memsets.
+//!
+//! Copies take no time on the device timeline. The synchronous ones that NVIDIA documents as
+//! returning only once the copy is done (device to pageable host memory; memsets of unified
+//! memory) first wait for the work queued before them: on the legacy default stream, which
+//! follows all earlier work of the context, or, for the `_ptds` forms, on the calling
+//! thread's per-thread default stream.
+
+use super::stream::stream_key;
+use crate::boundary::*;
+use crate::driver::driver;
+use crate::driver;
+use crate::errors::*;
+use std::ffi::{c_uchar, c_uint, c_void};
 
 /// Waits, before a synchronous copy, for the work it is ordered after (see above).
 fn host_waits(ptds: bool) -> Result<(), CUresult> {

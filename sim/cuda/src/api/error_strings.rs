@@ -1,7 +1,9 @@
-// Exported CUDA driver entry points: error strings, export tables, cuGetProcAddress.
-// Included by lib.rs.
+//! Exported CUDA driver entry points: error names and strings (cuGetErrorName,
+//! cuGetErrorString).
 
-// ---- errors ----
+use crate::boundary::*;
+use crate::errors::*;
+use std::ffi::c_char;
 
 #[no_mangle]
 pub unsafe extern "C" fn cuGetErrorName(error: CUresult, pstr: *mut *const c_char) -> CUresult {
@@ -39,36 +41,4 @@ pub unsafe extern "C" fn cuGetErrorString(error: CUresult, pstr: *mut *const c_c
             }
         }
     })
-}
-
-/// The real runtime needs private export tables the simulator does not have.
-#[no_mangle]
-pub unsafe extern "C" fn cuGetExportTable(table: *mut *const c_void, _id: *const [u8; 16]) -> CUresult {
-    guard(|| {
-        put(table, std::ptr::null());
-        CUDA_ERROR_NOT_SUPPORTED
-    })
-}
-
-// ---- entry points ----
-
-#[no_mangle]
-pub unsafe extern "C" fn cuGetProcAddress(
-    symbol: *const c_char,
-    pfn: *mut *mut c_void,
-    cuda_version: c_int,
-    flags: u64,
-) -> CUresult {
-    guard(|| procaddr::get_proc_address(symbol, pfn, cuda_version, flags, std::ptr::null_mut()))
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn cuGetProcAddress_v2(
-    symbol: *const c_char,
-    pfn: *mut *mut c_void,
-    cuda_version: c_int,
-    flags: u64,
-    status: *mut c_uint,
-) -> CUresult {
-    guard(|| procaddr::get_proc_address(symbol, pfn, cuda_version, flags, status))
 }

@@ -1,5 +1,10 @@
-// Exported CUDA driver entry points: arrays and mipmapped arrays.
-// Included by lib.rs.
+//! Exported CUDA driver entry points: arrays and mipmapped arrays.
+
+use crate::boundary::*;
+use crate::driver::{ArrayRec, driver};
+use crate::driver;
+use crate::errors::*;
+use std::ffi::c_uint;
 
 // ---- arrays ----
 
@@ -44,7 +49,7 @@ pub struct ArrayMemoryRequirements {
 }
 
 /// CUDA_ARRAY3D_SPARSE | CUDA_ARRAY3D_DEFERRED_MAPPING: no memory until mapped.
-const ARRAY_NO_BACKING: c_uint = 0x40 | 0x80;
+pub(crate) const ARRAY_NO_BACKING: c_uint = 0x40 | 0x80;
 
 fn array_create(ph: *mut usize, dims: (u64, u64, u64), format: c_uint, ch: c_uint, flags: c_uint, levels: u32, mip: bool) -> CUresult {
     let d = tri!(driver());

@@ -1,5 +1,11 @@
-// Exported CUDA driver entry points: contexts and primary contexts.
-// Included by lib.rs.
+//! Exported CUDA driver entry points: contexts and primary contexts.
+
+use super::stream::{ctx_drain, ctx_sync};
+use crate::boundary::*;
+use crate::driver::{Ctx, driver};
+use crate::driver;
+use crate::errors::*;
+use std::ffi::{c_int, c_uint, c_void};
 
 // ---- contexts ----
 

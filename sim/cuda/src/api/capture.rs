@@ -1,9 +1,17 @@
-// Stream capture: kernels launched into a stream between cuStreamBeginCapture and
-// cuStreamEndCapture become kernel nodes of a new graph instead of running. Only kernel
-// launches are captured; copies, memsets and stream-ordered allocations issued to a
-// capturing stream act at once, and events recorded in it are not part of the graph.
-// Synchronising or querying a capturing stream is CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED,
-// as on the real driver.
+//! Stream capture: kernels launched into a stream between cuStreamBeginCapture and
+//! cuStreamEndCapture become kernel nodes of a new graph instead of running. Only kernel
+//! launches are captured; copies, memsets and stream-ordered allocations issued to a
+//! capturing stream act at once, and events recorded in it are not part of the graph.
+//! Synchronising or querying a capturing stream is CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED,
+//! as on the real driver.
+
+use super::graph::{CUgraph, CUgraphNode};
+use super::stream::{CU_STREAM_LEGACY, CU_STREAM_PER_THREAD, stream_ctx};
+use crate::boundary::*;
+use crate::driver::{CaptureRec, GraphRec, driver};
+use crate::driver;
+use crate::errors::*;
+use std::ffi::{c_int, c_uint, c_void};
 
 /// `CUstreamCaptureStatus`.
 const CU_STREAM_CAPTURE_STATUS_NONE: c_int = 0;

@@ -1,5 +1,10 @@
-// Exported CUDA driver entry points: virtual memory management (cuMemCreate, cuMemMap, ...).
-// Included by lib.rs.
+//! Exported CUDA driver entry points: virtual memory management (cuMemCreate, cuMemMap, ...).
+
+use crate::boundary::*;
+use crate::driver::{Driver, Inner, VmmHandle, driver};
+use crate::driver;
+use crate::errors::*;
+use std::ffi::{c_int, c_uint, c_ulonglong, c_void};
 
 /// `CUmemAllocationProp` (32 bytes).
 #[repr(C)]
@@ -24,7 +29,7 @@ pub struct CUmemAccessDesc {
     pub flags: c_uint,
 }
 
-const CU_MEM_LOCATION_TYPE_DEVICE: c_uint = 1;
+pub(crate) const CU_MEM_LOCATION_TYPE_DEVICE: c_uint = 1;
 /// Sentinel device index for host-located VMM memory.
 const HOST_LOCATION: usize = usize::MAX;
 

@@ -1,15 +1,21 @@
-// Exported CUDA driver entry points: stream-ordered memory pools.
-// Included by lib.rs.
+//! Exported CUDA driver entry points: stream-ordered memory pools.
+
+use super::stream::stream_ctx;
+use crate::boundary::*;
+use crate::driver::{PoolRec, driver};
+use crate::errors::*;
+use fgpu_sim_state::pool::PoolModel;
+use std::ffi::{c_int, c_uint, c_void};
 
 // ---- memory pools ----
 
-const CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES: c_int = 1;
-const CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES: c_int = 3;
-const CU_MEMPOOL_ATTR_RELEASE_THRESHOLD: c_int = 4;
-const CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT: c_int = 5;
-const CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH: c_int = 6;
-const CU_MEMPOOL_ATTR_USED_MEM_CURRENT: c_int = 7;
-const CU_MEMPOOL_ATTR_USED_MEM_HIGH: c_int = 8;
+pub(crate) const CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES: c_int = 1;
+pub(crate) const CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES: c_int = 3;
+pub(crate) const CU_MEMPOOL_ATTR_RELEASE_THRESHOLD: c_int = 4;
+pub(crate) const CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT: c_int = 5;
+pub(crate) const CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH: c_int = 6;
+pub(crate) const CU_MEMPOOL_ATTR_USED_MEM_CURRENT: c_int = 7;
+pub(crate) const CU_MEMPOOL_ATTR_USED_MEM_HIGH: c_int = 8;
 
 #[no_mangle]
 pub unsafe extern "C" fn cuDeviceGetDefaultMemPool(pool: *mut CUmemoryPool, dev: CUdevice) -> CUresult {

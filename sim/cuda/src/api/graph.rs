@@ -1,13 +1,25 @@
-// CUDA graphs: kernel nodes, graph memory nodes (cuGraphAddMemAllocNode /
-// cuGraphAddMemFreeNode), child graphs, instantiation, launch and upload, and the
-// per-device pool graph allocations come from (cuDeviceGetGraphMemAttribute,
-// cuDeviceGraphMemTrim).
-//
-// As in the real driver, a graph allocation gets its address when the node is added and
-// its physical memory when the graph is uploaded or launched, from a per-device graph
-// pool that keeps what it reserved until cuDeviceGraphMemTrim. A launch puts the graph's
-// kernels on the stream's context timeline, one item each in the order their nodes were
-// added (dependencies are not read: a context runs one kernel at a time anyway).
+//! CUDA graphs: kernel nodes, graph memory nodes (cuGraphAddMemAllocNode /
+//! cuGraphAddMemFreeNode), child graphs, instantiation, launch and upload, and the
+//! per-device pool graph allocations come from (cuDeviceGetGraphMemAttribute,
+//! cuDeviceGraphMemTrim).
+//!
+//! As in the real driver, a graph allocation gets its address when the node is added and
+//! its physical memory when the graph is uploaded or launched, from a per-device graph
+//! pool that keeps what it reserved until cuDeviceGraphMemTrim. A launch puts the graph's
+//! kernels on the stream's context timeline, one item each in the order their nodes were
+//! added (dependencies are not read: a context runs one kernel at a time anyway).
+
+use super::launch::launch_blocks;
+use super::module::{CUfunction, CUkernel};
+use super::stream::{note_stream_seq, stream_ctx, stream_key};
+use super::vmm::CU_MEM_LOCATION_TYPE_DEVICE;
+use crate::boundary::*;
+use crate::driver::{Driver, ExecRec, GraphRec, Inner, NodeRec, driver};
+use crate::driver;
+use crate::errors::*;
+use fgpu_sim_state::Work;
+use fgpu_sim_state::pool::round_up;
+use std::ffi::{c_char, c_int, c_uint, c_ulonglong, c_void};
 
 /// `CUDA_MEM_ALLOC_NODE_PARAMS_v1` (cuda.h): `CUmemPoolProps` (88 bytes), then the access
 /// descriptors, `bytesize` and the `dptr` the driver fills in.
@@ -34,10 +46,10 @@ const _: () = {
     assert!(std::mem::offset_of!(CudaMemAllocNodeParams, dptr) == 112);
 };
 
-const CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT: c_int = 0;
-const CU_GRAPH_MEM_ATTR_USED_MEM_HIGH: c_int = 1;
-const CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT: c_int = 2;
-const CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH: c_int = 3;
+pub(crate) const CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT: c_int = 0;
+pub(crate) const CU_GRAPH_MEM_ATTR_USED_MEM_HIGH: c_int = 1;
+pub(crate) const CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT: c_int = 2;
+pub(crate) const CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH: c_int = 3;
 /// Graph pools reserve physical memory in 2 MiB granules, as stream-ordered pools do.
 const GRAPH_GRANULE: u64 = 2 << 20;
 
@@ -210,7 +222,7 @@ pub struct CudaGraphInstantiateParams {
     pub result_out: c_int,
 }
 
-const CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD: u64 = 2;
+pub(crate) const CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD: u64 = 2;
 
 /// Instantiates, and with `CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD` uploads on the given stream
 /// (which takes the graph's memory now).
@@ -402,9 +414,9 @@ pub unsafe extern "C" fn cuDeviceGraphMemTrim(dev: CUdevice) -> CUresult {
 }
 
 const CU_GRAPH_NODE_TYPE_KERNEL: c_int = 0;
-const CU_GRAPH_NODE_TYPE_GRAPH: c_int = 4;
-const CU_GRAPH_NODE_TYPE_MEM_ALLOC: c_int = 10;
-const CU_GRAPH_NODE_TYPE_MEM_FREE: c_int = 11;
+pub(crate) const CU_GRAPH_NODE_TYPE_GRAPH: c_int = 4;
+pub(crate) const CU_GRAPH_NODE_TYPE_MEM_ALLOC: c_int = 10;
+pub(crate) const CU_GRAPH_NODE_TYPE_MEM_FREE: c_int = 11;
 
 /// With `nodes` NULL, the number of nodes; else up to `*count` of them, and `*count` set to
 /// how many were written.

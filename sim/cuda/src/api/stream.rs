@@ -1,19 +1,25 @@
-// Exported CUDA driver entry points: streams and events.
-// Included by lib.rs.
-//
-// Work (kernels, event markers) goes on the device timeline of fgpu-sim-state, one FIFO
-// per context: a context's streams share it, so their work runs in submission order (the
-// simulator has no concurrency inside a context). Each stream remembers the sequence
-// number of its last item; synchronising waits for that item, querying compares with it.
-// A stream waiting for an event of its own context is already ordered after it; a wait on
-// another context's event is accepted and not modelled.
+//! Exported CUDA driver entry points: streams and events.
+//!
+//! Work (kernels, event markers) goes on the device timeline of fgpu-sim-state, one FIFO
+//! per context: a context's streams share it, so their work runs in submission order (the
+//! simulator has no concurrency inside a context). Each stream remembers the sequence
+//! number of its last item; synchronising waits for that item, querying compares with it.
+//! A stream waiting for an event of its own context is already ordered after it; a wait on
+//! another context's event is accepted and not modelled.
 
-const CU_STREAM_LEGACY: usize = 0x1;
-const CU_STREAM_PER_THREAD: usize = 0x2;
+use crate::boundary::*;
+use crate::driver::{Driver, EventRec, Inner, StreamKey, driver};
+use crate::driver;
+use crate::errors::*;
+use fgpu_sim_state::{TimelineContext, Work};
+use std::ffi::{c_float, c_int, c_uint};
+
+pub(crate) const CU_STREAM_LEGACY: usize = 0x1;
+pub(crate) const CU_STREAM_PER_THREAD: usize = 0x2;
 const CU_EVENT_DISABLE_TIMING: c_uint = 0x2;
 
 /// The context a stream belongs to (the current one for the special streams).
-fn stream_ctx(g: &mut Inner, d: &Driver, s: CUstream) -> Result<(usize, usize), CUresult> {
+pub(super) fn stream_ctx(g: &mut Inner, d: &Driver, s: CUstream) -> Result<(usize, usize), CUresult> {
     if s == 0 || s == CU_STREAM_LEGACY || s == CU_STREAM_PER_THREAD {
         return g.current(d);
     }
@@ -24,7 +30,7 @@ fn stream_ctx(g: &mut Inner, d: &Driver, s: CUstream) -> Result<(usize, usize), 
 
 /// Which stream `s` is for the timeline bookkeeping. `ptds`: the call is a `_ptsz`/`_ptds`
 /// variant, for which stream 0 is the calling thread's per-thread default stream.
-fn stream_key(ctx: usize, s: CUstream, ptds: bool) -> StreamKey {
+pub(super) fn stream_key(ctx: usize, s: CUstream, ptds: bool) -> StreamKey {
     match s {
         0 if !ptds => (ctx, CU_STREAM_LEGACY),
         CU_STREAM_LEGACY => (ctx, CU_STREAM_LEGACY),
@@ -45,7 +51,7 @@ fn stream_end(g: &mut Inner, d: &Driver, s: CUstream, ptds: bool) -> Result<Opti
 }
 
 /// Records that stream `key` put item `seq` on the timeline.
-fn note_stream_seq(d: &Driver, key: StreamKey, seq: u64) {
+pub(super) fn note_stream_seq(d: &Driver, key: StreamKey, seq: u64) {
     let mut g = d.lock();
     let v = g.stream_seq.entry(key).or_insert(0);
     *v = (*v).max(seq);
@@ -172,7 +178,7 @@ pub unsafe extern "C" fn cuStreamWaitEvent_ptsz(s: CUstream, ev: CUevent, _flags
 }
 
 /// Waits for everything the current context submitted (`cuCtxSynchronize`).
-fn ctx_sync() -> CUresult {
+pub(super) fn ctx_sync() -> CUresult {
     let d = tri!(driver());
     let tl = {
         let mut g = d.lock();
@@ -187,7 +193,7 @@ fn ctx_sync() -> CUresult {
 }
 
 /// Waits for the work of context `ctx` (before destroying it), with no lock held.
-fn ctx_drain(d: &Driver, ctx: usize) {
+pub(super) fn ctx_drain(d: &Driver, ctx: usize) {
     let tl = d.lock().timelines.get(&ctx).copied();
     if let Some(tl) = tl {
         driver::wait(d, tl, d.state.timeline_submitted(tl));

@@ -1,11 +1,20 @@
-// Kernel launches: cuLaunchKernel, cuLaunchKernelEx, cuLaunchCooperativeKernel and their
-// per-thread-stream variants.
-//
-// A launch is asynchronous: it puts a kernel on its context's FIFO of the device timeline
-// (fgpu-sim-state) and returns; when the FIFO already holds QUEUE_DEPTH items it sleeps
-// until the oldest completes, as the real driver's launch blocks when its queue is full.
-// The kernel occupies the device for grid blocks x the kernel's duration per block (see
-// api_module.rs). Parameters are not read: nothing executes.
+//! Kernel launches: cuLaunchKernel, cuLaunchKernelEx, cuLaunchCooperativeKernel and their
+//! per-thread-stream variants.
+//!
+//! A launch is asynchronous: it puts a kernel on its context's FIFO of the device timeline
+//! (fgpu-sim-state) and returns; when the FIFO already holds QUEUE_DEPTH items it sleeps
+//! until the oldest completes, as the real driver's launch blocks when its queue is full.
+//! The kernel occupies the device for grid blocks x the kernel's duration per block (see
+//! module.rs). Parameters are not read: nothing executes.
+
+use super::module::CUfunction;
+use super::stream::{note_stream_seq, stream_ctx, stream_key};
+use crate::boundary::*;
+use crate::driver::{NodeRec, driver};
+use crate::driver;
+use crate::errors::*;
+use fgpu_sim_state::Work;
+use std::ffi::{c_uint, c_void};
 
 /// `CUlaunchConfig` (cuda.h, 11.8+).
 #[repr(C)]
@@ -47,7 +56,7 @@ const MAX_THREADS_PER_SM: u64 = 2048;
 const MULTIPROCESSORS: u64 = 132;
 
 /// Checks a launch's shape like the real driver and returns the number of blocks.
-fn launch_blocks(grid: [c_uint; 3], block: [c_uint; 3], shared: c_uint, cooperative: bool) -> Result<u64, CUresult> {
+pub(super) fn launch_blocks(grid: [c_uint; 3], block: [c_uint; 3], shared: c_uint, cooperative: bool) -> Result<u64, CUresult> {
     if grid.contains(&0) || block.contains(&0) {
         return Err(CUDA_ERROR_INVALID_VALUE);
     }

@@ -1,5 +1,6 @@
 //! cuGetProcAddress(_v2): base name + CUDA version + flags -> one of this library's own
-//! entry points, the way the real driver resolves them (never through dlsym).
+//! entry points, the way the real driver resolves them (never through dlsym); and
+//! cuGetExportTable, which has no table to give.
 //!
 //! For a base name the table lists each exported variant with the CUDA version that
 //! introduced it. The answer is the newest variant introduced at or before the requested
@@ -8,9 +9,11 @@
 //! default stream: the driver cannot see the caller's CUDA_API_PER_THREAD_DEFAULT_STREAM
 //! macro, which only selects the flag at compile time.
 
+use super::{array::*, capture::*, context::*, copy::*, device::*, error_strings::*, graph::*, launch::*, memory::*, module::*, pool::*, stream::*, vmm::*};
+use crate::boundary::*;
+use crate::driver;
 use crate::errors::*;
-use crate::*;
-use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
+use std::ffi::{CStr, c_char, c_int, c_uint, c_void};
 use std::sync::OnceLock;
 
 pub const CU_GET_PROC_ADDRESS_DEFAULT: u64 = 0;
@@ -20,6 +23,36 @@ pub const CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM: u64 = 1 << 1;
 pub const CU_GET_PROC_ADDRESS_SUCCESS: c_uint = 0;
 pub const CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND: c_uint = 1;
 pub const CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT: c_uint = 2;
+
+/// The real runtime needs private export tables the simulator does not have.
+#[no_mangle]
+pub unsafe extern "C" fn cuGetExportTable(table: *mut *const c_void, _id: *const [u8; 16]) -> CUresult {
+    guard(|| {
+        put(table, std::ptr::null());
+        CUDA_ERROR_NOT_SUPPORTED
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuGetProcAddress(
+    symbol: *const c_char,
+    pfn: *mut *mut c_void,
+    cuda_version: c_int,
+    flags: u64,
+) -> CUresult {
+    guard(|| get_proc_address(symbol, pfn, cuda_version, flags, std::ptr::null_mut()))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuGetProcAddress_v2(
+    symbol: *const c_char,
+    pfn: *mut *mut c_void,
+    cuda_version: c_int,
+    flags: u64,
+    status: *mut c_uint,
+) -> CUresult {
+    guard(|| get_proc_address(symbol, pfn, cuda_version, flags, status))
+}
 
 pub struct Entry {
     pub base: &'static str,

@@ -1,17 +1,23 @@
-// Modules, functions, libraries and kernels.
-//
-// A module image for the simulator is a NUL-terminated text; lines (or `;`-separated
-// parts) after the first declare its kernels:
-//
-//     fgpu-sim-module [<memory>]
-//     kernel <name> <duration per block>
-//
-// e.g. "fgpu-sim-module 4M\nkernel spin 1us\n". `<memory>` (default 2 MiB) is the device
-// memory the loaded module takes, which no allocation call shows (like a context's own
-// memory), given back with cuModuleUnload or with the module's context. A launch of
-// kernel `spin` with a grid of X x Y x Z blocks occupies the device for
-// X*Y*Z * <duration per block> (see docs/simulator.md). Any other image takes 2 MiB and
-// declares no kernels (cuModuleGetFunction answers CUDA_ERROR_NOT_FOUND for every name).
+//! Modules, functions, libraries and kernels.
+//!
+//! A module image for the simulator is a NUL-terminated text; lines (or `;`-separated
+//! parts) after the first declare its kernels:
+//!
+//!     fgpu-sim-module [<memory>]
+//!     kernel <name> <duration per block>
+//!
+//! e.g. "fgpu-sim-module 4M\nkernel spin 1us\n". `<memory>` (default 2 MiB) is the device
+//! memory the loaded module takes, which no allocation call shows (like a context's own
+//! memory), given back with cuModuleUnload or with the module's context. A launch of
+//! kernel `spin` with a grid of X x Y x Z blocks occupies the device for
+//! X*Y*Z * <duration per block> (see docs/simulator.md). Any other image takes 2 MiB and
+//! declares no kernels (cuModuleGetFunction answers CUDA_ERROR_NOT_FOUND for every name).
+
+use crate::boundary::*;
+use crate::driver::{Driver, FuncRec, Inner, KernelRec, LibraryRec, ModuleRec, driver};
+use crate::errors::*;
+use std::collections::HashMap;
+use std::ffi::{CStr, c_char, c_int, c_uint, c_void};
 
 pub type CUmodule = usize;
 pub type CUfunction = usize;
@@ -408,3 +414,6 @@ pub unsafe extern "C" fn cuKernelGetFunction(pfunc: *mut CUfunction, kernel: CUk
         CUDA_SUCCESS
     })
 }
+
+#[cfg(test)]
+mod tests;
