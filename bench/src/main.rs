@@ -18,6 +18,7 @@ use std::time::Instant;
 const USAGE: &str = "\
 usage: fgpu-bench [--quick] [--json] [--release-dir DIR] [--shipped FILE]
                   [--startup-only] [--launches-only] [--spawns N] [--preload NAME=FILE]...
+                  [--pair-baseline FILE] [--launch-baseline FILE]
 
 Measures libfgpu.so against the simulated driver, without and with the shim:
   alloc/free pair, 1 process   ns per cuMemAlloc+cuMemFree through cuGetProcAddress
@@ -40,6 +41,8 @@ Measures libfgpu.so against the simulated driver, without and with the shim:
   --preload NAME=FILE  one more library for the start-up rows (repeatable)
   --pair-baseline FILE  another build of the shim (an earlier commit's libfgpu.so) timed in
                      the same rounds as the alloc/free pair: an A/B of the pair's cost
+  --launch-baseline FILE  the same for the kernel launch rows: FILE's processes, without
+                     and with the share, run in the same rounds as this build's
 
 Build first: cargo build --release -p fgpu-bench -p fgpu-shim -p fgpu-sim-cuda -p fgpu-sim-nvml";
 
@@ -84,8 +87,12 @@ fn main() {
                 None => fail("--preload needs NAME=FILE"),
             },
             Some("--pair-baseline") => match args.next() {
-                Some(file) => options.pair_baseline = Some(PathBuf::from(file)),
+                Some(file) => options.pair_baseline = Some(baseline_file("--pair-baseline", file)),
                 None => fail("--pair-baseline needs a file"),
+            },
+            Some("--launch-baseline") => match args.next() {
+                Some(file) => options.launch_baseline = Some(baseline_file("--launch-baseline", file)),
+                None => fail("--launch-baseline needs a file"),
             },
             Some("-h" | "--help") => {
                 println!("{USAGE}");
@@ -113,6 +120,22 @@ fn main() {
             }
         }
         Err(e) => fail(&e),
+    }
+}
+
+/// Per process (round), the program's pointer's cost per launch over the driver's own.
+fn over_direct(s: &Samples) -> Vec<f64> {
+    s.without.iter().zip(&s.with).map(|(direct, hooked)| hooked / direct).collect()
+}
+
+/// A baseline build named on the command line: it must be there (a missing file would be
+/// ignored by the dynamic loader, and the run would stop later with a less clear message).
+fn baseline_file(option: &str, file: std::ffi::OsString) -> PathBuf {
+    let path = PathBuf::from(file);
+    match std::fs::canonicalize(&path) {
+        Ok(p) if p.is_file() => p,
+        Ok(_) => fail(&format!("{option} {}: not a file", path.display())),
+        Err(e) => fail(&format!("{option} {}: {e}", path.display())),
     }
 }
 
@@ -144,15 +167,33 @@ fn run(plan: &'static Plan, release_dir: &Path, options: &Options) -> Result<Rep
     };
     let mut launch_rows = Vec::new();
     if !options.startup_only {
-        let launched = launches(&setup, plan)?;
-        let rows = [
-            ("launch_no_share_ns", "kernel launch, no compute share", launched.plain, Kind::AddedAtMost(TARGET_LAUNCH_ADDED_NS), "<= +50 ns"),
-            ("launch_under_share_ns", "kernel launch, under a 50% share", launched.shared, Kind::AddedAtMost(TARGET_LAUNCH_ADDED_NS), "<= +50 ns"),
-            ("launch_control_ns", "  same pair without the shim (info)", launched.control, Kind::Info, "-"),
-            ("launch_processes_ns", "  whole processes, share vs no shim (info)", launched.processes, Kind::Info, "-"),
+        let launched = launches(&setup, plan, options.launch_baseline.as_deref())?;
+        // With --launch-baseline: each side of the baseline build (A), and A against this
+        // build (B). A process's launches cost more or less as a whole (its driver pointer
+        // moves with them), so the A/B compares what the program's pointer costs over the
+        // driver's own in the same process, paired by round.
+        let mut baseline_rows = Vec::new();
+        if let (Some(a_plain), Some(a_shared)) = (launched.baseline_plain, launched.baseline_shared) {
+            let ab_plain = Samples { without: over_direct(&a_plain), with: over_direct(&launched.plain) };
+            let ab_shared = Samples { without: over_direct(&a_shared), with: over_direct(&launched.shared) };
+            baseline_rows = vec![
+                ("launch_no_share_baseline_ns", "  same, --launch-baseline build, no compute share (info)", "ns", a_plain, Kind::Info, "-"),
+                ("launch_under_share_baseline_ns", "  same, --launch-baseline build, under the share (info)", "ns", a_shared, Kind::Info, "-"),
+                ("launch_no_share_ab", "kernel launch / driver's own, no share, A/B: A --launch-baseline, B local", "x", ab_plain, Kind::AbWithin(TARGET_AB_FLOOR_PCT), AB_TARGET),
+                ("launch_under_share_ab", "kernel launch / driver's own, under the share, A/B: A --launch-baseline, B local", "x", ab_shared, Kind::AbWithin(TARGET_AB_FLOOR_PCT), AB_TARGET),
+            ];
+        }
+        let mut rows = vec![
+            ("launch_no_share_ns", "kernel launch, no compute share", "ns", launched.plain, Kind::AddedAtMost(TARGET_LAUNCH_ADDED_NS), "<= +50 ns"),
+            ("launch_under_share_ns", "kernel launch, under a 50% share", "ns", launched.shared, Kind::AddedAtMost(TARGET_LAUNCH_ADDED_NS), "<= +50 ns"),
         ];
-        for (key, label, samples, kind, target) in rows {
-            launch_rows.push(metric(key, label, "ns", samples, kind, target));
+        rows.extend(baseline_rows);
+        rows.extend([
+            ("launch_control_ns", "  same pair without the shim (info)", "ns", launched.control, Kind::Info, "-"),
+            ("launch_processes_ns", "  whole processes, share vs no shim (info)", "ns", launched.processes, Kind::Info, "-"),
+        ]);
+        for (key, label, unit, samples, kind, target) in rows {
+            launch_rows.push(metric(key, label, unit, samples, kind, target));
         }
     }
     if options.launches_only {
@@ -172,6 +213,7 @@ fn run(plan: &'static Plan, release_dir: &Path, options: &Options) -> Result<Rep
     if !options.startup_only {
         let (single, single_wall, baseline) = single(&setup, plan, options.pair_baseline.as_deref())?;
         let multi = multi(&setup, plan)?;
+        let local_pair = single.with.clone();
         metrics.push(metric(
             "alloc_free_pair_ns",
             "alloc/free pair, 1 process",
@@ -181,6 +223,8 @@ fn run(plan: &'static Plan, release_dir: &Path, options: &Options) -> Result<Rep
             "<= +50 ns",
         ));
         if let Some(baseline) = baseline {
+            // A: the baseline build, B: this one, both per pair in CPU time, paired by round.
+            let ab = Samples { without: baseline.with.clone(), with: local_pair };
             metrics.push(metric(
                 "alloc_free_pair_baseline_ns",
                 "  same, --pair-baseline build (info)",
@@ -188,6 +232,14 @@ fn run(plan: &'static Plan, release_dir: &Path, options: &Options) -> Result<Rep
                 baseline,
                 Kind::Info,
                 "-",
+            ));
+            metrics.push(metric(
+                "alloc_free_pair_ab_ns",
+                "alloc/free pair, A/B: A --pair-baseline, B local",
+                "ns",
+                ab,
+                Kind::AbWithin(TARGET_AB_FLOOR_PCT),
+                AB_TARGET,
             ));
         }
         metrics.push(metric(

@@ -27,6 +27,10 @@ pub const TARGET_STARTUP_RATIO: f64 = 1.05;
 pub const TARGET_INIT_ADDED_US: f64 = 1000.0;
 /// Issue 15: "a launch costs at most +50 ns over no shim" (under the share, and without one).
 pub const TARGET_LAUNCH_ADDED_NS: f64 = 50.0;
+/// Issue 21's bar for an A/B against a baseline build: B's median at most A's plus the
+/// larger of 3 % and A's spread (IQR/median).
+pub const TARGET_AB_FLOOR_PCT: f64 = 3.0;
+pub const AB_TARGET: &str = "B <= A + max(3%, A spread)";
 
 pub struct Plan {
     pub name: &'static str,
@@ -79,5 +83,7 @@ pub struct Options {
     pub extra: Vec<(String, PathBuf)>,
     /// Another shim timed in the same rounds as the alloc/free pair.
     pub pair_baseline: Option<PathBuf>,
+    /// Another shim timed in the same rounds as the kernel launch rows.
+    pub launch_baseline: Option<PathBuf>,
 }
 

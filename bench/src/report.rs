@@ -5,6 +5,15 @@ use crate::plan::{ALLOC_SIZE, LIMIT, PROCESSES, SIM_MEMORY};
 use crate::statistics::{quantile, spread, Kind, Metric};
 use serde_json::{json, Value};
 
+/// A figure and its unit; ratios ("x") with three decimals.
+fn fmt_value(v: f64, unit: &str) -> String {
+    if unit == "x" {
+        format!("{v:.3}x")
+    } else {
+        format!("{} {unit}", fmt_num(v))
+    }
+}
+
 pub fn fmt_num(v: f64) -> String {
     match v.abs() {
         a if a >= 1000.0 => format!("{v:.0}"),
@@ -70,8 +79,8 @@ impl Report {
             .map(|m| {
                 [
                     m.label.clone(),
-                    format!("{} {}", fmt_num(m.without()), m.unit),
-                    format!("{} {}", fmt_num(m.with()), m.unit),
+                    fmt_value(m.without(), m.unit),
+                    fmt_value(m.with(), m.unit),
                     difference_text(m),
                     m.target.to_string(),
                     match m.meets() {
@@ -120,6 +129,9 @@ impl Report {
             })
             .collect();
         println!("spread (IQR/median, without/with): {}", noise.join("; "));
+        if self.metrics.iter().any(|m| matches!(m.kind, Kind::AbWithin(_))) {
+            println!("A/B rows: \"without shim\" is A (the baseline build), \"with shim\" is B (this build), each the cost with the shim; B meets when its median is at most A's plus max(3%, A's spread), the spread above (without = A)");
+        }
         // How far the paired ratios themselves scatter: their quartiles.
         let ratios: Vec<String> = self
             .metrics
@@ -253,6 +265,7 @@ fn difference_text(m: &Metric) -> String {
     let ratio = m.ratio();
     match m.kind {
         Kind::RatioAtLeast(_) | Kind::RatioAtMost(_) => format!("{ratio:.3}x"),
+        Kind::AbWithin(floor) => format!("{:+.2}% (bar {:.1}%)", m.ab_change_pct(), m.ab_bar_pct(floor)),
         Kind::AddedAtMost(_) | Kind::Info => {
             let added = m.added();
             let sign = if added < 0.0 { "-" } else { "+" };

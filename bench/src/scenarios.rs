@@ -391,54 +391,73 @@ pub struct Launches {
     /// Whole processes: no shim (without) against the shim with a share (with), all
     /// launches of each.
     pub processes: Samples,
+    /// With `--launch-baseline`: `plain` and `shared` again, in processes that preload the
+    /// baseline build instead, in the same rounds.
+    pub baseline_plain: Option<Samples>,
+    pub baseline_shared: Option<Samples>,
 }
 
 /// Kernel launches (`bench/clients/launches.c`): nanoseconds of the thread's CPU time per
 /// launch. Three processes a round, their order rotating: no shim, the shim without a
-/// compute share, the shim with one. Each alternates bursts of launches through the
+/// compute share, the shim with one (five with `baseline`: the baseline build without and
+/// with a share, in the same rotation). Each alternates bursts of launches through the
 /// driver's own cuLaunchKernel and through the program's (the shim's), so the shim's cost
-/// is read inside one process, paired burst by burst. The side with a share runs with
+/// is read inside one process, paired burst by burst. The sides with a share run with
 /// `FGPU_LOG=debug`, whose one line at its first launch proves the limiter was in effect.
-pub fn launches(setup: &Setup, plan: &Plan) -> Result<Launches, Error> {
+pub fn launches(setup: &Setup, plan: &Plan, baseline: Option<&Path>) -> Result<Launches, Error> {
     let mut out = Launches {
         plain: Samples::default(),
         shared: Samples::default(),
         control: Samples::default(),
         processes: Samples::default(),
+        baseline_plain: baseline.map(|_| Samples::default()),
+        baseline_shared: baseline.map(|_| Samples::default()),
     };
+    // Sides: 0 no shim, 1 the shim, 2 the shim with a share, 3 and 4 the same two with the
+    // baseline build.
+    let n_sides = if baseline.is_some() { 5 } else { 3 };
     for round in 0..plan.launch_rounds {
-        let mut sides = [0usize, 1, 2];
-        sides.rotate_left(round % 3);
-        let mut whole = [0f64; 3];
+        let mut sides: Vec<usize> = (0..n_sides).collect();
+        sides.rotate_left(round % n_sides);
+        let mut whole = [0f64; 5];
         for side in sides {
             let dir = setup.run_dir()?;
-            let mut cmd = setup.command(&setup.launches, &dir, side > 0);
+            let preload = match side {
+                0 => None,
+                1 | 2 => Some(setup.shim.as_path()),
+                _ => baseline,
+            };
+            let shared = side == 2 || side == 4;
+            let mut cmd = setup.command_preloading(&setup.launches, &dir, preload);
             cmd.args([
                 plan.launch_warmup_ms.to_string(),
                 plan.launch_ms.to_string(),
             ]);
-            if side == 2 {
+            if shared {
                 cmd.env("FGPU_COMPUTE", SHARE).env("FGPU_LOG", "debug");
             }
             let output = cmd.output().map_err(|e| format!("launches: {e}"))?;
             let stdout = String::from_utf8_lossy(&output.stdout);
             let stderr = String::from_utf8_lossy(&output.stderr);
+            let which = if side >= 3 { " (--launch-baseline build)" } else { "" };
             if !output.status.success() {
                 return Err(format!(
-                    "launches failed ({}):\n{stdout}{stderr}",
+                    "launches{which} failed ({}):\n{stdout}{stderr}",
                     output.status
                 ));
             }
-            if side == 2 && !stderr.contains(&format!("compute share {SHARE}")) {
-                return Err(format!("launches with FGPU_COMPUTE={SHARE}: the limiter did not say it was in effect:\n{stderr}"));
+            if shared && !stderr.contains(&format!("compute share {SHARE}")) {
+                return Err(format!("launches{which} with FGPU_COMPUTE={SHARE}: the limiter did not say it was in effect:\n{stderr}"));
             }
             let f = fields(stdout.trim());
-            check_total(f("total_mem")?, side > 0, "launches")?;
+            check_total(f("total_mem")?, preload.is_some(), "launches")?;
             let n = f("launches")? as f64;
             let pair = match side {
                 0 => &mut out.control,
                 1 => &mut out.plain,
-                _ => &mut out.shared,
+                2 => &mut out.shared,
+                3 => out.baseline_plain.as_mut().expect("baseline"),
+                _ => out.baseline_shared.as_mut().expect("baseline"),
             };
             pair.push(false, f("direct_cpu_ns")? as f64 / n);
             pair.push(true, f("hooked_cpu_ns")? as f64 / n);

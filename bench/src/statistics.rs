@@ -45,6 +45,10 @@ pub enum Kind {
     RatioAtLeast(f64),
     /// Shim / baseline must be at most the target.
     RatioAtMost(f64),
+    /// An A/B of two builds ("without" is A, the baseline build; "with" is B, this one):
+    /// B's median must be at most A's plus the larger of this many percent and A's spread.
+    /// A faster B always meets it.
+    AbWithin(f64),
     /// Shown for information.
     Info,
 }
@@ -90,11 +94,20 @@ impl Metric {
             .collect();
         median(&d)
     }
+    /// B's median against A's, in percent (A/B rows).
+    pub fn ab_change_pct(&self) -> f64 {
+        100.0 * (self.with() - self.without()) / self.without()
+    }
+    /// How much slower B may be, in percent: the larger of `floor` and A's spread.
+    pub fn ab_bar_pct(&self, floor: f64) -> f64 {
+        floor.max(spread(&self.samples.without))
+    }
     pub fn meets(&self) -> Option<bool> {
         match self.kind {
             Kind::AddedAtMost(t) => Some(self.added() <= t),
             Kind::RatioAtLeast(t) => Some(self.ratio() >= t),
             Kind::RatioAtMost(t) => Some(self.ratio() <= t),
+            Kind::AbWithin(floor) => Some(self.ab_change_pct() <= self.ab_bar_pct(floor)),
             Kind::Info => None,
         }
     }
