@@ -39,8 +39,9 @@ Measures libfgpu.so against the simulated driver, without and with the shim:
   --startup-only     only the start-up rows
   --spawns N         spawns of each library in the start-up rows (default 500, quick 100)
   --preload NAME=FILE  one more library for the start-up rows (repeatable)
-  --pair-baseline FILE  another build of the shim (an earlier commit's libfgpu.so) timed in
-                     the same rounds as the alloc/free pair: an A/B of the pair's cost
+  --pair-baseline FILE  another build of fgpu (an earlier commit's front, libfgpu.so, with
+                     its libfgpu_shim.so beside it) timed in the same rounds as the
+                     alloc/free pair: an A/B of the pair's cost
   --launch-baseline FILE  the same for the kernel launch rows: FILE's processes, without
                      and with the share, run in the same rounds as this build's
 

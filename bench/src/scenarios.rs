@@ -78,13 +78,13 @@ pub fn order(round: usize) -> [bool; 2] {
 /// The alloc/free pair, one process, alloc/free pairs for `plan.single_ms` a round:
 /// nanoseconds of the thread's CPU time per pair (immune to being descheduled by other
 /// work) and wall-clock nanoseconds per pair, without and with the shim, and
-/// (`--pair-baseline`) with another build of the shim in the same rounds.
+/// (`--pair-baseline`) with another build of fgpu in the same rounds.
 pub fn single(setup: &Setup, plan: &Plan, baseline: Option<&Path>) -> Result<(Samples, Samples, Option<Samples>), Error> {
     let mut s = Samples::default();
     let mut wall = Samples::default();
     let mut base = Samples::default();
     for round in 0..plan.single_rounds {
-        let mut sides: Vec<Option<&Path>> = order(round).iter().map(|&shim| shim.then_some(setup.shim.as_path())).collect();
+        let mut sides: Vec<Option<&Path>> = order(round).iter().map(|&shim| shim.then_some(setup.front.as_path())).collect();
         if let Some(b) = baseline {
             sides.insert(round % 3, Some(b));
         }
@@ -100,7 +100,7 @@ pub fn single(setup: &Setup, plan: &Plan, baseline: Option<&Path>) -> Result<(Sa
             check_total(f("total_mem")?, preload.is_some(), "alloc_pairs")?;
             let pairs = f("pairs")? as f64;
             let cpu = f("cpu_ns")? as f64 / pairs;
-            if preload.is_some() && preload != Some(setup.shim.as_path()) {
+            if preload.is_some() && preload != Some(setup.front.as_path()) {
                 base.with.push(cpu);
             } else {
                 if preload.is_none() {
@@ -210,7 +210,7 @@ pub fn multi(setup: &Setup, plan: &Plan) -> Result<Samples, Error> {
 
 /// `/bin/true` spawned and waited for: with no preload, with an empty library preloaded
 /// (what any preload costs here), with the local build of the shim and with each shipped
-/// build (and `FGPU_LIMIT` set, as in an image with the shim in /etc/ld.so.preload). Every
+/// build (and `FGPU_LIMIT` set, as in an image with the front in /etc/ld.so.preload). Every
 /// round runs each once, in an order that rotates and reverses from round to round, so
 /// every library takes every position equally often. Microseconds per start-up and minor
 /// page faults of each process; also whether any of them created the ledger or a file.
@@ -284,7 +284,7 @@ pub fn startup(setup: &Setup, spawns: usize) -> Result<Startup, Error> {
         ("empty".to_string(), "empty .so".to_string()),
         ("local".to_string(), "local build".to_string()),
     ];
-    let mut libs: Vec<Option<&Path>> = vec![None, Some(&setup.empty_preload), Some(&setup.shim)];
+    let mut libs: Vec<Option<&Path>> = vec![None, Some(&setup.empty_preload), Some(&setup.front)];
     for p in &setup.preloads {
         names.push((p.name.clone(), p.label.clone()));
         libs.push(Some(&p.path));
@@ -424,7 +424,7 @@ pub fn launches(setup: &Setup, plan: &Plan, baseline: Option<&Path>) -> Result<L
             let dir = setup.run_dir()?;
             let preload = match side {
                 0 => None,
-                1 | 2 => Some(setup.shim.as_path()),
+                1 | 2 => Some(setup.front.as_path()),
                 _ => baseline,
             };
             let shared = side == 2 || side == 4;

@@ -1,6 +1,6 @@
 //! Set-up: the libraries, the C clients (embedded, compiled when they change), a private
 //! temp directory, and the command that runs a client on the simulated driver with or
-//! without a build of the shim preloaded.
+//! without a build of fgpu preloaded (its front, `libfgpu.so`, which loads the shim beside it).
 
 use crate::plan::{Options, LIMIT, SIM_MEMORY};
 use std::ffi::OsString;
@@ -26,14 +26,15 @@ pub struct Preload {
 }
 
 pub struct Setup {
-    pub shim: PathBuf,
+    /// The local build's front, `libfgpu.so` (its shim, `libfgpu_shim.so`, is beside it).
+    pub front: PathBuf,
     pub sim_lib: PathBuf,
     pub alloc_pairs: PathBuf,
     pub async_threads: PathBuf,
     pub first_call: PathBuf,
     pub empty_preload: PathBuf,
     pub launches: PathBuf,
-    /// The shipped build(s) and any `--preload` libraries, beside the local `shim`.
+    /// The shipped build(s) and any `--preload` libraries, beside the local `front`.
     pub preloads: Vec<Preload>,
     pub tmp: TempDir,
     pub runs: std::cell::Cell<u64>,
@@ -60,7 +61,7 @@ impl Setup {
                 ))
             }
         };
-        let shim = need("libfgpu.so")?;
+        let front = need("libfgpu.so")?;
         let sim_cuda = need("libfgpu_sim_cuda.so")?;
         let sim_nvml = need("libfgpu_sim_nvml.so")?;
 
@@ -93,7 +94,7 @@ impl Setup {
                 .map_err(|e| format!("symlink {soname}: {e}"))?;
         }
         Ok(Setup {
-            shim,
+            front,
             sim_lib,
             alloc_pairs,
             async_threads,
@@ -118,10 +119,10 @@ impl Setup {
     /// A command with a clean environment: no preload or fgpu setting inherited from
     /// whoever runs the benchmark, the same variables on both sides but `LD_PRELOAD`.
     pub fn command(&self, program: &Path, run_dir: &Path, shim: bool) -> Command {
-        self.command_preloading(program, run_dir, shim.then_some(self.shim.as_path()))
+        self.command_preloading(program, run_dir, shim.then_some(self.front.as_path()))
     }
 
-    /// [`Setup::command`] with `preload` (any build of the shim) preloaded, or none.
+    /// [`Setup::command`] with `preload` (any build's front) preloaded, or none.
     pub fn command_preloading(&self, program: &Path, run_dir: &Path, preload: Option<&Path>) -> Command {
         let mut cmd = Command::new(program);
         cmd.env_clear();

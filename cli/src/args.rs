@@ -228,8 +228,8 @@ Examples:
   fgpu run --limit 8G -- fgpu doctor      check what a job started by fgpu run gets
   fgpu doctor --json
 
-Checks: the shim is found and loads here; it is preloaded (LD_PRELOAD or
-/etc/ld.so.preload); which cap applies and where it comes from; libcuda.so.1 and
+Checks: the front (libfgpu.so) is found, and it and the shim beside it load here; it
+is preloaded (LD_PRELOAD or /etc/ld.so.preload); which cap applies and where it comes from; libcuda.so.1 and
 libnvidia-ml.so.1 load, and their versions; the ledger is reachable and healthy; the PID
 namespace; no other CUDA interposer (such as HAMi-core's libvgpu.so) is loaded.
 

@@ -38,12 +38,12 @@ fn generate(args: &CdiGenerateArgs) -> Result<(), String> {
     let percents: Vec<u32> = args.percents.iter().copied().filter(|&p| p > 0).collect();
     let gpus = probe_gpus()?;
     let devices = plan(&gpus, &sizes, &percents, &args.combine)?;
-    let shim = shimpath::locate().map_err(|e| e.to_string())?.path;
+    let front = shimpath::locate().map_err(|e| e.to_string())?.path;
     // The front, the shim it loads and this command (so that `/usr/lib/fgpu/fgpu status`
     // works inside the container), all read before anything is written.
     let exe = std::env::current_exe().ok().filter(|exe| std::fs::metadata(exe).is_ok());
-    let payload = Payload::read(&shim, exe.as_deref())?;
-    let newer = elf::parse(payload.front_bytes()).map_err(|e| format!("{} is not a library fgpu can use: {e}", shim.display()))?;
+    let payload = Payload::read(&front, exe.as_deref())?;
+    let newer = elf::parse(payload.front_bytes()).map_err(|e| format!("{} is not a library fgpu can use: {e}", front.display()))?;
     let newer = glibc_newer_than_release(&newer);
     let owner = args.owner.as_deref().map(resolve_owner).transpose()?;
     let to_stdout = args.output.as_os_str() == "-";
@@ -91,7 +91,7 @@ fn generate(args: &CdiGenerateArgs) -> Result<(), String> {
         gpus.len(),
         if gpus.len() == 1 { "" } else { "s" },
         names.join(" "),
-        shim.display(),
+        front.display(),
         config_dir.display(),
     );
     if !kept.is_empty() {
@@ -105,7 +105,7 @@ fn generate(args: &CdiGenerateArgs) -> Result<(), String> {
     if let Some(need) = newer {
         eprintln!(
             "fgpu cdi generate: warning: {} needs glibc {need}: in images with an older glibc the loader cannot preload it, and their programs run uncapped; use the release build (scripts/build-release.sh, glibc {RELEASE_GLIBC})",
-            shim.display()
+            front.display()
         );
     }
     // SAFETY: geteuid(2) has no failure mode and touches no memory of ours.

@@ -132,10 +132,10 @@ fn no_cap_yet(findings: &[Finding]) -> bool {
 pub fn assess(f: &Facts) -> Vec<Finding> {
     let mut out = Vec::new();
 
-    // 1. The shim itself.
+    // 1. The front and the shim it loads.
     let shim_ok = match &f.shim {
         Err(e) => {
-            out.push(finding("shim", Level::Fail, format!("The shim cannot be found: {e}"), Some("Install libfgpu.so beside the fgpu binary (or in ../lib/fgpu), or set FGPU_SHIM to its path.".into())));
+            out.push(finding("shim", Level::Fail, format!("The front, libfgpu.so, cannot be found: {e}"), Some("Install libfgpu.so and libfgpu_shim.so beside the fgpu binary (or in ../lib/fgpu), or set FGPU_SHIM to the path of libfgpu.so.".into())));
             false
         }
         Ok(found) => {
@@ -144,7 +144,7 @@ pub fn assess(f: &Facts) -> Vec<Finding> {
             let glibc = f.glibc.clone().unwrap_or_else(|| "unknown".into());
             match (&f.shim_elf, &f.shim_trial) {
                 (Some(Err(e)), _) => {
-                    out.push(finding("shim", Level::Fail, format!("{path} is not a loadable shared library: {e}."), Some("Reinstall fgpu; the file is damaged or is not libfgpu.so.".into())));
+                    out.push(finding("shim", Level::Fail, format!("{path} is not a loadable shared library: {e}."), Some("Reinstall fgpu; the file is damaged or is not fgpu's libfgpu.so.".into())));
                     false
                 }
                 (Some(Ok(info)), _) if !info.class64 || Some(info.machine) != f.own_machine => {
@@ -165,7 +165,7 @@ pub fn assess(f: &Facts) -> Vec<Finding> {
                     let need = elf_info.as_ref().and_then(|r| r.as_ref().ok()).and_then(elf::newest_glibc_needed);
                     let need = need.map(|n| format!(", needs glibc {n}; this system has {glibc}")).unwrap_or_default();
                     let how = if found.from_env { " (from FGPU_SHIM)" } else { "" };
-                    out.push(finding("shim", Level::Ok, format!("The shim {path}{how} loads here ({here}{need})."), None));
+                    out.push(finding("shim", Level::Ok, format!("The front {path}{how} and the shim beside it load here ({here}{need})."), None));
                     true
                 }
             }
@@ -192,7 +192,7 @@ pub fn assess(f: &Facts) -> Vec<Finding> {
             "preload",
             Level::Warn,
             "libfgpu.so is not preloaded here: programs started from this environment are not capped unless they are started with `fgpu run`.",
-            Some("Start jobs with `fgpu run --limit SIZE -- COMMAND`, or set LD_PRELOAD to the shim's path (in a container image, write it to /etc/ld.so.preload).".into()),
+            Some("Start jobs with `fgpu run --limit SIZE -- COMMAND`, or set LD_PRELOAD to the path of libfgpu.so (in a container image, write it to /etc/ld.so.preload).".into()),
         ));
     }
 
@@ -244,7 +244,7 @@ pub fn assess(f: &Facts) -> Vec<Finding> {
                     "cap",
                     Level::Fail,
                     format!("A cap is configured ({from}), but libfgpu.so is not preloaded here, so nothing enforces it."),
-                    Some("Preload the shim (LD_PRELOAD or /etc/ld.so.preload), or start the job with `fgpu run`.".into()),
+                    Some("Preload libfgpu.so (LD_PRELOAD or /etc/ld.so.preload), or start the job with `fgpu run`.".into()),
                 ));
             }
             if let Ok(driver) = &f.driver {
@@ -372,10 +372,10 @@ pub fn assess(f: &Facts) -> Vec<Finding> {
     }
 
     if !shim_ok {
-        // A preloaded shim that cannot load does nothing; say so with the cap finding.
+        // A preloaded front or a shim that cannot load does nothing; say so with the cap finding.
         for finding in out.iter_mut().filter(|x| x.check == "cap" && x.level == Level::Ok) {
             finding.level = Level::Fail;
-            finding.message.push_str(" But the shim cannot be loaded (see above), so the cap does not apply.");
+            finding.message.push_str(" But fgpu's libraries cannot be loaded (see above), so the cap does not apply.");
         }
     }
     out
@@ -487,7 +487,7 @@ pub fn preload_entries(ld_preload: Option<&str>, ld_so_preload: Option<&str>, sh
             let path = Path::new(entry);
             let exists = path.is_file();
             let same_as_shim = shim.is_some_and(|s| std::fs::canonicalize(path).ok().as_deref() == Some(s));
-            let is_fgpu = same_as_shim || path.file_name() == Some(std::ffi::OsStr::new(shimpath::SHIM_NAME));
+            let is_fgpu = same_as_shim || path.file_name() == Some(std::ffi::OsStr::new(shimpath::FRONT_NAME));
             let interposes = exists
                 && !is_fgpu
                 && elf::read(path).map(|i| i.defined.iter().any(|s| INTERPOSER_SYMBOLS.contains(&s.as_str()))).unwrap_or(false);
@@ -525,7 +525,7 @@ fn trial_load(shim: &Path) -> Result<(), String> {
 fn trial_load_companion(front: &Path) -> Result<(), String> {
     let shim = shimpath::companion(front);
     if !shim.is_file() {
-        return Err(format!("{} is missing beside it; {} loads it on a process's first CUDA or NVML call", shim.display(), shimpath::SHIM_NAME));
+        return Err(format!("{} is missing beside it; {} loads it on a process's first CUDA or NVML call", shim.display(), shimpath::FRONT_NAME));
     }
     trial_load(&shim).map_err(|why| format!("{}, which it loads on a process's first CUDA or NVML call: {why}", shim.display()))
 }

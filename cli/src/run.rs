@@ -1,5 +1,5 @@
-//! `fgpu run`: start a command with the shim preloaded, the cap set and a ledger of its own,
-//! forward signals to it, and leave the way it left.
+//! `fgpu run`: start a command with the front (`libfgpu.so`, which loads the shim) preloaded,
+//! the cap set and a ledger of its own, forward signals to it, and leave the way it left.
 
 use crate::args::{DeviceArg, LimitArg, RunArgs};
 use crate::shimpath;
@@ -47,15 +47,15 @@ pub fn limit_value(limit: Option<&LimitArg>, devices: &[DeviceArg]) -> Result<Op
     Ok(Some(value))
 }
 
-/// `LD_PRELOAD` for the child: the shim first, then what was there, minus other copies of
-/// the shim (two would count every allocation twice). ld.so accepts ':' and ' ' as
+/// `LD_PRELOAD` for the child: the front first, then what was there, minus other copies of
+/// the front (two would count every allocation twice). ld.so accepts ':' and ' ' as
 /// separators; the result uses ':'.
-pub fn preload_value(shim: &Path, existing: Option<&OsStr>) -> OsString {
-    let mut out = OsString::from(shim.as_os_str());
+pub fn preload_value(front: &Path, existing: Option<&OsStr>) -> OsString {
+    let mut out = OsString::from(front.as_os_str());
     if let Some(existing) = existing {
         for entry in existing.as_bytes().split(|b| *b == b':' || *b == b' ').filter(|e| !e.is_empty()) {
             let entry = Path::new(OsStr::from_bytes(entry));
-            if entry == shim || entry.file_name() == Some(OsStr::new(shimpath::SHIM_NAME)) {
+            if entry == front || entry.file_name() == Some(OsStr::new(shimpath::FRONT_NAME)) {
                 continue;
             }
             out.push(":");
@@ -325,7 +325,7 @@ pub fn run(args: RunArgs) -> i32 {
             return 2;
         }
     };
-    let shim = match shimpath::locate() {
+    let front = match shimpath::locate() {
         Ok(found) => found.path,
         Err(e) => {
             eprintln!("fgpu run: {e}");
@@ -364,7 +364,7 @@ pub fn run(args: RunArgs) -> i32 {
     }
     command
         .args(rest)
-        .env("LD_PRELOAD", preload_value(&shim, std::env::var_os("LD_PRELOAD").as_deref()))
+        .env("LD_PRELOAD", preload_value(&front, std::env::var_os("LD_PRELOAD").as_deref()))
         .env(ENV_LEDGER, &ledger)
         // Stated either way: a FGPU_LEDGER_SHARED=1 left in the caller's environment must
         // not open a private run's ledger to every user.
@@ -436,12 +436,12 @@ mod tests {
     }
 
     #[test]
-    fn shim_goes_first_and_only_once() {
-        let shim = Path::new("/opt/fgpu/lib/libfgpu.so");
-        assert_eq!(preload_value(shim, None), "/opt/fgpu/lib/libfgpu.so");
-        assert_eq!(preload_value(shim, Some(OsStr::new(""))), "/opt/fgpu/lib/libfgpu.so");
+    fn the_front_goes_first_and_only_once() {
+        let front = Path::new("/opt/fgpu/lib/libfgpu.so");
+        assert_eq!(preload_value(front, None), "/opt/fgpu/lib/libfgpu.so");
+        assert_eq!(preload_value(front, Some(OsStr::new(""))), "/opt/fgpu/lib/libfgpu.so");
         assert_eq!(
-            preload_value(shim, Some(OsStr::new("/usr/lib/libjemalloc.so.2 /old/libfgpu.so:/opt/fgpu/lib/libfgpu.so:libx.so"))),
+            preload_value(front, Some(OsStr::new("/usr/lib/libjemalloc.so.2 /old/libfgpu.so:/opt/fgpu/lib/libfgpu.so:libx.so"))),
             "/opt/fgpu/lib/libfgpu.so:/usr/lib/libjemalloc.so.2:libx.so"
         );
     }
