@@ -11,8 +11,8 @@
 #   4. the real-GPU script's dry run and self-test (tests/gpu/run.sh),
 #   5. the benchmark in quick mode, to prove it runs (figures: docs/benchmarks.md),
 #   6. the house rules: no import cycle through more than one file of a crate
-#      (scripts/check-imports.py, with its own unit tests) and no source file under shim/
-#      over 500 lines (scripts/check-file-lengths.sh).
+#      (scripts/check-imports.py, with its own unit tests), no source file under shim/ over
+#      500 lines (scripts/check-file-lengths.sh), and `cargo fmt --all --check` (rustfmt.toml).
 # Ends with one "N passed, M failed" line over the suites.
 #
 #   bash tests/run.sh              everything (as root, as CI runs it)
@@ -69,6 +69,11 @@ if [ -n "${CI:-}" ] && [ "$(id -u)" -ne 0 ]; then
     exit 1
 fi
 
+# rustfmt for the formatting suite (a rustup toolchain may come without it).
+if ! cargo fmt --version >/dev/null 2>&1; then
+    rustup component add rustfmt || { echo "cannot install rustfmt (rustup component add rustfmt)"; exit 1; }
+fi
+
 step "python clients (.venv: pynvml, gpustat, nvitop, cuda-bindings, jsonschema, PyYAML, kubernetes-validate)"
 if [ ! -x .venv/bin/python ] || ! .venv/bin/python -c 'import pynvml, gpustat, nvitop, cuda.bindings, jsonschema, yaml, kubernetes_validate' 2>/dev/null; then
     python3 -m venv .venv && .venv/bin/pip install -q --disable-pip-version-check -r tests/python/requirements.txt \
@@ -113,6 +118,7 @@ fi
 suite "import cycles: none through more than one file of a crate (scripts/check-imports.py)" python3 scripts/check-imports.py
 suite "the import-cycle checker's unit tests (scripts/test_check_imports.py)" python3 scripts/test_check_imports.py
 suite "no source file under shim/ over 500 lines, tests included (scripts/check-file-lengths.sh)" bash scripts/check-file-lengths.sh shim 500
+suite "formatting: cargo fmt --all --check (rustfmt.toml)" cargo fmt --all --check
 suite "cargo clippy -D warnings (with the unsafe rules of Cargo.toml's [workspace.lints])" cargo clippy --release --workspace --all-targets -- -D warnings
 suite "cargo test (unit + integration against the simulated driver)" cargo test --release --workspace --no-fail-fast
 if [ "${FGPU_SKIP_IMAGES:-0}" != 1 ]; then
