@@ -140,7 +140,7 @@ pub fn helper_library(name: &str) -> PathBuf {
     out
 }
 
-/// Copies of the shim, the simulated driver and the test clients where every user can
+/// Copies of the front and the shim, the simulated driver and the test clients where every user can
 /// reach them (a clone under a private home directory is not reachable by user 65534).
 pub struct Reachable {
     pub dir: PathBuf,

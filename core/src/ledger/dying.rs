@@ -110,7 +110,7 @@ mod tests {
 
     #[test]
     fn a_running_process_is_still_exiting_a_reaped_one_is_not() {
-        let joined = super::super::unix_now_ms() as u64;
+        let joined = super::super::store::unix_now_ms() as u64;
         let me = DeadProcess { pid: std::process::id(), host_pid: 0, pidns: pidns::own_pidns(), joined_unix_ms: joined };
         assert!(still_exiting(&me), "a live process counts as not done");
         // A process that started after the slot was claimed holds the PID now: not it.

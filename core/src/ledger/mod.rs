@@ -25,6 +25,7 @@
 pub mod compute;
 pub mod default_path;
 pub mod dying;
+mod error;
 pub mod layout;
 mod lock;
 pub mod store;
@@ -32,7 +33,6 @@ pub mod store;
 use crate::pidns;
 use crate::uuid::format_gpu_uuid;
 use layout::*;
-use std::io;
 use std::os::fd::{AsFd, AsRawFd};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicU64;
@@ -40,8 +40,8 @@ use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
 use std::sync::Mutex;
 pub use store::{Sharing, Trust};
 use store::Store;
-use thiserror::Error;
 pub use dying::DeadProcess;
+pub use error::LedgerError;
 
 /// How long a request that does not fit waits, at most, for the memory of dying processes
 /// (dead, but the driver may still hold what they had: `dying.rs`) before it is refused.
@@ -57,30 +57,6 @@ pub const CREDIT_CHUNK: u64 = 16 << 20;
 /// How often, at most, [`Ledger::reclaim_if_due`] scans for dead processes. Refusals,
 /// `cuMemGetInfo`, NVML memory and process queries and `fgpu status` always scan.
 pub const SCAN_INTERVAL_NS: u64 = 100_000_000;
-
-#[derive(Debug, Error)]
-pub enum LedgerError {
-    #[error("ledger {path}: cannot {op}: {source}")]
-    Io { path: PathBuf, op: &'static str, source: io::Error },
-    #[error("ledger {path}: no memory left to create its shared memory ({need} bytes)")]
-    NoSpace { path: PathBuf, need: usize },
-    #[error("ledger {path}: {why}")]
-    Untrusted { path: PathBuf, why: String },
-    #[error("ledger {path}: the file was deleted or replaced while processes still use the ledger (shared memory id {shmid}), and they cannot be reached from here; accounting cannot be trusted, so GPU memory is refused until they exit")]
-    Replaced { path: PathBuf, shmid: i32 },
-    #[error("ledger {path}: in use by processes of another IPC namespace; processes that share a ledger must share an IPC namespace")]
-    OtherIpcNamespace { path: PathBuf },
-    #[error("ledger {path}: in use by processes of an older fgpu (ledger format {found}; this fgpu uses format {expected}); stop them or set FGPU_LEDGER to another file")]
-    Version { path: PathBuf, found: u32, expected: u32 },
-    #[error("ledger {path}: no process uses it")]
-    NotInUse { path: PathBuf },
-    #[error("ledger {path}: all {MAX_SLOTS} process slots are in use")]
-    Full { path: PathBuf },
-    #[error("ledger {path}: {free} process slots are free but locked by a process that holds none of them (one lock over many slots); any user who can open a ledger shared with other users can block it this way; share it only with users you trust, or give each its own ledger")]
-    SlotsLocked { path: PathBuf, free: usize },
-    #[error("ledger {path}: all {MAX_DEVICES} device entries are in use")]
-    TooManyDevices { path: PathBuf },
-}
 
 /// Index of a process slot in the ledger.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -297,7 +273,7 @@ impl Ledger {
             entry.uuid[1].store(words[1], Relaxed);
             entry.cap.store(wanted_cap, Relaxed);
             entry.total_memory.store(total_memory, Relaxed);
-            entry.registered_unix.store(unix_now_ms() as u64 / 1000, Relaxed);
+            entry.registered_unix.store(store::unix_now_ms() as u64 / 1000, Relaxed);
             entry.state.store(DEVICE_READY, Release);
             Ok(Registration { device: DeviceId(index), ledger_cap: wanted_cap })
         })?
@@ -454,7 +430,7 @@ impl Ledger {
         slot.pid.store(std::process::id(), Relaxed);
         slot.host_pid.store(pidns::host_pid().unwrap_or(0), Relaxed);
         slot.pidns.store(pidns::own_pidns(), Relaxed);
-        slot.started_unix_ms.store(unix_now_ms() as u64, Relaxed);
+        slot.started_unix_ms.store(store::unix_now_ms() as u64, Relaxed);
         slot.dying_since_ns.store(0, Relaxed);
         slot.comm[0].store(u64::from_le_bytes(comm[..8].try_into().unwrap()), Relaxed);
         slot.comm[1].store(u64::from_le_bytes(comm[8..].try_into().unwrap()), Relaxed);
@@ -914,12 +890,6 @@ fn uuid_words(uuid: [u8; 16]) -> [u64; 2] {
     [u64::from_le_bytes(uuid[..8].try_into().unwrap()), u64::from_le_bytes(uuid[8..].try_into().unwrap())]
 }
 
-pub(crate) fn unix_now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
-}
 
 #[cfg(test)]
 mod tests;
