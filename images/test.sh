@@ -399,7 +399,7 @@ expect image-labels "OCI labels missing or wrong" \
     -n "$(inspect_label org.opencontainers.image.source)" -a -n "$(inspect_label org.opencontainers.image.version)"
 
 start a || die "docker run failed"
-expect image-ld-so-preload "/etc/ld.so.preload does not list the shim, or is not root 0644" \
+expect image-ld-so-preload "/etc/ld.so.preload does not list the front (libfgpu.so), or is not root 0644" \
     test "$(dx a -- sh -c 'grep -c "^/usr/local/lib/fgpu/libfgpu.so$" /etc/ld.so.preload; stat -c "%U:%G %a" /etc/ld.so.preload /usr/local/lib/fgpu/libfgpu.so')" = "$(printf '1\nroot:root 644\nroot:root 755')"
 expect image-config-root-0644 "/etc/fgpu/fgpu.conf is not root-owned 0644 with limit = 8GiB" \
     test "$(dx a -- sh -c 'stat -c "%U:%G %a" /etc/fgpu/fgpu.conf; grep "^limit" /etc/fgpu/fgpu.conf')" = "$(printf 'root:root 644\nlimit = 8GiB')"

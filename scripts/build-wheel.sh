@@ -9,7 +9,7 @@
 #   1. scripts/build-release.sh: libfgpu.so (the front) and libfgpu_shim.so, glibc 2.17,
 #      into target/dist/ (checked there: symbol versions, the front's NEEDED entries);
 #   2. they are staged as the wheel's data, data/lib/fgpu/: pip installs them into
-#      <prefix>/lib/fgpu/, which <prefix>/bin/fgpu finds as ../lib/fgpu (loader/src/shimpath.rs);
+#      <prefix>/lib/fgpu/, which <prefix>/bin/fgpu finds as ../lib/fgpu (cdi/src/shimpath.rs);
 #   3. maturin (packaging/pyproject.toml: metadata, bin bindings) builds `fgpu` with zig for
 #      manylinux2014 and writes the wheel, then checks the wheel's contents.
 # The last line printed is the wheel's path.

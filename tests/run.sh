@@ -9,7 +9,10 @@
 #   3. the CDI tests: `fgpu cdi generate` and podman capping a plain image at run time
 #      (tests/cdi/test.sh), and the DRA driver's claims in podman (tests/cdi/dra.sh),
 #   4. the real-GPU script's dry run and self-test (tests/gpu/run.sh),
-#   5. the benchmark in quick mode, to prove it runs (figures: docs/benchmarks.md).
+#   5. the benchmark in quick mode, to prove it runs (figures: docs/benchmarks.md),
+#   6. the house rules: no import cycle through more than one file of a crate
+#      (scripts/check-imports.py, with its own unit tests), no source file under shim/ over
+#      500 lines (scripts/check-file-lengths.sh), and `cargo fmt --all --check` (rustfmt.toml).
 # Ends with one "N passed, M failed" line over the suites.
 #
 #   bash tests/run.sh              everything (as root, as CI runs it)
@@ -48,6 +51,7 @@ command -v unshare >/dev/null || pkgs+=(util-linux)
 command -v setpriv >/dev/null || pkgs+=(util-linux)
 command -v prlimit >/dev/null || pkgs+=(util-linux)
 command -v objdump >/dev/null || pkgs+=(binutils)
+command -v python3 >/dev/null || pkgs+=(python3)
 if [ ${#pkgs[@]} -gt 0 ]; then
     if [ "$(id -u)" -eq 0 ]; then
         export DEBIAN_FRONTEND=noninteractive
@@ -65,6 +69,11 @@ fi
 if [ -n "${CI:-}" ] && [ "$(id -u)" -ne 0 ]; then
     echo "CI is set but this is not root: the namespace and /etc tests need root"
     exit 1
+fi
+
+# rustfmt for the formatting suite (a rustup toolchain may come without it).
+if ! cargo fmt --version >/dev/null 2>&1; then
+    rustup component add rustfmt || { echo "cannot install rustfmt (rustup component add rustfmt)"; exit 1; }
 fi
 
 step "python clients (.venv: pynvml, gpustat, nvitop, cuda-bindings, jsonschema, PyYAML, kubernetes-validate)"
@@ -107,6 +116,11 @@ else
     echo "FAILED SUITE: cannot build the wheel"
 fi
 
+# The house rules (issue 21): cheap, and independent of the build.
+suite "import cycles: none through more than one file of a crate (scripts/check-imports.py)" python3 scripts/check-imports.py
+suite "the import-cycle checker's unit tests (scripts/test_check_imports.py)" python3 scripts/test_check_imports.py
+suite "no source file under shim/ over 500 lines, tests included (scripts/check-file-lengths.sh)" bash scripts/check-file-lengths.sh shim 500
+suite "formatting: cargo fmt --all --check (rustfmt.toml)" cargo fmt --all --check
 suite "cargo clippy -D warnings (with the unsafe rules of Cargo.toml's [workspace.lints])" cargo clippy --release --workspace --all-targets -- -D warnings
 suite "cargo test (unit + integration against the simulated driver)" cargo test --release --workspace --no-fail-fast
 if [ "${FGPU_SKIP_IMAGES:-0}" != 1 ]; then

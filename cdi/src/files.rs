@@ -45,7 +45,7 @@ impl Payload {
     pub fn install(&self, config_dir: &Path, owner: Option<(u32, u32)>) -> Result<(), String> {
         let lib_dir = config_dir.join(LIB_SUBDIR);
         prepare_dir(&lib_dir, owner)?;
-        write_file(&lib_dir.join(shimpath::SHIM_NAME), &self.front_bytes, 0o755, owner)?;
+        write_file(&lib_dir.join(shimpath::FRONT_NAME), &self.front_bytes, 0o755, owner)?;
         write_file(&lib_dir.join(shimpath::SHIM_IMPL_NAME), &self.shim_bytes, 0o755, owner)?;
         if let Some(fgpu) = &self.fgpu_bytes {
             write_file(&lib_dir.join("fgpu"), fgpu, 0o755, owner)?;

@@ -519,7 +519,7 @@ mod tests {
         assert_eq!(spec.as_object().unwrap().keys().collect::<Vec<_>>(), ["cdiVersion", "kind", "containerEdits", "devices"]);
         // The configuration the shim reads is the mounted directory's fgpu.conf.
         assert_eq!(Path::new(CONTAINER_CONFIG_DIR).join(CONFIG_FILE), Path::new(fgpu_core::config::CONFIG_PATH));
-        assert_eq!(Path::new(CONTAINER_LIB_DIR).join(shimpath::SHIM_NAME), Path::new(CONTAINER_SHIM));
+        assert_eq!(Path::new(CONTAINER_LIB_DIR).join(shimpath::FRONT_NAME), Path::new(CONTAINER_SHIM));
     }
 
     #[test]

@@ -1,6 +1,7 @@
-//! Finding `libfgpu.so` without configuration.
+//! Finding the front, `libfgpu.so`, without configuration.
 //!
-//! Order: `$FGPU_SHIM` (if set it must exist; no fallback, so a typo is reported), then
+//! Order: `$FGPU_SHIM` (the path of `libfgpu.so`: the variable's name is older than the
+//! front; if set it must exist; no fallback, so a typo is reported), then
 //! beside the `fgpu` binary, `../lib/fgpu/` and `../lib/` relative to it, then
 //! `/usr/local/lib/fgpu/` and `/usr/lib/fgpu/`.
 //!
@@ -17,7 +18,8 @@ use std::ffi::OsString;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-pub const SHIM_NAME: &str = fgpu_front::FRONT_FILE;
+/// The front, the file that is preloaded and that the search looks for.
+pub const FRONT_NAME: &str = fgpu_front::FRONT_FILE;
 /// The shim the front loads, beside it.
 pub const SHIM_IMPL_NAME: &str = fgpu_front::SHIM_FILE;
 pub const ENV_SHIM: &str = "FGPU_SHIM";
@@ -35,11 +37,11 @@ impl fmt::Display for ShimError {
         match self {
             ShimError::EnvMissing(path) => write!(f, "{ENV_SHIM}={} does not exist; point it at libfgpu.so or unset it", path.display()),
             ShimError::NotFound(searched) => {
-                write!(f, "cannot find {SHIM_NAME}; looked in ")?;
+                write!(f, "cannot find {FRONT_NAME}; looked in ")?;
                 for (i, path) in searched.iter().enumerate() {
                     write!(f, "{}{}", if i > 0 { ", " } else { "" }, path.display())?;
                 }
-                write!(f, ". Install it beside the fgpu binary or set {ENV_SHIM}=/path/to/{SHIM_NAME}")
+                write!(f, ". Install it beside the fgpu binary or set {ENV_SHIM}=/path/to/{FRONT_NAME}")
             }
         }
     }
@@ -47,7 +49,7 @@ impl fmt::Display for ShimError {
 
 impl std::error::Error for ShimError {}
 
-/// Where the shim was found, and how.
+/// Where the front was found, and how.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Found {
     pub path: PathBuf,
@@ -58,14 +60,14 @@ pub struct Found {
 pub fn candidates(exe: Option<&Path>) -> Vec<PathBuf> {
     let mut out = Vec::new();
     if let Some(dir) = exe.and_then(Path::parent) {
-        out.push(dir.join(SHIM_NAME));
+        out.push(dir.join(FRONT_NAME));
         if let Some(prefix) = dir.parent() {
-            out.push(prefix.join("lib/fgpu").join(SHIM_NAME));
-            out.push(prefix.join("lib").join(SHIM_NAME));
+            out.push(prefix.join("lib/fgpu").join(FRONT_NAME));
+            out.push(prefix.join("lib").join(FRONT_NAME));
         }
     }
     for dir in ["/usr/local/lib/fgpu", "/usr/lib/fgpu"] {
-        let path = Path::new(dir).join(SHIM_NAME);
+        let path = Path::new(dir).join(FRONT_NAME);
         if !out.contains(&path) {
             out.push(path);
         }
@@ -91,7 +93,7 @@ pub fn locate_with(env_shim: Option<OsString>, exe: Option<&Path>, is_file: &dyn
     }
 }
 
-/// Finds the shim for this process and returns an absolute path (what `LD_PRELOAD` needs).
+/// Finds the front for this process and returns an absolute path (what `LD_PRELOAD` needs).
 pub fn locate() -> Result<Found, ShimError> {
     let exe = std::env::current_exe().ok();
     let mut found = locate_with(std::env::var_os(ENV_SHIM), exe.as_deref(), &|p| p.is_file())?;

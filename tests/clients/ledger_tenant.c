@@ -14,6 +14,8 @@
  *   ledger_tenant hold-lock FILE OFFSET...
  *       Takes an OFD write lock on one byte at each OFFSET of FILE, prints "locked" and
  *       holds them until its standard input closes.
+ *   ledger_tenant hold-range FILE START
+ *       The same with one lock from START to the end of the file (and beyond).
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -76,10 +78,22 @@ static int hold_lock(int argc, char **argv) {
     return 0;
 }
 
+static int hold_range(char **argv) {
+    int fd = open(argv[2], O_RDWR | O_CLOEXEC);
+    if (fd < 0) { perror("open"); return 1; }
+    struct flock lock = { .l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = strtoll(argv[3], NULL, 10), .l_len = 0 };
+    if (fcntl(fd, F_OFD_SETLK, &lock) != 0) { perror("lock"); return 1; }
+    printf("locked\n");
+    fflush(stdout);
+    wait_for_eof();
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc >= 2 && strcmp(argv[1], "forge") == 0) return forge(argc, argv);
     if (argc == 3 && strcmp(argv[1], "attach") == 0) return attach(argv);
     if (argc >= 4 && strcmp(argv[1], "hold-lock") == 0) return hold_lock(argc, argv);
-    fprintf(stderr, "usage: ledger_tenant forge HEADER SIZE [DIR] UID | attach SHMID | hold-lock FILE OFFSET...\n");
+    if (argc == 4 && strcmp(argv[1], "hold-range") == 0) return hold_range(argv);
+    fprintf(stderr, "usage: ledger_tenant forge HEADER SIZE [DIR] UID | attach SHMID | hold-lock FILE OFFSET... | hold-range FILE START\n");
     return 2;
 }

@@ -7,7 +7,7 @@
 
 use fgpu_tests::*;
 use serde_json::Value;
-use std::io::{Read, Write};
+use std::io::Write;
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::process::Command;
@@ -177,7 +177,7 @@ fn run_passes_exit_status_and_signals_through() {
     // The usage line: --limit or --device, not --limit required.
     let help = fgpu(&env).args(["run", "--help"]).success();
     assert!(help.stdout().contains("<--limit <LIMIT>|--device <UUID=SIZE>|--compute <SHARE>> <COMMAND>..."), "{help}");
-    // A missing shim is fgpu's own failure: 125.
+    // A missing front (FGPU_SHIM names libfgpu.so) is fgpu's own failure: 125.
     let run = fgpu(&env).env("FGPU_SHIM", env.dir.join("nope.so")).args(["run", "--limit", "1G", "--", "true"]).run();
     assert_eq!(run.output.status.code(), Some(125), "{run}");
     assert!(run.stderr().contains("FGPU_SHIM="), "{run}");
@@ -480,7 +480,7 @@ fn doctor_passes_under_fgpu_run_and_says_why() {
     let env = Env::new("cli-doctor-ok");
     let (run, value) = doctor(fgpu(&env).args(["run", "--limit", "2G", "--"]).arg(fgpu_bin()));
     assert_eq!(value["cap_applies"], true, "{run}");
-    assert_finding(&run, &value, "shim", "ok", "loads here");
+    assert_finding(&run, &value, "shim", "ok", "and the shim beside it load here");
     assert_finding(&run, &value, "preload", "ok", "through LD_PRELOAD");
     assert_finding(&run, &value, "cap", "ok", "from FGPU_LIMIT in the environment: 2 GiB on every GPU");
     assert_finding(&run, &value, "driver", "ok", "libcuda.so.1 loads, CUDA driver API 12.8, 1 GPU");
@@ -508,7 +508,7 @@ fn doctor_reports_configuration_failures() {
     assert_eq!(value["cap_applies"], false, "{run}");
     assert_finding(&run, &value, "cap", "info", "No cap is configured yet");
     assert_finding(&run, &value, "cap", "info", "fgpu run --limit 8G -- COMMAND");
-    assert_finding(&run, &value, "shim", "ok", "loads here");
+    assert_finding(&run, &value, "shim", "ok", "and the shim beside it load here");
     let text = fgpu(&env).arg("doctor").success();
     assert!(text.stdout().contains("fgpu works here, and no cap is configured yet"), "{text}");
     // An invalid cap: the configuration error, verbatim.
@@ -518,16 +518,17 @@ fn doctor_reports_configuration_failures() {
     let (run, value) = doctor(fgpu(&env).env("FGPU_LIMIT", "2G"));
     assert_finding(&run, &value, "cap", "fail", "not preloaded here");
     assert_finding(&run, &value, "preload", "warn", "not preloaded");
-    // LD_PRELOAD naming a shim that is not there.
+    // LD_PRELOAD naming a front that is not there.
     let (run, value) = doctor(fgpu(&env).env("FGPU_LIMIT", "2G").env("LD_PRELOAD", "/nonexistent/libfgpu.so"));
     assert_finding(&run, &value, "preload", "fail", "/nonexistent/libfgpu.so, which does not exist");
 }
 
 #[test]
-fn doctor_reports_a_shim_that_cannot_load() {
+fn doctor_reports_a_front_that_cannot_load() {
     let env = Env::new("cli-doctor-shim");
-    let shim_bytes = std::fs::read(front_path()).unwrap();
-    let capped = |shim: &Path| fgpu(&env).env("FGPU_SHIM", shim).env("LD_PRELOAD", front_path()).env("FGPU_LIMIT", "2G");
+    let front_bytes = std::fs::read(front_path()).unwrap();
+    // FGPU_SHIM names the front (libfgpu.so) the doctor checks.
+    let capped = |front: &Path| fgpu(&env).env("FGPU_SHIM", front).env("LD_PRELOAD", front_path()).env("FGPU_LIMIT", "2G");
 
     let (run, value) = doctor(capped(&env.dir.join("missing/libfgpu.so")));
     assert_finding(&run, &value, "shim", "fail", "does not exist");
@@ -537,12 +538,12 @@ fn doctor_reports_a_shim_that_cannot_load() {
     std::fs::write(&text, "this is not a library\n").unwrap();
     let (run, value) = doctor(capped(&text));
     assert_finding(&run, &value, "shim", "fail", "not an ELF file");
-    assert_finding(&run, &value, "cap", "fail", "the shim cannot be loaded");
+    assert_finding(&run, &value, "cap", "fail", "fgpu's libraries cannot be loaded");
 
     // Built for another architecture: the same file with e_machine = AArch64.
     let arm = env.dir.join("arm/libfgpu.so");
     std::fs::create_dir_all(arm.parent().unwrap()).unwrap();
-    let mut bytes = shim_bytes.clone();
+    let mut bytes = front_bytes.clone();
     bytes[18..20].copy_from_slice(&183u16.to_le_bytes());
     std::fs::write(&arm, &bytes).unwrap();
     let (run, value) = doctor(capped(&arm));
@@ -551,7 +552,7 @@ fn doctor_reports_a_shim_that_cannot_load() {
     // Needs a newer glibc than this system has: rename its GLIBC_2.x needs to GLIBC_9.x.
     let newer = env.dir.join("newer/libfgpu.so");
     std::fs::create_dir_all(newer.parent().unwrap()).unwrap();
-    let mut bytes = shim_bytes.clone();
+    let mut bytes = front_bytes.clone();
     let needle = b"GLIBC_2.";
     let mut patched = 0;
     let mut i = 0;
@@ -619,11 +620,11 @@ fn doctor_reports_a_broken_ledger_a_missing_driver_and_another_interposer() {
 fn doctor_reads_the_config_file_and_ld_so_preload() {
     let env = Env::new("cli-doctor-etc");
     let fgpu_cmd = format!("TMPDIR={} {} doctor --json", env.dir.display(), fgpu_bin().display());
-    let shim = front_path().display().to_string();
-    // The shim preloaded for everything through /etc/ld.so.preload, the cap from the file.
+    let front = front_path().display().to_string();
+    // The front preloaded for everything through /etc/ld.so.preload, the cap from the file.
     let file_ledger = env.dir.join("file-ledger");
     let Some(cmd) = env.with_private_etc(&format!(
-        "mkdir -p /etc/fgpu; printf 'limit = 3G\\nledger = {}\\n' > /etc/fgpu/fgpu.conf; chmod 644 /etc/fgpu/fgpu.conf; echo {shim} > /etc/ld.so.preload; {fgpu_cmd}",
+        "mkdir -p /etc/fgpu; printf 'limit = 3G\\nledger = {}\\n' > /etc/fgpu/fgpu.conf; chmod 644 /etc/fgpu/fgpu.conf; echo {front} > /etc/ld.so.preload; {fgpu_cmd}",
         file_ledger.display()
     )) else {
         return;
@@ -640,21 +641,21 @@ fn doctor_reads_the_config_file_and_ld_so_preload() {
     assert!(!file_ledger.exists(), "the doctor created the ledger: its probe went through the shim\n{run}");
 
     // Both: the smaller applies, and the doctor says so.
-    let cmd = env.with_private_etc(&format!("mkdir -p /etc/fgpu; echo 'limit = 3G' > /etc/fgpu/fgpu.conf; echo {shim} > /etc/ld.so.preload; FGPU_LIMIT=1G {fgpu_cmd}")).unwrap();
+    let cmd = env.with_private_etc(&format!("mkdir -p /etc/fgpu; echo 'limit = 3G' > /etc/fgpu/fgpu.conf; echo {front} > /etc/ld.so.preload; FGPU_LIMIT=1G {fgpu_cmd}")).unwrap();
     let run = cmd.run();
     let value = json(&run);
     assert_finding(&run, &value, "cap", "ok", "on each GPU the smaller applies");
     assert_finding(&run, &value, "cap", "info", "capped at 1 GiB");
 
     // A bad line in the file: the configuration error verbatim.
-    let cmd = env.with_private_etc(&format!("mkdir -p /etc/fgpu; echo 'limt = 3G' > /etc/fgpu/fgpu.conf; echo {shim} > /etc/ld.so.preload; {fgpu_cmd}")).unwrap();
+    let cmd = env.with_private_etc(&format!("mkdir -p /etc/fgpu; echo 'limt = 3G' > /etc/fgpu/fgpu.conf; echo {front} > /etc/ld.so.preload; {fgpu_cmd}")).unwrap();
     let run = cmd.run();
     let value = json(&run);
     assert_eq!(run.output.status.code(), Some(1), "{run}");
     assert_finding(&run, &value, "cap", "fail", "/etc/fgpu/fgpu.conf:1: \"limt = 3G\" is not a `key = value` line");
 
     // A file others may write: not trusted.
-    let cmd = env.with_private_etc(&format!("mkdir -p /etc/fgpu; echo 'limit = 3G' > /etc/fgpu/fgpu.conf; chmod 666 /etc/fgpu/fgpu.conf; echo {shim} > /etc/ld.so.preload; {fgpu_cmd}")).unwrap();
+    let cmd = env.with_private_etc(&format!("mkdir -p /etc/fgpu; echo 'limit = 3G' > /etc/fgpu/fgpu.conf; chmod 666 /etc/fgpu/fgpu.conf; echo {front} > /etc/ld.so.preload; {fgpu_cmd}")).unwrap();
     let run = cmd.run();
     let value = json(&run);
     assert_finding(&run, &value, "cap", "fail", "refusing to trust its cap");
@@ -664,7 +665,7 @@ fn doctor_reads_the_config_file_and_ld_so_preload() {
     std::fs::write(&src, "int cuMemAlloc_v2(void *p, unsigned long n) { (void)p; (void)n; return 2; }\n").unwrap();
     let vgpu = env.dir.join("libvgpu.so");
     Cmd(Command::new("cc")).args(["-shared", "-fPIC", "-o"]).arg(&vgpu).arg(&src).success();
-    let cmd = env.with_private_etc(&format!("printf '{shim}\\n{}\\n' > /etc/ld.so.preload; FGPU_LIMIT=1G {fgpu_cmd}", vgpu.display())).unwrap();
+    let cmd = env.with_private_etc(&format!("printf '{front}\\n{}\\n' > /etc/ld.so.preload; FGPU_LIMIT=1G {fgpu_cmd}", vgpu.display())).unwrap();
     let run = cmd.run();
     let value = json(&run);
     assert_finding(&run, &value, "interposer", "fail", "preloaded through /etc/ld.so.preload");
@@ -692,9 +693,9 @@ fn doctor_reports_a_ledger_directory_it_cannot_write() {
         std::fs::set_permissions(to, std::fs::Permissions::from_mode(0o755)).unwrap();
     };
     let fgpu = bin.join("fgpu");
-    let shim = bin.join("libfgpu.so");
+    let front = bin.join("libfgpu.so");
     copy(&fgpu_bin(), &fgpu);
-    copy(&front_path(), &shim);
+    copy(&front_path(), &front);
     copy(&shim_library_path(), &bin.join("libfgpu_shim.so"));
     copy(&release_dir().join("libfgpu_sim_cuda.so"), &driver.join("libcuda.so.1"));
     copy(&release_dir().join("libfgpu_sim_nvml.so"), &driver.join("libnvidia-ml.so.1"));
@@ -708,30 +709,17 @@ fn doctor_reports_a_ledger_directory_it_cannot_write() {
         .args(["doctor", "--json"])
         .env("LD_LIBRARY_PATH", &driver)
         .env("FGPU_LEDGER", locked.join("sub/ledger"))
-        .env("LD_PRELOAD", &shim)
+        .env("LD_PRELOAD", &front)
         .env("FGPU_LIMIT", "1G")
         .run();
     // Nothing printed is a failure (a doctor that crashed prints nothing), shown by json().
     let value = json(&run);
-    assert_finding(&run, &value, "shim", "ok", &format!("The shim {} loads here", shim.display()));
+    assert_finding(&run, &value, "shim", "ok", &format!("The front {} and the shim beside it load here", front.display()));
     assert_finding(&run, &value, "ledger", "fail", "is not writable by this user");
 }
 
 // ------------------------------------------------------------------------------ fgpu exporter
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
-fn http_get(port: u16, path: &str, accept: &str) -> std::io::Result<(String, String)> {
-    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port))?;
-    stream.set_read_timeout(Some(Duration::from_secs(10)))?;
-    write!(stream, "GET {path} HTTP/1.0\r\nHost: localhost\r\nAccept: {accept}\r\n\r\n")?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response)?;
-    let (head, body) = response.split_once("\r\n\r\n").unwrap_or((&response, ""));
-    Ok((head.to_string(), body.to_string()))
-}
 
 /// The value of the sample `name{...}` whose labels contain all of `labels`.
 fn sample(body: &str, name: &str, labels: &[(&str, String)]) -> Option<f64> {
@@ -1042,10 +1030,7 @@ fn run_gpus_auto_puts_jobs_where_there_is_room() {
     std::fs::create_dir_all(&tmp).unwrap();
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o1777)).unwrap();
-    let fgpu_copy = reachable().dir.join("fgpu");
-    if !fgpu_copy.exists() {
-        std::fs::copy(fgpu_bin(), &fgpu_copy).unwrap();
-    }
+    let fgpu_copy = reachable_fgpu();
     let client = reachable_client("cuclient");
     let as_user = |args: &[&str]| env.command_as(user, &fgpu_copy).args(args).env("TMPDIR", &tmp).env("FGPU_SHIM", &reachable().front);
     let job = |extra: &[&str]| {

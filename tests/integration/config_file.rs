@@ -1,5 +1,5 @@
 //! The root-owned configuration file: a cap the environment can lower but never raise, a
-//! ledger the environment cannot leave, and the shim preloaded through /etc/ld.so.preload.
+//! ledger the environment cannot leave, and the front preloaded through /etc/ld.so.preload.
 //! Each test gets a private /etc (an overlay in its own mount namespace).
 
 use fgpu_tests::*;
@@ -15,7 +15,7 @@ fn a_file_cap_cannot_be_raised_from_the_environment() {
     let c = client.display();
     let script = format!(
         "mkdir -p /etc/fgpu; printf 'limit = 2G\\nledger = {ledger}\\n' > /etc/fgpu/fgpu.conf; chmod 644 /etc/fgpu/fgpu.conf; \
-         echo {shim} > /etc/ld.so.preload; \
+         echo {front} > /etc/ld.so.preload; \
          unset FGPU_LIMIT; {c} init primary info; \
          FGPU_LIMIT=64G {c} init primary info; \
          LD_PRELOAD= FGPU_LIMIT=64G {c} init primary info; \
@@ -23,7 +23,7 @@ fn a_file_cap_cannot_be_raised_from_the_environment() {
          FGPU_LEDGER={other} {c} init primary alloc 1G sleep 3000 & sleep 1; \
          FGPU_LEDGER={third} {c} init primary alloc 1G; wait",
         ledger = env.ledger.display(),
-        shim = front_path().display(),
+        front = front_path().display(),
         other = env.dir.join("mine").display(),
         third = env.dir.join("theirs").display(),
     );

@@ -248,12 +248,11 @@ fn a_ledger_across_two_pid_namespaces_holds_its_share() {
         let socket = service.as_ref().map(|(_, s)| s.clone());
         let _watch = env.driver_watch();
         let script = format!("exec {}", client("compute_load").display());
-        // One second apart: two processes of one ledger that start at the same instant can
-        // run past the share for reasons of their own, namespaces or not (issue 19, part C).
+        // Started at the same instant, as a pod's containers are: the first to launch sets the
+        // ledger's share although the other is already live (issue 19, part C).
         let mut a = in_namespace(&env, &script, socket.as_deref()).env("FGPU_COMPUTE", "30%").spawn();
-        a.wait_for("ready");
-        std::thread::sleep(Duration::from_secs(1));
         let mut b = in_namespace(&env, &script, socket.as_deref()).env("FGPU_COMPUTE", "30%").spawn();
+        a.wait_for("ready");
         b.wait_for("ready");
         let (pa, pb) = (child_of(a.pid()), child_of(b.pid()));
         let mut uncapped = env.command(client("compute_load")).env("FGPU_LEDGER", env.dir.join("uncapped")).spawn();

@@ -98,18 +98,8 @@ fn forge(env: &Env, header: &[u8], root: Option<&Path>) -> (Background, i32) {
     (tenant, shmid)
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
 fn http_get(port: u16, path: &str) -> std::io::Result<(String, String)> {
-    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port))?;
-    stream.set_read_timeout(Some(Duration::from_secs(10)))?;
-    write!(stream, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n")?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response)?;
-    let (head, body) = response.split_once("\r\n\r\n").unwrap_or((&response, ""));
-    Ok((head.to_string(), body.to_string()))
+    fgpu_tests::http_get(port, path, "text/plain")
 }
 
 fn start_exporter(env: &Env, args: &[&str]) -> (Background, u16) {
@@ -189,10 +179,7 @@ fn h2_a_run_ledger_is_private_to_its_user() {
     let dir = reachable().dir.join(format!("h2-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o1777)).unwrap();
-    let fgpu_copy = reachable().dir.join("fgpu");
-    if !fgpu_copy.exists() {
-        std::fs::copy(fgpu_bin(), &fgpu_copy).unwrap();
-    }
+    let fgpu_copy = reachable_fgpu();
     let run_as = |uid: u32, args: &[&str]| {
         env.command_as(uid, &fgpu_copy).args(["run", "--limit", "1G"]).args(args).env("TMPDIR", &dir).env("FGPU_SHIM", &reachable().front).arg("--").arg(reachable_client("cuclient"))
     };
@@ -335,6 +322,30 @@ fn m1_held_locks_do_not_stall_status() {
     for mut h in holders {
         h.finish();
     }
+}
+
+// ------------------------------------------------------------------------------ M4
+
+/// M4: one lock from the first free slot's byte to the end of a ledger's file, held by a
+/// process that is no member, keeps nobody out: a newcomer still gets a slot (its liveness
+/// is then its process's), what it holds counts against the cap, and the simulated driver
+/// never holds more than the cap.
+#[test]
+fn m4_a_lock_over_every_slot_keeps_nobody_out() {
+    let env = Env::new("sec-m4");
+    let mut holder = env.client(&["init", "primary", "alloc", "1G", "hold"]).shim().limit("4G").spawn();
+    holder.wait_for("holding");
+    let start = fgpu_core::ledger::layout::alive_lock(1).to_string();
+    let mut locker = env.command(client("ledger_tenant")).arg("hold-range").arg(&env.ledger).arg(&start).spawn();
+    locker.wait_for("locked");
+    let run = env.client(&["init", "primary", "alloc", "2G", "alloc", "1G"]).shim().limit("4G").success();
+    let rcs: Vec<i64> = run.lines("alloc").iter().map(|l| field(l, "rc").unwrap().parse().unwrap()).collect();
+    assert_eq!(rcs, vec![0, 2], "granted within the cap, refused past it (1.3 GiB held, 0.3 + 2 GiB more, then 1 GiB over 4 GiB)\n{run}");
+    assert!(!run.stderr().contains("locked by a process"), "{run}");
+    let sim = env.sim();
+    assert!(sim.device_used(0) <= 4 * GIB);
+    locker.finish();
+    holder.finish();
 }
 
 // ------------------------------------------------------------------------------ M2

@@ -48,7 +48,7 @@ fn the_wheel_installs_into_a_fresh_venv_and_caps_a_job() {
     assert!(meta["Description-Content-Type"][0].as_str().unwrap_or("").starts_with("text/markdown"), "the README\n{meta}");
     assert!(meta["Classifier"].as_array().is_some_and(|c| c.iter().any(|c| c == "Operating System :: POSIX :: Linux")), "{meta}");
 
-    // `fgpu doctor` from the venv finds the shim inside it.
+    // `fgpu doctor` from the venv finds the front (and the shim beside it) inside it.
     let mut doctor = env.command(&fgpu).args(["doctor", "--json"]).limit("8G").env("LD_PRELOAD", libs.join("libfgpu.so"));
     doctor.0.env_remove("FGPU_SHIM");
     let doctor = doctor.run();

@@ -140,7 +140,7 @@ pub fn helper_library(name: &str) -> PathBuf {
     out
 }
 
-/// Copies of the shim, the simulated driver and the test clients where every user can
+/// Copies of the front and the shim, the simulated driver and the test clients where every user can
 /// reach them (a clone under a private home directory is not reachable by user 65534).
 pub struct Reachable {
     pub dir: PathBuf,
@@ -195,6 +195,33 @@ pub fn reachable_client(name: &str) -> PathBuf {
         std::fs::set_permissions(&to, std::fs::Permissions::from_mode(0o755)).unwrap();
     }
     to
+}
+
+/// A copy of the `fgpu` binary that every user can run (beside the reachable front, which
+/// it finds next to itself).
+pub fn reachable_fgpu() -> PathBuf {
+    let to = reachable().dir.join("fgpu");
+    if !to.exists() {
+        std::fs::copy(fgpu_bin(), &to).unwrap();
+    }
+    to
+}
+
+/// A free TCP port on the loopback address.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// `GET path` over HTTP/1.0 with `Accept: accept`: the response's head and body.
+pub fn http_get(port: u16, path: &str, accept: &str) -> std::io::Result<(String, String)> {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port))?;
+    stream.set_read_timeout(Some(Duration::from_secs(10)))?;
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: localhost\r\nAccept: {accept}\r\n\r\n")?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response)?;
+    let (head, body) = response.split_once("\r\n\r\n").unwrap_or((&response, ""));
+    Ok((head.to_string(), body.to_string()))
 }
 
 /// One test's world: a temp dir, a simulated GPU (state file) and a ledger.

@@ -67,6 +67,16 @@ pub fn still_exiting(dead: &DeadProcess) -> bool {
     }
 }
 
+/// Whether a process the ledger knows only by its PID (a slot whose liveness is its
+/// process's: `LIVENESS_PROCESS`) still runs. Where this namespace cannot see it, it counts
+/// as running: never drop accounting on doubt.
+pub fn process_alive(owner: &DeadProcess) -> bool {
+    if owner.pid_here().is_none() {
+        return true;
+    }
+    still_exiting(owner)
+}
+
 /// The state letter and start time (clock ticks after boot) of a `/proc/PID/stat` line.
 /// The command name (field 2) may hold spaces and parentheses: fields are counted after
 /// its last `)`.
@@ -100,7 +110,7 @@ mod tests {
 
     #[test]
     fn a_running_process_is_still_exiting_a_reaped_one_is_not() {
-        let joined = super::super::unix_now_ms() as u64;
+        let joined = super::super::store::unix_now_ms() as u64;
         let me = DeadProcess { pid: std::process::id(), host_pid: 0, pidns: pidns::own_pidns(), joined_unix_ms: joined };
         assert!(still_exiting(&me), "a live process counts as not done");
         // A process that started after the slot was claimed holds the PID now: not it.

@@ -52,6 +52,15 @@ pub const DEVICE_EMPTY: u32 = 0;
 pub const DEVICE_READY: u32 = 2;
 pub const SLOT_FREE: u32 = 0;
 pub const SLOT_LIVE: u32 = 1;
+/// Being claimed (or cleared) by one process, which changed the state to this with a
+/// compare-and-swap; it holds nothing others count. See `Slot::claiming_since_s`.
+pub const SLOT_CLAIMING: u32 = 2;
+
+/// `Slot::liveness`: the owner holds the slot's liveness lock (the usual way).
+pub const LIVENESS_LOCK: u64 = 0;
+/// `Slot::liveness`: the slot's lock was held by a process that is not a member when the
+/// owner joined (`mod.rs`, `join`), so the owner is alive while its process is.
+pub const LIVENESS_PROCESS: u64 = 1;
 
 /// `Header::sharing`: who may use the ledger.
 pub const SHARING_USER: u32 = 1;
@@ -143,7 +152,8 @@ pub struct Slot {
     pub pid: AtomicU32,
     /// PID in the host namespace, 0 while unknown.
     pub host_pid: AtomicU32,
-    pub reserved0: AtomicU32,
+    /// CLOCK_MONOTONIC seconds when the slot became [`SLOT_CLAIMING`].
+    pub claiming_since_s: AtomicU32,
     /// Inode of the owner's PID namespace.
     pub pidns: AtomicU64,
     pub started_unix_ms: AtomicU64,
@@ -151,7 +161,8 @@ pub struct Slot {
     /// CLOCK_MONOTONIC (ns) when a process found this slot's owner dead while the driver
     /// may still hold its memory (`ledger/dying.rs`); 0: not dying. Older fgpu ignores it.
     pub dying_since_ns: AtomicU64,
-    pub reserved: AtomicU64,
+    /// [`LIVENESS_LOCK`] or [`LIVENESS_PROCESS`]. Older fgpu reads 0 here.
+    pub liveness: AtomicU64,
     /// What this process holds per ledger device: a [`Holding`] word each.
     pub holding: [AtomicU128; MAX_DEVICES],
     /// The part of the held bytes that is CUDA context memory (display only).

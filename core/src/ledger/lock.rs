@@ -93,6 +93,14 @@ pub fn ofd_held_by_other(fd: BorrowedFd<'_>, offset: i64) -> io::Result<bool> {
     Ok(lock.l_type != libc::F_UNLCK as libc::c_short)
 }
 
+/// The lock another open file description holds on the byte, if any: its start and length
+/// (0: to the end of the file).
+pub fn ofd_conflict(fd: BorrowedFd<'_>, offset: i64) -> io::Result<Option<(i64, i64)>> {
+    let mut lock = flock_for(libc::F_WRLCK, offset);
+    fcntl_lock(fd, libc::F_OFD_GETLK, &mut lock)?;
+    Ok((lock.l_type != libc::F_UNLCK as libc::c_short).then_some((lock.l_start, lock.l_len)))
+}
+
 /// Whether another open file description holds a lock on any byte of `[offset, offset+len)`.
 pub fn ofd_any_held(fd: BorrowedFd<'_>, offset: i64, len: i64) -> io::Result<bool> {
     let mut lock = flock_for(libc::F_WRLCK, offset);

@@ -25,6 +25,7 @@
 pub mod compute;
 pub mod default_path;
 pub mod dying;
+mod error;
 pub mod layout;
 mod lock;
 pub mod store;
@@ -32,7 +33,6 @@ pub mod store;
 use crate::pidns;
 use crate::uuid::format_gpu_uuid;
 use layout::*;
-use std::io;
 use std::os::fd::{AsFd, AsRawFd};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicU64;
@@ -40,8 +40,8 @@ use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
 use std::sync::Mutex;
 pub use store::{Sharing, Trust};
 use store::Store;
-use thiserror::Error;
 pub use dying::DeadProcess;
+pub use error::LedgerError;
 
 /// How long a request that does not fit waits, at most, for the memory of dying processes
 /// (dead, but the driver may still hold what they had: `dying.rs`) before it is refused.
@@ -57,30 +57,6 @@ pub const CREDIT_CHUNK: u64 = 16 << 20;
 /// How often, at most, [`Ledger::reclaim_if_due`] scans for dead processes. Refusals,
 /// `cuMemGetInfo`, NVML memory and process queries and `fgpu status` always scan.
 pub const SCAN_INTERVAL_NS: u64 = 100_000_000;
-
-#[derive(Debug, Error)]
-pub enum LedgerError {
-    #[error("ledger {path}: cannot {op}: {source}")]
-    Io { path: PathBuf, op: &'static str, source: io::Error },
-    #[error("ledger {path}: no memory left to create its shared memory ({need} bytes)")]
-    NoSpace { path: PathBuf, need: usize },
-    #[error("ledger {path}: {why}")]
-    Untrusted { path: PathBuf, why: String },
-    #[error("ledger {path}: the file was deleted or replaced while processes still use the ledger (shared memory id {shmid}), and they cannot be reached from here; accounting cannot be trusted, so GPU memory is refused until they exit")]
-    Replaced { path: PathBuf, shmid: i32 },
-    #[error("ledger {path}: in use by processes of another IPC namespace; processes that share a ledger must share an IPC namespace")]
-    OtherIpcNamespace { path: PathBuf },
-    #[error("ledger {path}: in use by processes of an older fgpu (ledger format {found}; this fgpu uses format {expected}); stop them or set FGPU_LEDGER to another file")]
-    Version { path: PathBuf, found: u32, expected: u32 },
-    #[error("ledger {path}: no process uses it")]
-    NotInUse { path: PathBuf },
-    #[error("ledger {path}: all {MAX_SLOTS} process slots are in use")]
-    Full { path: PathBuf },
-    #[error("ledger {path}: {free} process slots are free but locked by a process that holds none of them (one lock over many slots); any user who can open a ledger shared with other users can block it this way; share it only with users you trust, or give each its own ledger")]
-    SlotsLocked { path: PathBuf, free: usize },
-    #[error("ledger {path}: all {MAX_DEVICES} device entries are in use")]
-    TooManyDevices { path: PathBuf },
-}
 
 /// Index of a process slot in the ledger.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -297,7 +273,7 @@ impl Ledger {
             entry.uuid[1].store(words[1], Relaxed);
             entry.cap.store(wanted_cap, Relaxed);
             entry.total_memory.store(total_memory, Relaxed);
-            entry.registered_unix.store(unix_now_ms() as u64 / 1000, Relaxed);
+            entry.registered_unix.store(store::unix_now_ms() as u64 / 1000, Relaxed);
             entry.state.store(DEVICE_READY, Release);
             Ok(Registration { device: DeviceId(index), ledger_cap: wanted_cap })
         })?
@@ -308,13 +284,23 @@ impl Ledger {
     }
 
     /// Claims a slot for the calling process and holds its liveness lock until the ledger is
-    /// dropped or the process dies.
+    /// dropped or the process dies. When every free slot's lock is held by a process that
+    /// is not a member (a user who can open a shared ledger's file may lock all of it), the
+    /// slot's liveness is this process's instead (`LIVENESS_PROCESS`): locks alone never
+    /// keep a process out of a ledger that has free slots.
     pub fn join(&self) -> Result<SlotId, LedgerError> {
         // Free slots first; then slots marked live, whose owner may have died.
         for wanted in [SLOT_FREE, SLOT_LIVE] {
             for index in 0..MAX_SLOTS {
                 let id = SlotId(index);
                 if self.slot(id).state.load(Relaxed) != wanted {
+                    continue;
+                }
+                if wanted == SLOT_LIVE && self.by_process(id) {
+                    if self.take_dead_by_process(id) {
+                        self.fill_slot(id, LIVENESS_PROCESS);
+                        return Ok(id);
+                    }
                     continue;
                 }
                 let locked = lock::ofd_lock(self.fd(), alive_lock(index), false)
@@ -331,13 +317,32 @@ impl Ledger {
                     }
                     self.reclaim_locked(id);
                 }
-                self.fill_slot(id);
+                if !self.start_claim(id, SLOT_FREE) {
+                    // Taken meanwhile by a process whose liveness is its own.
+                    lock::ofd_unlock(self.fd(), alive_lock(index));
+                    continue;
+                }
+                self.fill_slot(id, LIVENESS_LOCK);
                 crate::crash_point!("ledger.join.filled");
                 return Ok(id);
             }
         }
-        // Free slots that could not be locked: a member takes a slot's lock only to mark it
-        // live at once, so free slots that stay locked are held by a process that is not one.
+        // Free slots whose locks are held by a process that is not a member: claimed with a
+        // compare-and-swap, alive while this process is.
+        let blocked: Vec<SlotId> = (0..MAX_SLOTS).map(SlotId).filter(|id| self.slot(*id).state.load(Acquire) == SLOT_FREE && self.locked_by_outsider(*id)).collect();
+        for id in blocked {
+            if self.start_claim(id, SLOT_FREE) {
+                self.fill_slot(id, LIVENESS_PROCESS);
+                return Ok(id);
+            }
+        }
+        // Slots stuck half-claimed by a process that died in the middle.
+        for id in (0..MAX_SLOTS).map(SlotId) {
+            if self.take_stuck_claim(id) {
+                self.fill_slot(id, LIVENESS_PROCESS);
+                return Ok(id);
+            }
+        }
         let free = self.slot_ids().filter(|id| self.slot(*id).state.load(Relaxed) == SLOT_FREE).count() + (MAX_SLOTS - self.slot_ids().count());
         if free > 0 {
             return Err(LedgerError::SlotsLocked { path: self.path().to_path_buf(), free });
@@ -345,13 +350,87 @@ impl Ledger {
         Err(LedgerError::Full { path: self.path().to_path_buf() })
     }
 
-    fn fill_slot(&self, id: SlotId) {
+    /// Whether a slot's liveness is its owner's process rather than a lock.
+    fn by_process(&self, id: SlotId) -> bool {
+        self.slot(id).liveness.load(Acquire) == LIVENESS_PROCESS
+    }
+
+    /// Changes a slot's state from `from` to [`SLOT_CLAIMING`]: only one process can.
+    fn start_claim(&self, id: SlotId, from: u32) -> bool {
         let slot = self.slot(id);
+        if slot.state.compare_exchange(from, SLOT_CLAIMING, AcqRel, Acquire).is_err() {
+            return false;
+        }
+        slot.claiming_since_s.store((crate::log::monotonic_ns() / 1_000_000_000) as u32, Relaxed);
+        true
+    }
+
+    /// How long a slot may stay [`SLOT_CLAIMING`] before it counts as left so by a process
+    /// that died in the middle (a claim takes microseconds).
+    const STUCK_CLAIM_S: u32 = 10;
+
+    /// Takes over a slot left half-claimed (or half-cleared) by a process that died; what
+    /// it held is dropped (its owner was found dead, and not held by the driver, first).
+    fn take_stuck_claim(&self, id: SlotId) -> bool {
+        let slot = self.slot(id);
+        if slot.state.load(Acquire) != SLOT_CLAIMING {
+            return false;
+        }
+        let since = slot.claiming_since_s.load(Relaxed);
+        let now = (crate::log::monotonic_ns() / 1_000_000_000) as u32;
+        if now.saturating_sub(since) < Self::STUCK_CLAIM_S {
+            return false;
+        }
+        if slot.claiming_since_s.compare_exchange(since, now, AcqRel, Relaxed).is_err() {
+            return false;
+        }
+        self.clear(id);
+        true
+    }
+
+    /// Whether a free slot's lock is held by a process that is not a member: a member
+    /// locks one byte and marks the slot within microseconds; a lock wider than the byte,
+    /// or one still there 20 ms later on a slot still free, is not a member's.
+    fn locked_by_outsider(&self, id: SlotId) -> bool {
+        match lock::ofd_conflict(self.fd(), alive_lock(id.0)) {
+            Ok(Some((_, len))) if len != 1 => true,
+            Ok(Some(_)) => {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+                self.slot(id).state.load(Acquire) == SLOT_FREE && matches!(lock::ofd_conflict(self.fd(), alive_lock(id.0)), Ok(Some(_)))
+            }
+            _ => false,
+        }
+    }
+
+    /// Takes a slot whose liveness is its process's, if that process died and the driver
+    /// holds nothing of it: its bytes are dropped and the slot is this process's to fill.
+    fn take_dead_by_process(&self, id: SlotId) -> bool {
+        if !self.by_process(id) || self.is_alive(id) {
+            return false;
+        }
+        if self.driver_may_hold(id) {
+            self.slot(id).dying_since_ns.compare_exchange(0, crate::log::monotonic_ns().max(1), Relaxed, Relaxed).ok();
+            return false;
+        }
+        // A process that dies between the claim and the clearing leaves a claimed slot
+        // with the dead owner's bytes, which nobody counts any more (they are not held by
+        // the driver): the slot is taken over after `STUCK_CLAIM_S`.
+        if !self.start_claim(id, SLOT_LIVE) {
+            return false;
+        }
+        self.clear(id);
+        true
+    }
+
+    /// Fills a slot this process claimed ([`SLOT_CLAIMING`]) and marks it live.
+    fn fill_slot(&self, id: SlotId, liveness: u64) {
+        let slot = self.slot(id);
+        slot.liveness.store(liveness, Relaxed);
         let comm = pidns::comm();
         slot.pid.store(std::process::id(), Relaxed);
         slot.host_pid.store(pidns::host_pid().unwrap_or(0), Relaxed);
         slot.pidns.store(pidns::own_pidns(), Relaxed);
-        slot.started_unix_ms.store(unix_now_ms() as u64, Relaxed);
+        slot.started_unix_ms.store(store::unix_now_ms() as u64, Relaxed);
         slot.dying_since_ns.store(0, Relaxed);
         slot.comm[0].store(u64::from_le_bytes(comm[..8].try_into().unwrap()), Relaxed);
         slot.comm[1].store(u64::from_le_bytes(comm[8..].try_into().unwrap()), Relaxed);
@@ -368,6 +447,13 @@ impl Ledger {
 
     /// Gives the slot back (normal exit); what it still holds is returned to the devices.
     pub fn leave(&self, id: SlotId) {
+        if self.by_process(id) {
+            if self.start_claim(id, SLOT_LIVE) {
+                self.clear(id);
+                self.slot(id).state.store(SLOT_FREE, Release);
+            }
+            return;
+        }
         self.reclaim_locked(id);
         lock::ofd_unlock(self.fd(), alive_lock(id.0));
     }
@@ -375,6 +461,13 @@ impl Ledger {
     /// Drops a slot's holdings and frees it. The caller holds its liveness lock. Each word is
     /// cleared by itself, so a reclaimer that dies midway leaves a slot the next one finishes.
     fn reclaim_locked(&self, id: SlotId) -> u64 {
+        let total = self.clear(id);
+        self.slot(id).state.store(SLOT_FREE, Release);
+        total
+    }
+
+    /// Drops a slot's holdings, its marks and its liveness (the caller owns the slot).
+    fn clear(&self, id: SlotId) -> u64 {
         let slot = self.slot(id);
         let mut total = 0;
         for d in 0..MAX_DEVICES {
@@ -384,7 +477,7 @@ impl Ledger {
             total += old.held();
         }
         slot.dying_since_ns.store(0, Relaxed);
-        slot.state.store(SLOT_FREE, Release);
+        slot.liveness.store(LIVENESS_LOCK, Relaxed);
         total
     }
 
@@ -601,6 +694,9 @@ impl Ledger {
     }
 
     fn is_alive(&self, id: SlotId) -> bool {
+        if self.by_process(id) {
+            return dying::process_alive(&self.dead_process(id));
+        }
         // An error here (should not happen) counts as alive: never drop accounting on doubt.
         lock::ofd_held_by_other(self.fd(), alive_lock(id.0)).unwrap_or(true)
     }
@@ -622,6 +718,13 @@ impl Ledger {
         let mut reclaimed = 0;
         for id in self.live_slots() {
             if Some(id) == own {
+                continue;
+            }
+            if self.by_process(id) {
+                if self.take_dead_by_process(id) {
+                    self.slot(id).state.store(SLOT_FREE, Release);
+                    reclaimed += 1;
+                }
                 continue;
             }
             if self.claim_dead(id) {
@@ -787,12 +890,6 @@ fn uuid_words(uuid: [u8; 16]) -> [u64; 2] {
     [u64::from_le_bytes(uuid[..8].try_into().unwrap()), u64::from_le_bytes(uuid[8..].try_into().unwrap())]
 }
 
-pub(crate) fn unix_now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
-}
 
 #[cfg(test)]
 mod tests;

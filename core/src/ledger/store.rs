@@ -32,7 +32,7 @@
 
 use super::layout::*;
 use super::lock;
-use super::LedgerError;
+use super::error::LedgerError;
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::fd::AsFd;
@@ -635,7 +635,7 @@ fn create_segment(path: &Path, sharing: Sharing, me: (u64, u64), ipcns: u64) -> 
     header.max_slots.store(MAX_SLOTS as u32, Relaxed);
     header.slot_size.store(std::mem::size_of::<Slot>() as u32, Relaxed);
     header.segment_size.store(SEGMENT_SIZE as u64, Relaxed);
-    header.created_unix.store(super::unix_now_ms().div_euclid(1000) as u64, Relaxed);
+    header.created_unix.store(unix_now_ms().div_euclid(1000) as u64, Relaxed);
     let id = random_id();
     header.ledger_id[0].store(id[0], Relaxed);
     header.ledger_id[1].store(id[1], Relaxed);
@@ -738,6 +738,14 @@ pub fn in_ipc_namespace<T: Send>(ns: &File, f: impl FnOnce() -> T + Send) -> io:
             .join()
             .unwrap_or_else(|_| Err(io::Error::other("panicked in another IPC namespace")))
     })
+}
+
+/// The wall clock, in milliseconds since the Unix epoch (0 if it is before it).
+pub(crate) fn unix_now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
 }
 
 #[cfg(test)]

@@ -437,26 +437,52 @@ fn time_reserve_release_pairs() {
 }
 
 #[test]
-fn a_lock_over_every_slot_is_named_not_taken_for_members() {
+fn a_lock_over_every_slot_does_not_keep_a_process_out() {
     let dir = TempDir::new("slots-locked");
     let (ledger, me, device) = member(&dir.ledger(), 100 * MIB);
-    // Someone who can open the file locks every other slot's bytes with one lock.
+    // Someone who can open the file locks every other slot's byte with one lock.
     let hostile = std::fs::OpenOptions::new().read(true).write(true).open(dir.ledger()).unwrap();
     let mut lock: libc::flock = unsafe_zeroed_flock();
     lock.l_type = libc::F_WRLCK as libc::c_short;
     lock.l_whence = libc::SEEK_SET as libc::c_short;
     lock.l_start = alive_lock(1);
-    lock.l_len = 2 * (MAX_SLOTS as i64 - 1);
+    lock.l_len = 0; // to the end of the file
     // SAFETY: models fcntl(2) F_OFD_SETLK with a valid flock on an open file.
     assert_eq!(unsafe { libc::fcntl(std::os::fd::AsRawFd::as_raw_fd(&hostile), libc::F_OFD_SETLK, &mut lock) }, 0);
+    // A newcomer still gets a slot, whose liveness is its process's, and it counts.
     let newcomer = Ledger::open_or_create(&dir.ledger()).unwrap();
-    let err = newcomer.join().unwrap_err();
-    assert!(matches!(err, LedgerError::SlotsLocked { free, .. } if free == MAX_SLOTS - 1), "{err}");
-    assert!(err.to_string().contains("locked by a process that holds none of them"), "{err}");
-    // The member already in is not harmed.
-    ledger.reserve(me, device, 10 * MIB, 100 * MIB).unwrap();
+    let slot = newcomer.join().unwrap();
+    assert!(newcomer.by_process(slot));
+    let dev = newcomer.register_device([7; 16], 80 << 30, 100 * MIB, Some(slot)).unwrap().device;
+    newcomer.reserve(slot, dev, 60 * MIB, 100 * MIB).unwrap();
+    assert!(ledger.reserve(me, device, 41 * MIB, 100 * MIB).is_err(), "the newcomer's 60 MiB count against the cap");
+    assert!(ledger.snapshot(Some(me)).processes.iter().all(|p| p.alive));
+    assert_eq!(ledger.reclaim_dead(Some(me)), 0, "a live process-liveness slot is not reclaimed");
+    // It leaves: its slot and bytes go back.
+    newcomer.leave(slot);
+    ledger.reserve(me, device, 41 * MIB, 100 * MIB).unwrap();
+    // A process-liveness slot whose process died is dropped: one claimed for a process
+    // that exits at once.
+    let slot = newcomer.join().unwrap();
+    newcomer.reserve(slot, dev, 20 * MIB, 100 * MIB).unwrap();
+    let mut child = std::process::Command::new("true").spawn().unwrap();
+    child.wait().unwrap();
+    newcomer.slot(slot).pid.store(child.id(), Relaxed);
+    assert_eq!(ledger.reclaim_dead(Some(me)), 1, "its process is gone");
+    assert_eq!(ledger.used(device), 41 * MIB);
     drop(hostile);
-    newcomer.join().unwrap();
+}
+
+#[test]
+fn a_slot_left_half_claimed_is_taken_over_once_stale() {
+    let dir = TempDir::new("stuck-claim");
+    let (ledger, _me, _device) = member(&dir.ledger(), 100 * MIB);
+    let id = SlotId(5);
+    assert!(ledger.start_claim(id, SLOT_FREE));
+    assert!(!ledger.take_stuck_claim(id), "a fresh claim is somebody's, in progress");
+    ledger.slot(id).claiming_since_s.store(0, Relaxed);
+    assert!(ledger.take_stuck_claim(id), "one left for longer is a dead claimer's");
+    assert!(!ledger.take_stuck_claim(id), "and only one process takes it over");
 }
 
 fn unsafe_zeroed_flock() -> libc::flock {

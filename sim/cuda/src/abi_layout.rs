@@ -16,7 +16,7 @@ const POOL_PROPS_12: &str = "the simulator declares CUDA 12's reserved[54], of w
 
 fn checks() -> Checks {
     let mut c = Checks::new();
-    c.push(c_struct!(Cuda, crate::CUmemPoolProps => "CUmemPoolProps" {
+    c.push(c_struct!(Cuda, crate::api::pool::CUmemPoolProps => "CUmemPoolProps" {
         alloc_type => "allocType",
         handle_types => "handleTypes",
         location_type => "location.type",
@@ -27,7 +27,7 @@ fn checks() -> Checks {
         reserved => "reserved",
     }).fields_only_in(CUDA_12, POOL_PROPS_12));
     for c_type in ["CUDA_MEM_ALLOC_NODE_PARAMS_v1", "CUDA_MEM_ALLOC_NODE_PARAMS_v2"] {
-        c.push(c_struct!(Cuda, crate::CudaMemAllocNodeParams => "" {
+        c.push(c_struct!(Cuda, crate::api::graph::CudaMemAllocNodeParams => "" {
             alloc_type => "poolProps.allocType",
             handle_types => "poolProps.handleTypes",
             location_type => "poolProps.location.type",
@@ -42,10 +42,10 @@ fn checks() -> Checks {
             dptr => "dptr",
         }).c_type(c_type).fields_only_in(CUDA_12, POOL_PROPS_12));
     }
-    c.push(c_struct!(Cuda, crate::CudaGraphInstantiateParams => "CUDA_GRAPH_INSTANTIATE_PARAMS" {
+    c.push(c_struct!(Cuda, crate::api::graph::CudaGraphInstantiateParams => "CUDA_GRAPH_INSTANTIATE_PARAMS" {
         flags => "flags", upload_stream => "hUploadStream", error_node_out => "hErrNode_out", result_out => "result_out",
     }));
-    c.push(c_struct!(Cuda, crate::CUmemAllocationProp => "CUmemAllocationProp" {
+    c.push(c_struct!(Cuda, crate::api::vmm::CUmemAllocationProp => "CUmemAllocationProp" {
         alloc_type => "type",
         requested_handle_types => "requestedHandleTypes",
         location_type => "location.type",
@@ -56,22 +56,22 @@ fn checks() -> Checks {
         usage => "allocFlags.usage",
         reserved => "allocFlags.reserved",
     }));
-    c.push(c_struct!(Cuda, crate::CUmemAccessDesc => "CUmemAccessDesc" {
+    c.push(c_struct!(Cuda, crate::api::vmm::CUmemAccessDesc => "CUmemAccessDesc" {
         location_type => "location.type", location_id => "location.id", flags => "flags",
     }));
-    c.push(c_struct!(Cuda, crate::ArrayDesc => "CUDA_ARRAY_DESCRIPTOR" {
+    c.push(c_struct!(Cuda, crate::api::array::ArrayDesc => "CUDA_ARRAY_DESCRIPTOR" {
         width => "Width", height => "Height", format => "Format", num_channels => "NumChannels",
     }));
-    c.push(c_struct!(Cuda, crate::ArrayDescV1 => "CUDA_ARRAY_DESCRIPTOR_v1" {
+    c.push(c_struct!(Cuda, crate::api::array::ArrayDescV1 => "CUDA_ARRAY_DESCRIPTOR_v1" {
         width => "Width", height => "Height", format => "Format", num_channels => "NumChannels",
     }).define("__CUDA_API_VERSION_INTERNAL"));
-    c.push(c_struct!(Cuda, crate::Array3DDesc => "CUDA_ARRAY3D_DESCRIPTOR" {
+    c.push(c_struct!(Cuda, crate::api::array::Array3DDesc => "CUDA_ARRAY3D_DESCRIPTOR" {
         width => "Width", height => "Height", depth => "Depth", format => "Format", num_channels => "NumChannels", flags => "Flags",
     }));
-    c.push(c_struct!(Cuda, crate::Array3DDescV1 => "CUDA_ARRAY3D_DESCRIPTOR_v1" {
+    c.push(c_struct!(Cuda, crate::api::array::Array3DDescV1 => "CUDA_ARRAY3D_DESCRIPTOR_v1" {
         width => "Width", height => "Height", depth => "Depth", format => "Format", num_channels => "NumChannels", flags => "Flags",
     }).define("__CUDA_API_VERSION_INTERNAL"));
-    c.push(c_struct!(Cuda, crate::ArrayMemoryRequirements => "CUDA_ARRAY_MEMORY_REQUIREMENTS" {
+    c.push(c_struct!(Cuda, crate::api::array::ArrayMemoryRequirements => "CUDA_ARRAY_MEMORY_REQUIREMENTS" {
         size => "size", alignment => "alignment", reserved => "reserved",
     }));
 
@@ -91,31 +91,31 @@ fn checks() -> Checks {
         c_value!(Cuda, crate::errors::CUDA_ERROR_NOT_PERMITTED),
         c_value!(Cuda, crate::errors::CUDA_ERROR_NOT_SUPPORTED),
         c_value!(Cuda, crate::errors::CUDA_ERROR_UNKNOWN),
-        c_value!(Cuda, crate::CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT),
-        c_value!(Cuda, crate::CU_GRAPH_MEM_ATTR_USED_MEM_HIGH),
-        c_value!(Cuda, crate::CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT),
-        c_value!(Cuda, crate::CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH),
-        c_value!(Cuda, crate::CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD),
-        c_value!(Cuda, crate::CU_GRAPH_NODE_TYPE_GRAPH),
-        c_value!(Cuda, crate::CU_GRAPH_NODE_TYPE_MEM_ALLOC),
-        c_value!(Cuda, crate::CU_GRAPH_NODE_TYPE_MEM_FREE),
-        c_value!(Cuda, crate::CU_STREAM_LEGACY),
-        c_value!(Cuda, crate::CU_STREAM_PER_THREAD),
-        c_value!(Cuda, crate::CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES),
-        c_value!(Cuda, crate::CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES),
-        c_value!(Cuda, crate::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD),
-        c_value!(Cuda, crate::CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT),
-        c_value!(Cuda, crate::CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH),
-        c_value!(Cuda, crate::CU_MEMPOOL_ATTR_USED_MEM_CURRENT),
-        c_value!(Cuda, crate::CU_MEMPOOL_ATTR_USED_MEM_HIGH),
-        c_value!(Cuda, crate::CU_MEM_LOCATION_TYPE_DEVICE),
-        c_value!(Cuda, crate::ARRAY_NO_BACKING => "CUDA_ARRAY3D_SPARSE | CUDA_ARRAY3D_DEFERRED_MAPPING"),
-        c_value!(Cuda, crate::procaddr::CU_GET_PROC_ADDRESS_DEFAULT),
-        c_value!(Cuda, crate::procaddr::CU_GET_PROC_ADDRESS_LEGACY_STREAM),
-        c_value!(Cuda, crate::procaddr::CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM),
-        c_value!(Cuda, crate::procaddr::CU_GET_PROC_ADDRESS_SUCCESS),
-        c_value!(Cuda, crate::procaddr::CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND),
-        c_value!(Cuda, crate::procaddr::CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT),
+        c_value!(Cuda, crate::api::graph::CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT),
+        c_value!(Cuda, crate::api::graph::CU_GRAPH_MEM_ATTR_USED_MEM_HIGH),
+        c_value!(Cuda, crate::api::graph::CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT),
+        c_value!(Cuda, crate::api::graph::CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH),
+        c_value!(Cuda, crate::api::graph::CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD),
+        c_value!(Cuda, crate::api::graph::CU_GRAPH_NODE_TYPE_GRAPH),
+        c_value!(Cuda, crate::api::graph::CU_GRAPH_NODE_TYPE_MEM_ALLOC),
+        c_value!(Cuda, crate::api::graph::CU_GRAPH_NODE_TYPE_MEM_FREE),
+        c_value!(Cuda, crate::api::stream::CU_STREAM_LEGACY),
+        c_value!(Cuda, crate::api::stream::CU_STREAM_PER_THREAD),
+        c_value!(Cuda, crate::api::pool::CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES),
+        c_value!(Cuda, crate::api::pool::CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES),
+        c_value!(Cuda, crate::api::pool::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD),
+        c_value!(Cuda, crate::api::pool::CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT),
+        c_value!(Cuda, crate::api::pool::CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH),
+        c_value!(Cuda, crate::api::pool::CU_MEMPOOL_ATTR_USED_MEM_CURRENT),
+        c_value!(Cuda, crate::api::pool::CU_MEMPOOL_ATTR_USED_MEM_HIGH),
+        c_value!(Cuda, crate::api::vmm::CU_MEM_LOCATION_TYPE_DEVICE),
+        c_value!(Cuda, crate::api::array::ARRAY_NO_BACKING => "CUDA_ARRAY3D_SPARSE | CUDA_ARRAY3D_DEFERRED_MAPPING"),
+        c_value!(Cuda, crate::api::procaddr::CU_GET_PROC_ADDRESS_DEFAULT),
+        c_value!(Cuda, crate::api::procaddr::CU_GET_PROC_ADDRESS_LEGACY_STREAM),
+        c_value!(Cuda, crate::api::procaddr::CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM),
+        c_value!(Cuda, crate::api::procaddr::CU_GET_PROC_ADDRESS_SUCCESS),
+        c_value!(Cuda, crate::api::procaddr::CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND),
+        c_value!(Cuda, crate::api::procaddr::CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT),
         c_value!(Cuda, crate::attributes::ATTRIBUTE_MAX => "CU_DEVICE_ATTRIBUTE_MAX").pin(CUDA_12),
     ] {
         c.value(v);

@@ -1,6 +1,6 @@
 //! The simulated NVML's C types and constants against NVIDIA's `nvml.h`: every field's
 //! offset, size and alignment, every struct's size and alignment, the value of every named
-//! constant and struct version, and the temperature thresholds whose arms in rest.rs name
+//! constant and struct version, and the temperature thresholds whose arms in api/sensors.rs name
 //! them. The mechanism (a C program compiled against the pinned headers of
 //! tests/abi/requirements.txt) is in tests/support/c_layout.rs.
 //!
@@ -13,16 +13,16 @@ use fgpu_tests::{c_struct, c_value};
 
 fn checks() -> Checks {
     let mut c = Checks::new();
-    c.push(c_struct!(Nvml, crate::NvmlMemory => "nvmlMemory_t" { total => "total", free => "free", used => "used" }));
-    c.push(c_struct!(Nvml, crate::NvmlMemoryV2 => "nvmlMemory_v2_t" {
+    c.push(c_struct!(Nvml, crate::api::memory::NvmlMemory => "nvmlMemory_t" { total => "total", free => "free", used => "used" }));
+    c.push(c_struct!(Nvml, crate::api::memory::NvmlMemoryV2 => "nvmlMemory_v2_t" {
         version => "version", total => "total", reserved => "reserved", free => "free", used => "used",
     }));
-    c.push(c_struct!(Nvml, crate::NvmlBar1Memory => "nvmlBAR1Memory_t" { total => "bar1Total", free => "bar1Free", used => "bar1Used" }));
-    c.push(c_struct!(Nvml, crate::ProcessInfoV1 => "nvmlProcessInfo_v1_t" { pid => "pid", used_gpu_memory => "usedGpuMemory" }));
-    c.push(c_struct!(Nvml, crate::ProcessInfoV2 => "nvmlProcessInfo_v2_t" {
+    c.push(c_struct!(Nvml, crate::api::memory::NvmlBar1Memory => "nvmlBAR1Memory_t" { total => "bar1Total", free => "bar1Free", used => "bar1Used" }));
+    c.push(c_struct!(Nvml, crate::api::processes::ProcessInfoV1 => "nvmlProcessInfo_v1_t" { pid => "pid", used_gpu_memory => "usedGpuMemory" }));
+    c.push(c_struct!(Nvml, crate::api::processes::ProcessInfoV2 => "nvmlProcessInfo_v2_t" {
         pid => "pid", used_gpu_memory => "usedGpuMemory", gpu_instance_id => "gpuInstanceId", compute_instance_id => "computeInstanceId",
     }));
-    c.push(c_struct!(Nvml, crate::NvmlPciInfo => "nvmlPciInfo_t" {
+    c.push(c_struct!(Nvml, crate::api::pci::NvmlPciInfo => "nvmlPciInfo_t" {
         bus_id_legacy => "busIdLegacy",
         domain => "domain",
         bus => "bus",
@@ -31,8 +31,8 @@ fn checks() -> Checks {
         pci_sub_system_id => "pciSubSystemId",
         bus_id => "busId",
     }));
-    c.push(c_struct!(Nvml, crate::NvmlUtilization => "nvmlUtilization_t" { gpu => "gpu", memory => "memory" }));
-    c.push(c_struct!(Nvml, crate::NvmlAccountingStats => "nvmlAccountingStats_t" {
+    c.push(c_struct!(Nvml, crate::api::sensors::NvmlUtilization => "nvmlUtilization_t" { gpu => "gpu", memory => "memory" }));
+    c.push(c_struct!(Nvml, crate::api::accounting::NvmlAccountingStats => "nvmlAccountingStats_t" {
         gpu_utilization => "gpuUtilization",
         memory_utilization => "memoryUtilization",
         max_memory_usage => "maxMemoryUsage",
@@ -41,38 +41,38 @@ fn checks() -> Checks {
         is_running => "isRunning",
         reserved => "reserved",
     }));
-    c.push(c_struct!(Nvml, crate::NvmlFbcStats => "nvmlFBCStats_t" {
+    c.push(c_struct!(Nvml, crate::api::sensors::NvmlFbcStats => "nvmlFBCStats_t" {
         sessions_count => "sessionsCount", average_fps => "averageFPS", average_latency => "averageLatency",
     }));
 
     for v in [
-        c_value!(Nvml, crate::NVML_SUCCESS),
-        c_value!(Nvml, crate::NVML_ERROR_UNINITIALIZED),
-        c_value!(Nvml, crate::NVML_ERROR_INVALID_ARGUMENT),
-        c_value!(Nvml, crate::NVML_ERROR_NOT_SUPPORTED),
-        c_value!(Nvml, crate::NVML_ERROR_NOT_FOUND),
-        c_value!(Nvml, crate::NVML_ERROR_INSUFFICIENT_SIZE),
-        c_value!(Nvml, crate::NVML_ERROR_DRIVER_NOT_LOADED),
-        c_value!(Nvml, crate::NVML_ERROR_TIMEOUT),
-        c_value!(Nvml, crate::NVML_ERROR_ARGUMENT_VERSION_MISMATCH),
-        c_value!(Nvml, crate::NVML_ERROR_UNKNOWN),
-        c_value!(Nvml, crate::NVML_MEMORY_V2 => "nvmlMemory_v2"),
+        c_value!(Nvml, crate::boundary::NVML_SUCCESS),
+        c_value!(Nvml, crate::boundary::NVML_ERROR_UNINITIALIZED),
+        c_value!(Nvml, crate::boundary::NVML_ERROR_INVALID_ARGUMENT),
+        c_value!(Nvml, crate::boundary::NVML_ERROR_NOT_SUPPORTED),
+        c_value!(Nvml, crate::boundary::NVML_ERROR_NOT_FOUND),
+        c_value!(Nvml, crate::boundary::NVML_ERROR_INSUFFICIENT_SIZE),
+        c_value!(Nvml, crate::boundary::NVML_ERROR_DRIVER_NOT_LOADED),
+        c_value!(Nvml, crate::api::events::NVML_ERROR_TIMEOUT),
+        c_value!(Nvml, crate::boundary::NVML_ERROR_ARGUMENT_VERSION_MISMATCH),
+        c_value!(Nvml, crate::boundary::NVML_ERROR_UNKNOWN),
+        c_value!(Nvml, crate::api::memory::NVML_MEMORY_V2 => "nvmlMemory_v2"),
     ] {
         c.value(v);
     }
 
     // nvmlDeviceGetTemperatureThreshold: `N => value, // NAME` arms.
-    let source = include_str!("rest.rs");
-    let body = source.split("fn nvmlDeviceGetTemperatureThreshold").nth(1).expect("rest.rs: nvmlDeviceGetTemperatureThreshold");
+    let source = include_str!("api/sensors.rs");
+    let body = source.split("fn nvmlDeviceGetTemperatureThreshold").nth(1).expect("api/sensors.rs: nvmlDeviceGetTemperatureThreshold");
     let body = body.split("_ =>").next().unwrap();
     let mut thresholds = 0;
     for line in body.lines() {
         let Some((number, rest)) = line.split_once("=>") else { continue };
         let (Ok(number), Some((_, name))) = (number.trim().parse::<i64>(), rest.split_once("//")) else { continue };
-        c.value(Value::new(Nvml, format!("rest.rs temperature threshold arm {number}"), format!("NVML_TEMPERATURE_THRESHOLD_{}", name.trim()), number as i128));
+        c.value(Value::new(Nvml, format!("api/sensors.rs temperature threshold arm {number}"), format!("NVML_TEMPERATURE_THRESHOLD_{}", name.trim()), number as i128));
         thresholds += 1;
     }
-    assert_eq!(thresholds, 4, "rest.rs: the temperature threshold arms have changed shape");
+    assert_eq!(thresholds, 4, "api/sensors.rs: the temperature threshold arms have changed shape");
     c
 }
 

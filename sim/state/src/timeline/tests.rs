@@ -1,4 +1,5 @@
 use super::*;
+use crate::*;
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 

@@ -1,0 +1,41 @@
+//! `fgpu status`.
+
+use crate::args::StatusArgs;
+use crate::ledgers;
+use crate::report::{self, LedgerState};
+
+pub fn status(args: &StatusArgs) -> i32 {
+    let mut report = report::collect(ledgers::resolve_with_runs(&args.select));
+    if args.select.ledger.is_none() {
+        report.gpus = gpus(&report, args.select.all);
+    }
+    let failed = report.ledgers.iter().any(|l| l.state == LedgerState::Error);
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report).expect("report serialises"));
+    } else {
+        for note in &report.notes {
+            eprintln!("fgpu status: {note}");
+        }
+        print!("{}", report::render_text(&report, terminal_width()));
+    }
+    i32::from(failed)
+}
+
+/// Width of the terminal on stdout, 100 when it is not a terminal.
+pub fn terminal_width() -> usize {
+    crossterm::terminal::size().map(|(w, _)| w as usize).ok().filter(|w| *w > 0).unwrap_or(100)
+}
+
+/// What is committed on each GPU, from every ledger this user can see (a second scan when
+/// the report is not of all of them already).
+fn gpus(report: &report::StatusReport, all: bool) -> Vec<report::GpuRoom> {
+    let Ok(probe) = crate::doctor::probe_driver() else { return Vec::new() };
+    if probe.devices.is_empty() {
+        return Vec::new();
+    }
+    if all {
+        return crate::placement::rooms(&probe.devices, &report.ledgers);
+    }
+    let seen = report::collect(ledgers::resolve(&crate::args::LedgerSelection { all: true, ..Default::default() }));
+    crate::placement::rooms(&probe.devices, &seen.ledgers)
+}
