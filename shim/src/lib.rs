@@ -38,3 +38,5 @@ pub mod driver;
 pub mod fork;
 pub mod hooks;
 pub mod host_pid;
+#[cfg(test)]
+mod testing;

@@ -23,3 +23,6 @@ pub mod pool;
 pub mod process;
 pub mod records;
 pub mod vmm;
+
+#[cfg(test)]
+mod tests;

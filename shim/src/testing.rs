@@ -1,0 +1,85 @@
+//! What the shim's unit tests share: a private directory with a ledger, a configuration
+//! read from made-up environment variables, and an [`Active`] process over both, whose
+//! driver is the fake (`driver/fake.rs`).
+
+use crate::accounting::account::Account;
+use crate::accounting::process::Active;
+use crate::driver::fake::{self, State, FAKE};
+use fgpu_core::config::{Config, ConfigError, ConfigFile, Sources};
+use fgpu_core::ledger::Ledger;
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::MutexGuard;
+
+pub const GIB: u64 = 1 << 30;
+pub const MIB: u64 = 1 << 20;
+/// The UUID of the fake's device 0.
+pub const UUID: [u8; 16] = [0x5a; 16];
+
+/// A directory of one test's own, removed when it ends (pass or fail).
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    pub fn new(name: &str) -> TempDir {
+        let dir = std::env::temp_dir().join(format!("fgpu-shim-test-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        TempDir(dir)
+    }
+
+    pub fn ledger(&self) -> PathBuf {
+        self.0.join("ledger")
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The environment a test gives the configuration; no configuration file.
+struct Env(HashMap<String, String>);
+
+impl Sources for Env {
+    fn env(&self, name: &str) -> Option<String> {
+        self.0.get(name).cloned()
+    }
+
+    fn config_file(&self) -> Result<Option<ConfigFile>, ConfigError> {
+        Ok(None)
+    }
+}
+
+/// A test's process: the fake driver (held for the test), its directory, and an
+/// [`Active`] whose ledger is in that directory.
+pub struct Process {
+    pub active: Active,
+    pub dir: TempDir,
+    _serial: MutexGuard<'static, ()>,
+}
+
+impl Process {
+    /// A process under `vars` (`FGPU_LIMIT`, `FGPU_COMPUTE`...; the ledger is the test's
+    /// own), with one device of `device_bytes` on the fake driver.
+    pub fn new(name: &str, vars: &[(&str, &str)], device_bytes: u64) -> Process {
+        let serial = fake::serial();
+        FAKE.reset(State { devices: vec![(UUID, device_bytes)], ..State::default() });
+        let dir = TempDir::new(name);
+        let active = Active::new(account(&dir, vars));
+        Process { active, dir, _serial: serial }
+    }
+
+    /// Another process of the same ledger (another open of it), under `vars`.
+    pub fn another(&self, vars: &[(&str, &str)]) -> Active {
+        Active::new(account(&self.dir, vars))
+    }
+}
+
+fn account(dir: &TempDir, vars: &[(&str, &str)]) -> Account {
+    let mut env: HashMap<String, String> = vars.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+    env.insert("FGPU_LEDGER".into(), dir.ledger().display().to_string());
+    let config = Config::from_sources(&Env(env)).expect("the test's configuration");
+    let ledger = Ledger::open(&config.ledger, config.ledger_sharing).expect("the test's ledger");
+    Account::new(config, ledger)
+}
