@@ -29,6 +29,8 @@ pub mod limiter;
 pub mod local;
 pub mod sampler;
 pub mod share;
+#[cfg(test)]
+mod tests;
 
 use crate::abi::cuda::{CUcontext, CUdevice, CUstream};
 use limiter::{existing, limiter};
