@@ -82,7 +82,7 @@ fn shim_prototypes() -> Vec<Prototype> {
     list.into_iter()
         .map(|p| {
             if p.name.ends_with("RunningProcesses_v3") {
-                p.differs_in(NVML_12_2, "its nvmlProcessInfo_t is the 32-byte layout drivers 535.43 to 535.86 wrote; the shim passes those drivers buffers of 32-byte entries (hooks/nvml.rs)")
+                p.differs_in(NVML_12_2, "its nvmlProcessInfo_t is the 32-byte layout drivers 535.43 to 535.86 wrote; the shim passes those drivers buffers of 32-byte entries (hooks/nvml/lists.rs)")
             } else {
                 p
             }
