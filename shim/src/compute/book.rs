@@ -112,4 +112,3 @@ impl NvmlState {
 pub fn realtime_ns() -> i64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as i64).unwrap_or(0)
 }
-

@@ -24,7 +24,6 @@ const MAX_NAP_NS: u64 = 2_000_000;
 /// Nap while waiting for work in flight to complete.
 const INFLIGHT_NAP_NS: u64 = 200_000;
 
-
 /// A thread's chunk on one stream.
 struct Entry {
     stream: usize,

@@ -1,7 +1,10 @@
 //! The sampler: one thread per process with a compute share, started at its first chunk.
-//! Every few milliseconds it settles the chunks (`chunks.rs`), and every
-//! [`NVML_EVERY_NS`] it asks NVML for this process's utilisation samples on each device
-//! with a share, charging what they measure to the ledger's bucket.
+//! Every few milliseconds ([`TICK`]) it settles the chunks (`chunks.rs`, through
+//! `limiter.rs`), and once each NVML sample period has ended ([`NVML_AFTER_PERIOD_NS`]
+//! after its end, by the period learned so far) it asks NVML for this process's
+//! utilisation samples on each device with a share (`share.rs`), charging what they
+//! measure to the device's buckets; what NVML has measured is kept per device in
+//! `book.rs`.
 //!
 //! **Which signal measures.** NVML's per-process samples say how much of each sample
 //! period the process's kernels ran, keyed by the PID NVML knows the process by: its own
