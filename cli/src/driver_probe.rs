@@ -21,15 +21,15 @@ fn glibc_dlsym() -> Option<DlsymFn> {
     fgpu_core::sys::glibc_dlsym(DlsymFrom::LoadedLibc)
 }
 
-/// A driver library opened by the probe; never closed (the probe exits right after).
-struct Library {
+/// A driver library opened by the probe (or by `driver_lists`); never closed.
+pub(crate) struct Library {
     handle: *mut c_void,
     dlsym: DlsymFn,
 }
 
 impl Library {
     /// `dlopen`s `name`, or returns the loader's message.
-    fn open(name: &CStr) -> Result<Library, String> {
+    pub(crate) fn open(name: &CStr) -> Result<Library, String> {
         let dlsym = glibc_dlsym().ok_or_else(|| "glibc's dlsym cannot be found in this process".to_string())?;
         // SAFETY: models dlopen(3) with a NUL-terminated soname. Loading the driver runs its
         // initialisers, which is what any CUDA program does.
@@ -51,7 +51,7 @@ impl Library {
     /// # Safety
     /// `F` is an `unsafe extern "C" fn` type matching the C prototype of `name` (cuda.h,
     /// nvml.h).
-    unsafe fn get<F: Copy>(&self, name: &CStr) -> Option<F> {
+    pub(crate) unsafe fn get<F: Copy>(&self, name: &CStr) -> Option<F> {
         assert_eq!(std::mem::size_of::<F>(), std::mem::size_of::<*mut c_void>(), "F must be a function pointer");
         // SAFETY: a live handle from dlopen and a NUL-terminated name, given to glibc's dlsym.
         let found = unsafe { (self.dlsym)(self.handle, name.as_ptr()) };
@@ -66,10 +66,10 @@ impl Library {
 
 type CuFnI32 = unsafe extern "C" fn(*mut i32) -> u32;
 type CuInit = unsafe extern "C" fn(u32) -> u32;
-type NvmlInit = unsafe extern "C" fn() -> u32;
+pub(crate) type NvmlInit = unsafe extern "C" fn() -> u32;
 type NvmlString = unsafe extern "C" fn(*mut c_char, u32) -> u32;
-type NvmlCount = unsafe extern "C" fn(*mut u32) -> u32;
-type NvmlHandle = unsafe extern "C" fn(u32, *mut *mut c_void) -> u32;
+pub(crate) type NvmlCount = unsafe extern "C" fn(*mut u32) -> u32;
+pub(crate) type NvmlHandle = unsafe extern "C" fn(u32, *mut *mut c_void) -> u32;
 type NvmlDevString = unsafe extern "C" fn(*mut c_void, *mut c_char, u32) -> u32;
 /// `nvmlMemory_t` (nvml.h): `{ total, free, used }`, all `unsigned long long`.
 #[repr(C)]
@@ -82,11 +82,11 @@ type NvmlMemoryInfo = unsafe extern "C" fn(*mut c_void, *mut NvmlMemory) -> u32;
 /// `nvmlProcessInfo_v1_t` (nvml.h): `{ unsigned pid; unsigned long long usedGpuMemory; }`.
 #[repr(C)]
 #[derive(Clone, Copy, Default)]
-struct NvmlProcessInfoV1 {
-    pid: u32,
+pub(crate) struct NvmlProcessInfoV1 {
+    pub(crate) pid: u32,
     used_gpu_memory: u64,
 }
-type NvmlProcesses = unsafe extern "C" fn(*mut c_void, *mut u32, *mut NvmlProcessInfoV1) -> u32;
+pub(crate) type NvmlProcesses = unsafe extern "C" fn(*mut c_void, *mut u32, *mut NvmlProcessInfoV1) -> u32;
 
 fn c_buffer_to_string(buf: &[c_char]) -> String {
     let bytes: Vec<u8> = buf.iter().take_while(|c| **c != 0).map(|c| *c as u8).collect();

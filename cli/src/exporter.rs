@@ -499,6 +499,7 @@ mod tests {
             }],
             reclaimed: vec![],
             dying: vec![],
+            dead: vec![],
         }
     }
 

@@ -4,6 +4,7 @@
 mod cdi;
 mod args;
 mod doctor;
+mod driver_lists;
 mod driver_probe;
 mod elf;
 mod exporter;

@@ -86,6 +86,9 @@ pub struct LedgerReport {
     /// Processes that died while the driver may still hold their memory: what they held
     /// stays counted (in `used_bytes`) until it is freed.
     pub dying: Vec<ProcessReport>,
+    /// Processes found dead and left as they are: a ledger found by scanning (`--all`, or
+    /// a run of this user's) is only read, and its own processes drop them.
+    pub dead: Vec<ProcessReport>,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -189,6 +192,7 @@ impl LedgerReport {
             processes: Vec::new(),
             reclaimed: Vec::new(),
             dying: Vec::new(),
+            dead: Vec::new(),
         }
     }
 
@@ -196,15 +200,17 @@ impl LedgerReport {
     pub fn from_snapshots(target: &Target, before: &Snapshot, after: &Snapshot) -> LedgerReport {
         let mut report = LedgerReport::empty(target, LedgerState::Ok, None);
         let live: Vec<&ProcessView> = after.processes.iter().filter(|p| p.alive).collect();
+        // Dead before and gone after: dropped by this look (one kept as dying is not).
         report.reclaimed = before
             .processes
             .iter()
             .filter(|p| !p.alive)
-            .filter(|p| !live.iter().any(|l| l.slot == p.slot && l.pid == p.pid && l.started_unix_ms == p.started_unix_ms))
+            .filter(|p| !after.processes.iter().any(|l| l.slot == p.slot && l.pid == p.pid && l.started_unix_ms == p.started_unix_ms))
             .map(process_report)
             .collect();
         report.processes = live.iter().map(|p| process_report(p)).collect();
         report.dying = after.processes.iter().filter(|p| p.dying).map(process_report).collect();
+        report.dead = after.processes.iter().filter(|p| !p.alive && !p.dying).map(process_report).collect();
         report.processes.sort_by_key(|p| (p.devices.first().map(|d| d.index), std::cmp::Reverse(p.used_bytes), p.pid_in_namespace));
         report.devices = after
             .devices
@@ -236,8 +242,15 @@ pub fn read(target: &Target) -> LedgerReport {
     }
     match open(target) {
         Ok(ledger) => {
+            // A ledger found by scanning is another user's or another job's: read, never
+            // changed. One named here (argument, environment, configuration, default) is
+            // the caller's, and its dead processes are dropped once the driver lets their
+            // memory go.
             let before = ledger.snapshot(None);
-            ledger.reclaim_dead(None);
+            if target.found.is_none() {
+                ledger.set_still_held(Box::new(crate::driver_lists::may_still_hold));
+                ledger.reclaim_dead(None);
+            }
             let after = ledger.snapshot(None);
             let mut report = LedgerReport::from_snapshots(target, &before, &after);
             let now = fgpu_core::log::monotonic_ns();
@@ -482,6 +495,10 @@ fn render_ledger(out: &mut String, l: &LedgerReport, width: usize) {
     for p in &l.dying {
         let pid = p.pid.unwrap_or(p.pid_in_namespace);
         let _ = writeln!(out, "  Dying: PID {pid} ({}) died; the driver may still hold its {}, which stays counted until it is freed.", clean(&p.name), format_bytes(p.used_bytes));
+    }
+    for p in &l.dead {
+        let pid = p.pid.unwrap_or(p.pid_in_namespace);
+        let _ = writeln!(out, "  Dead: PID {pid} ({}) died holding {}; left for the ledger's own processes to drop (a scanned ledger is only read).", clean(&p.name), format_bytes(p.used_bytes));
     }
     for p in &l.reclaimed {
         let pid = p.pid.unwrap_or(p.pid_in_namespace);

@@ -125,6 +125,7 @@ impl PrivateLedger {
     /// still use the ledger (they would lose nothing, but `fgpu status` could not find it).
     pub fn finish(&mut self) {
         let Ok(ledger) = Ledger::open_existing(&self.path) else { return };
+        ledger.set_still_held(Box::new(crate::driver_lists::may_still_hold));
         ledger.reclaim_dead(None);
         let snapshot = ledger.snapshot(None);
         let alive: Vec<String> = snapshot
@@ -211,6 +212,7 @@ pub fn sweep_stale(base: &Path) -> usize {
 fn still_used(path: &Path) -> bool {
     match Ledger::open_existing(path) {
         Ok(ledger) => {
+            ledger.set_still_held(Box::new(crate::driver_lists::may_still_hold));
             ledger.reclaim_dead(None);
             ledger.snapshot(None).processes.iter().any(|p| p.alive)
         }

@@ -9,7 +9,10 @@ pub fn status(args: &StatusArgs) -> i32 {
     if args.select.ledger.is_none() {
         report.gpus = gpus(&report, args.select.all);
     }
-    let failed = report.ledgers.iter().any(|l| l.state == LedgerState::Error);
+    // The ledgers asked for decide the exit status; others of this user's runs, shown as
+    // well, come and go with their jobs (one that ended mid-look is no failure here).
+    let asked = |l: &&report::LedgerReport| args.select.all || l.source != "scan";
+    let failed = report.ledgers.iter().filter(asked).any(|l| l.state == LedgerState::Error);
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report).expect("report serialises"));
     } else {

@@ -294,3 +294,42 @@ fn memory_a_dead_process_still_has_in_the_driver_is_never_granted() {
         survivor.finish();
     }
 }
+
+/// The tools that observe a ledger ask the driver too: `fgpu status` run while the driver
+/// still holds a killed process's memory keeps its slot (shown as dying, its bytes counted)
+/// instead of dropping it, so a newcomer is still refused that memory; once the driver has
+/// freed it, `fgpu status` drops the slot.
+#[test]
+fn memory_fgpu_status_keeps_what_the_driver_still_holds_of_a_dead_process() {
+    let env = Env::new("dying-status");
+    let cap = 8 * GIB;
+    let client = |args: &[&str]| env.client(args).shim().limit("8G").env("FGPU_SIM_EXIT_FREE_DELAY", "4s");
+    let mut survivor = client(&["init", "primary", "alloc", "1G", "hold"]).spawn();
+    survivor.wait_for("holding");
+    let mut victim = client(&["init", "primary", "alloc", "5G", "hold"]).spawn();
+    victim.wait_for("holding");
+    let victim_pid = victim.pid();
+    victim.kill(libc::SIGKILL);
+    let status = env.command(fgpu_bin()).args(["status", "--json"]).success();
+    let value: serde_json::Value = serde_json::from_str(&status.stdout()).unwrap();
+    let dying: Vec<u64> = value["ledgers"][0]["dying"].as_array().unwrap().iter().filter_map(|p| p["pid"].as_u64()).collect();
+    assert_eq!(dying, [u64::from(victim_pid)], "the killed process, still listed by the driver, is kept as dying\n{status}");
+    let (run, peak) = driver_peak_during(&env, || client(&["init", "primary", "alloc", "5G"]).success());
+    assert_eq!(run.rc("alloc"), 2, "refused while the driver still holds the dead process's memory\n{run}");
+    assert!(peak <= cap, "the driver held {} MiB for the ledger's processes, over the {} MiB cap\n{run}", peak / MIB, cap / MIB);
+    // Once the simulated driver has freed it, status drops it.
+    let freed = Instant::now() + Duration::from_secs(10);
+    while env.sim().processes().iter().any(|p| p.pid == victim_pid) {
+        assert!(Instant::now() < freed, "the simulated driver never freed the killed process's memory");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let status = env.command(fgpu_bin()).args(["status", "--json"]).success();
+    let value: serde_json::Value = serde_json::from_str(&status.stdout()).unwrap();
+    let pids = |list: &str| -> Vec<u64> { value["ledgers"][0][list].as_array().unwrap().iter().filter_map(|p| p["pid"].as_u64()).collect() };
+    assert_eq!(pids("reclaimed"), [u64::from(victim_pid)], "dropped once the driver freed it
+{status}");
+    assert!(!pids("dying").contains(&u64::from(victim_pid)), "{status}");
+    let run = client(&["init", "primary", "alloc", "5G"]).success();
+    assert_eq!(run.rc("alloc"), 0, "{run}");
+    survivor.finish();
+}
