@@ -26,50 +26,32 @@ fn main() {
     println!("cargo:rerun-if-changed=build.rs");
     println!("cargo:rerun-if-changed=src/front.c");
     println!("cargo:rerun-if-changed=exports.txt");
-    let manifest = PathBuf::from(
-        std::env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"),
-    );
+    let manifest = PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"));
     let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
 
-    let list = std::fs::read_to_string(manifest.join("exports.txt"))
-        .unwrap_or_else(|e| panic!("front/exports.txt: {e}"));
-    std::fs::write(out.join("fgpu_front_exports.h"), header(&list))
-        .expect("write fgpu_front_exports.h");
+    let list = std::fs::read_to_string(manifest.join("exports.txt")).unwrap_or_else(|e| panic!("front/exports.txt: {e}"));
+    std::fs::write(out.join("fgpu_front_exports.h"), header(&list)).expect("write fgpu_front_exports.h");
 
     let target = std::env::var("TARGET").unwrap_or_default();
-    if !(target.starts_with("x86_64-") || target.starts_with("aarch64-"))
-        || !target.contains("-linux-")
-    {
+    if !(target.starts_with("x86_64-") || target.starts_with("aarch64-")) || !target.contains("-linux-") {
         println!("cargo:warning=libfgpu.so (the front) is built for x86_64 and aarch64 Linux only, not {target}");
         return;
     }
     let built = out.join("libfgpu.so");
-    let compiler = cc::Build::new()
-        .pic(true)
-        .opt_level(2)
-        .warnings(true)
-        .cargo_metadata(false)
-        .get_compiler();
+    let compiler = cc::Build::new().pic(true).opt_level(2).warnings(true).cargo_metadata(false).get_compiler();
     let mut cmd = compiler.to_command();
     cmd.args(["-shared", "-fvisibility=hidden", "-Wall", "-Wextra"]);
     // zig links no start files into a shared library anyway, and warns about the flag.
     if !compiler.path().to_string_lossy().contains("zig") {
         cmd.arg("-nostartfiles");
     }
-    cmd.args([
-        "-Wl,-soname,libfgpu.so",
-        "-Wl,-z,lazy",
-        "-Wl,-z,noexecstack",
-        "-Wl,--gc-sections",
-    ])
-    .arg("-I")
-    .arg(&out)
-    .arg("-o")
-    .arg(&built)
-    .arg(manifest.join("src/front.c"));
-    let output = cmd
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run the C compiler for the front ({cmd:?}): {e}"));
+    cmd.args(["-Wl,-soname,libfgpu.so", "-Wl,-z,lazy", "-Wl,-z,noexecstack", "-Wl,--gc-sections"])
+        .arg("-I")
+        .arg(&out)
+        .arg("-o")
+        .arg(&built)
+        .arg(manifest.join("src/front.c"));
+    let output = cmd.output().unwrap_or_else(|e| panic!("cannot run the C compiler for the front ({cmd:?}): {e}"));
     if !output.status.success() {
         panic!(
             "building libfgpu.so failed ({}):\n{cmd:?}\n{}{}",
@@ -78,10 +60,7 @@ fn main() {
             String::from_utf8_lossy(&output.stderr)
         );
     }
-    for line in String::from_utf8_lossy(&output.stderr)
-        .lines()
-        .filter(|l| l.contains("warning"))
-    {
+    for line in String::from_utf8_lossy(&output.stderr).lines().filter(|l| l.contains("warning")) {
         println!("cargo:warning={line}");
     }
     place(&built, &out);
@@ -90,27 +69,15 @@ fn main() {
 /// The C header of the entry points: FGPU_FRONT_COUNT, FGPU_FRONT_EXPORTS(X), the names
 /// in one string with each one's offset, and each one's family.
 fn header(list: &str) -> String {
-    let mut names: Vec<&str> = list
-        .lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty() && !l.starts_with('#'))
-        .collect();
+    let mut names: Vec<&str> = list.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')).collect();
     for name in &names {
-        let ok = name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
-            && !name.as_bytes()[0].is_ascii_digit();
+        let ok = name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') && !name.as_bytes()[0].is_ascii_digit();
         assert!(ok, "front/exports.txt: {name:?} is not a C identifier");
-        assert!(
-            *name != "dlsym",
-            "front/exports.txt: dlsym is the front's own entry point, do not list it"
-        );
+        assert!(*name != "dlsym", "front/exports.txt: dlsym is the front's own entry point, do not list it");
     }
     names.sort_unstable();
     names.dedup();
-    assert!(
-        !names.is_empty() && names.len() < u16::MAX as usize,
-        "front/exports.txt: {} names",
-        names.len()
-    );
+    assert!(!names.is_empty() && names.len() < u16::MAX as usize, "front/exports.txt: {} names", names.len());
     let family = |name: &str| {
         if name.starts_with("nvml") {
             "FAMILY_NVML"
@@ -153,15 +120,10 @@ fn header(list: &str) -> String {
 /// so a test preloading it never sees half a file.
 fn place(built: &Path, out: &Path) {
     let Some(dir) = out.ancestors().nth(3) else {
-        println!(
-            "cargo:warning=cannot tell the build directory from OUT_DIR={}; libfgpu.so stays there",
-            out.display()
-        );
+        println!("cargo:warning=cannot tell the build directory from OUT_DIR={}; libfgpu.so stays there", out.display());
         return;
     };
     let partial = dir.join(format!(".libfgpu.so.{}", std::process::id()));
-    std::fs::copy(built, &partial)
-        .unwrap_or_else(|e| panic!("copy {} to {}: {e}", built.display(), partial.display()));
-    std::fs::rename(&partial, dir.join("libfgpu.so"))
-        .unwrap_or_else(|e| panic!("rename {} into place: {e}", partial.display()));
+    std::fs::copy(built, &partial).unwrap_or_else(|e| panic!("copy {} to {}: {e}", built.display(), partial.display()));
+    std::fs::rename(&partial, dir.join("libfgpu.so")).unwrap_or_else(|e| panic!("rename {} into place: {e}", partial.display()));
 }

@@ -8,9 +8,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         println!("cargo:rerun-if-changed={proto}");
     }
     let descriptors = protox::compile(protos, ["proto"])?;
-    tonic_prost_build::configure()
-        .build_client(true)
-        .build_server(true)
-        .compile_fds(descriptors)?;
+    tonic_prost_build::configure().build_client(true).build_server(true).compile_fds(descriptors)?;
     Ok(())
 }

@@ -14,7 +14,6 @@ use statistics::{median, Kind, Metric, Samples};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-
 const USAGE: &str = "\
 usage: fgpu-bench [--quick] [--json] [--release-dir DIR] [--shipped FILE]
                   [--startup-only] [--launches-only] [--spawns N] [--preload NAME=FILE]...
@@ -46,7 +45,6 @@ Measures libfgpu.so against the simulated driver, without and with the shim:
                      and with the share, run in the same rounds as this build's
 
 Build first: cargo build --release -p fgpu-bench -p fgpu-shim -p fgpu-sim-cuda -p fgpu-sim-nvml";
-
 
 mod plan;
 mod report;
@@ -80,9 +78,7 @@ fn main() {
             },
             Some("--preload") => match args.next() {
                 Some(spec) => match spec.to_str().and_then(|s| s.split_once('=')) {
-                    Some((name, file)) if !name.is_empty() && !file.is_empty() => {
-                        options.extra.push((name.to_string(), PathBuf::from(file)))
-                    }
+                    Some((name, file)) if !name.is_empty() && !file.is_empty() => options.extra.push((name.to_string(), PathBuf::from(file))),
                     _ => fail(&format!("--preload wants NAME=FILE, got {spec:?}")),
                 },
                 None => fail("--preload needs NAME=FILE"),
@@ -102,20 +98,13 @@ fn main() {
             _ => fail(&format!("unknown argument {arg:?}\n{USAGE}")),
         }
     }
-    let release_dir = release_dir.unwrap_or_else(|| {
-        std::env::current_exe()
-            .ok()
-            .and_then(|p| p.parent().map(Path::to_path_buf))
-            .unwrap_or_else(|| PathBuf::from("target/release"))
-    });
+    let release_dir = release_dir
+        .unwrap_or_else(|| std::env::current_exe().ok().and_then(|p| p.parent().map(Path::to_path_buf)).unwrap_or_else(|| PathBuf::from("target/release")));
     let plan = if quick { &QUICK } else { &FULL };
     match run(plan, &release_dir, &options) {
         Ok(report) => {
             if json_out {
-                println!(
-                    "{}",
-                    serde_json::to_string_pretty(&report.to_json()).expect("JSON")
-                );
+                println!("{}", serde_json::to_string_pretty(&report.to_json()).expect("JSON"));
             } else {
                 report.print();
             }
@@ -145,20 +134,12 @@ fn fail(message: &str) -> ! {
     std::process::exit(2);
 }
 
-
 fn run(plan: &'static Plan, release_dir: &Path, options: &Options) -> Result<Report, Error> {
     let started = Instant::now();
     let load_before = loadavg();
     let setup = Setup::new(release_dir, options)?;
-    let cpus = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1);
-    let metric = |key: &str,
-                  label: &str,
-                  unit: &'static str,
-                  samples: Samples,
-                  kind: Kind,
-                  target: &'static str| Metric {
+    let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    let metric = |key: &str, label: &str, unit: &'static str, samples: Samples, kind: Kind, target: &'static str| Metric {
         key: key.to_string(),
         label: label.to_string(),
         unit,
@@ -180,8 +161,22 @@ fn run(plan: &'static Plan, release_dir: &Path, options: &Options) -> Result<Rep
             baseline_rows = vec![
                 ("launch_no_share_baseline_ns", "  same, --launch-baseline build, no compute share (info)", "ns", a_plain, Kind::Info, "-"),
                 ("launch_under_share_baseline_ns", "  same, --launch-baseline build, under the share (info)", "ns", a_shared, Kind::Info, "-"),
-                ("launch_no_share_ab", "kernel launch / driver's own, no share, A/B: A --launch-baseline, B local", "x", ab_plain, Kind::AbWithin(TARGET_AB_FLOOR_PCT), AB_TARGET),
-                ("launch_under_share_ab", "kernel launch / driver's own, under the share, A/B: A --launch-baseline, B local", "x", ab_shared, Kind::AbWithin(TARGET_AB_FLOOR_PCT), AB_TARGET),
+                (
+                    "launch_no_share_ab",
+                    "kernel launch / driver's own, no share, A/B: A --launch-baseline, B local",
+                    "x",
+                    ab_plain,
+                    Kind::AbWithin(TARGET_AB_FLOOR_PCT),
+                    AB_TARGET,
+                ),
+                (
+                    "launch_under_share_ab",
+                    "kernel launch / driver's own, under the share, A/B: A --launch-baseline, B local",
+                    "x",
+                    ab_shared,
+                    Kind::AbWithin(TARGET_AB_FLOOR_PCT),
+                    AB_TARGET,
+                ),
             ];
         }
         let mut rows = vec![
@@ -215,25 +210,11 @@ fn run(plan: &'static Plan, release_dir: &Path, options: &Options) -> Result<Rep
         let (single, single_wall, baseline) = single(&setup, plan, options.pair_baseline.as_deref())?;
         let multi = multi(&setup, plan)?;
         let local_pair = single.with.clone();
-        metrics.push(metric(
-            "alloc_free_pair_ns",
-            "alloc/free pair, 1 process",
-            "ns",
-            single,
-            Kind::AddedAtMost(TARGET_PAIR_ADDED_NS),
-            "<= +50 ns",
-        ));
+        metrics.push(metric("alloc_free_pair_ns", "alloc/free pair, 1 process", "ns", single, Kind::AddedAtMost(TARGET_PAIR_ADDED_NS), "<= +50 ns"));
         if let Some(baseline) = baseline {
             // A: the baseline build, B: this one, both per pair in CPU time, paired by round.
             let ab = Samples { without: baseline.with.clone(), with: local_pair };
-            metrics.push(metric(
-                "alloc_free_pair_baseline_ns",
-                "  same, --pair-baseline build (info)",
-                "ns",
-                baseline,
-                Kind::Info,
-                "-",
-            ));
+            metrics.push(metric("alloc_free_pair_baseline_ns", "  same, --pair-baseline build (info)", "ns", baseline, Kind::Info, "-"));
             metrics.push(metric(
                 "alloc_free_pair_ab_ns",
                 "alloc/free pair, A/B: A --pair-baseline, B local",
@@ -243,22 +224,8 @@ fn run(plan: &'static Plan, release_dir: &Path, options: &Options) -> Result<Rep
                 AB_TARGET,
             ));
         }
-        metrics.push(metric(
-            "alloc_free_pair_wall_ns",
-            "  same, wall clock (info)",
-            "ns",
-            single_wall,
-            Kind::Info,
-            "-",
-        ));
-        metrics.push(metric(
-            "alloc_free_4proc_mpairs_per_s",
-            "alloc/free, 4 processes",
-            "Mpairs/s",
-            multi,
-            Kind::RatioAtLeast(TARGET_MULTI_RATIO),
-            ">= 0.90x",
-        ));
+        metrics.push(metric("alloc_free_pair_wall_ns", "  same, wall clock (info)", "ns", single_wall, Kind::Info, "-"));
+        metrics.push(metric("alloc_free_4proc_mpairs_per_s", "alloc/free, 4 processes", "Mpairs/s", multi, Kind::RatioAtLeast(TARGET_MULTI_RATIO), ">= 0.90x"));
         metrics.push(metric(
             "async_8threads_mpairs_per_s",
             "cuMemAllocAsync/FreeAsync, 8 threads x 8 streams",
@@ -270,10 +237,7 @@ fn run(plan: &'static Plan, release_dir: &Path, options: &Options) -> Result<Rep
     }
     let start = startup(&setup, options.spawns.unwrap_or(plan.startup_spawns))?;
     // Every library against the empty one, spawned in the same rounds.
-    let against = |i: usize| Samples {
-        without: start.times[1].clone(),
-        with: start.times[i].clone(),
-    };
+    let against = |i: usize| Samples { without: start.times[1].clone(), with: start.times[i].clone() };
     metrics.push(metric(
         "bin_true_local_us",
         "/bin/true start-up vs empty .so: local build",
@@ -283,86 +247,33 @@ fn run(plan: &'static Plan, release_dir: &Path, options: &Options) -> Result<Rep
         "<= 1.05x",
     ));
     for (i, (name, label)) in start.names.iter().enumerate().skip(3) {
-        let (kind, target, info) = if setup.preloads[i - 3].checked {
-            (Kind::RatioAtMost(TARGET_STARTUP_RATIO), "<= 1.05x", "")
-        } else {
-            (Kind::Info, "-", " (info)")
-        };
-        metrics.push(metric(
-            &format!("bin_true_{name}_us"),
-            &format!("  {label}{info}"),
-            "us",
-            against(i),
-            kind,
-            target,
-        ));
+        let (kind, target, info) =
+            if setup.preloads[i - 3].checked { (Kind::RatioAtMost(TARGET_STARTUP_RATIO), "<= 1.05x", "") } else { (Kind::Info, "-", " (info)") };
+        metrics.push(metric(&format!("bin_true_{name}_us"), &format!("  {label}{info}"), "us", against(i), kind, target));
     }
     // The same rounds in the children's own CPU time: less noisy on a loaded machine.
     for (i, (name, label)) in start.names.iter().enumerate().skip(2) {
-        let samples = Samples {
-            without: start.cpu[1].clone(),
-            with: start.cpu[i].clone(),
-        };
-        metrics.push(metric(
-            &format!("bin_true_{name}_cpu_us"),
-            &format!("  {label}, child CPU time (info)"),
-            "us",
-            samples,
-            Kind::Info,
-            "-",
-        ));
+        let samples = Samples { without: start.cpu[1].clone(), with: start.cpu[i].clone() };
+        metrics.push(metric(&format!("bin_true_{name}_cpu_us"), &format!("  {label}, child CPU time (info)"), "us", samples, Kind::Info, "-"));
     }
     metrics.push(metric(
         "bin_true_empty_preload_us",
         "  empty .so vs no preload (info)",
         "us",
-        Samples {
-            without: start.times[0].clone(),
-            with: start.times[1].clone(),
-        },
+        Samples { without: start.times[0].clone(), with: start.times[1].clone() },
         Kind::Info,
         "-",
     ));
     if !options.startup_only {
         let init = init(&setup, plan)?;
-        metrics.push(metric(
-            "first_call_us",
-            "first-call initialisation",
-            "us",
-            init.first_us,
-            Kind::AddedAtMost(TARGET_INIT_ADDED_US),
-            "< 1 ms added",
-        ));
-        metrics.push(metric(
-            "later_call_ns",
-            "  same call, later (info)",
-            "ns",
-            init.later_ns,
-            Kind::Info,
-            "-",
-        ));
-        metrics.push(metric(
-            "spawn_to_first_answer_us",
-            "  spawn to first answer (info)",
-            "us",
-            init.ready_us,
-            Kind::Info,
-            "-",
-        ));
+        metrics.push(metric("first_call_us", "first-call initialisation", "us", init.first_us, Kind::AddedAtMost(TARGET_INIT_ADDED_US), "< 1 ms added"));
+        metrics.push(metric("later_call_ns", "  same call, later (info)", "ns", init.later_ns, Kind::Info, "-"));
+        metrics.push(metric("spawn_to_first_answer_us", "  spawn to first answer (info)", "us", init.ready_us, Kind::Info, "-"));
     }
     metrics.extend(launch_rows);
-    let startup_faults = start
-        .names
-        .iter()
-        .zip(&start.faults)
-        .map(|((name, label), f)| (name.clone(), label.clone(), median(f)))
-        .collect();
+    let startup_faults = start.names.iter().zip(&start.faults).map(|((name, label), f)| (name.clone(), label.clone(), median(f))).collect();
     Ok(Report {
-        plan: if options.startup_only {
-            "start-up only"
-        } else {
-            plan.name
-        },
+        plan: if options.startup_only { "start-up only" } else { plan.name },
         date: utc_date(),
         machine: machine(),
         cpus,

@@ -86,4 +86,3 @@ pub struct Options {
     /// Another shim timed in the same rounds as the kernel launch rows.
     pub launch_baseline: Option<PathBuf>,
 }
-

@@ -39,40 +39,19 @@ pub struct Report {
 
 impl Report {
     pub fn print(&self) {
-        println!(
-            "fgpu-bench ({} run, {}, {} CPUs: {})",
-            self.plan, self.date, self.cpus, self.machine
-        );
+        println!("fgpu-bench ({} run, {}, {} CPUs: {})", self.plan, self.date, self.cpus, self.machine);
         println!(
             "simulated driver, cap {LIMIT} of {SIM_MEMORY}, {} MiB per allocation; medians of interleaved runs, difference/ratio = median over paired runs",
             ALLOC_SIZE >> 20
         );
         if self.load.0.max(self.load.1) >= 0.5 {
-            println!(
-                "note: load average {:.2} before, {:.2} after: other work was running and adds noise to both sides",
-                self.load.0, self.load.1
-            );
+            println!("note: load average {:.2} before, {:.2} after: other work was running and adds noise to both sides", self.load.0, self.load.1);
         }
-        if self.cpus < PROCESSES
-            && self
-                .metrics
-                .iter()
-                .any(|m| m.key == "alloc_free_4proc_mpairs_per_s")
-        {
-            println!(
-                "note: {PROCESSES} processes share {} CPUs in the 4-process figure",
-                self.cpus
-            );
+        if self.cpus < PROCESSES && self.metrics.iter().any(|m| m.key == "alloc_free_4proc_mpairs_per_s") {
+            println!("note: {PROCESSES} processes share {} CPUs in the 4-process figure", self.cpus);
         }
         println!();
-        let header = [
-            "metric",
-            "without shim",
-            "with shim",
-            "difference",
-            "target",
-            "verdict",
-        ];
+        let header = ["metric", "without shim", "with shim", "difference", "target", "verdict"];
         let rows: Vec<[String; 6]> = self
             .metrics
             .iter()
@@ -118,15 +97,7 @@ impl Report {
             .metrics
             .iter()
             .filter(|m| !matches!(m.kind, Kind::Info))
-            .map(|m| {
-                format!(
-                    "{} {:.1}%/{:.1}% (n={})",
-                    m.key,
-                    spread(&m.samples.without),
-                    spread(&m.samples.with),
-                    m.samples.with.len()
-                )
-            })
+            .map(|m| format!("{} {:.1}%/{:.1}% (n={})", m.key, spread(&m.samples.without), spread(&m.samples.with), m.samples.with.len()))
             .collect();
         println!("spread (IQR/median, without/with): {}", noise.join("; "));
         if self.metrics.iter().any(|m| matches!(m.kind, Kind::AbWithin(_))) {
@@ -139,12 +110,7 @@ impl Report {
             .filter(|m| matches!(m.kind, Kind::RatioAtMost(_) | Kind::RatioAtLeast(_)))
             .map(|m| {
                 let r = m.ratios();
-                format!(
-                    "{} {:.3}x..{:.3}x",
-                    m.key,
-                    quantile(&r, 0.25),
-                    quantile(&r, 0.75)
-                )
+                format!("{} {:.3}x..{:.3}x", m.key, quantile(&r, 0.25), quantile(&r, 0.75))
             })
             .collect();
         if !ratios.is_empty() {
@@ -155,22 +121,11 @@ impl Report {
             println!("run took {:.1} s", self.seconds);
             return;
         }
-        let faults: Vec<String> = self
-            .startup_faults
-            .iter()
-            .map(|(_, label, f)| format!("{label} {f:.0}"))
-            .collect();
-        println!(
-            "/bin/true minor page faults (median): {}",
-            faults.join(", ")
-        );
+        let faults: Vec<String> = self.startup_faults.iter().map(|(_, label, f)| format!("{label} {f:.0}")).collect();
+        println!("/bin/true minor page faults (median): {}", faults.join(", "));
         println!(
             "/bin/true under the shim created {}; run took {:.1} s",
-            if self.startup_quiet {
-                "no file"
-            } else {
-                "a FILE (ledger or state): it should not"
-            },
+            if self.startup_quiet { "no file" } else { "a FILE (ledger or state): it should not" },
             self.seconds
         );
     }
@@ -215,25 +170,15 @@ impl Report {
 }
 
 pub fn loadavg() -> f64 {
-    std::fs::read_to_string("/proc/loadavg")
-        .ok()
-        .and_then(|s| s.split_whitespace().next().and_then(|v| v.parse().ok()))
-        .unwrap_or(f64::NAN)
+    std::fs::read_to_string("/proc/loadavg").ok().and_then(|s| s.split_whitespace().next().and_then(|v| v.parse().ok())).unwrap_or(f64::NAN)
 }
 
 pub fn machine() -> String {
     let model = std::fs::read_to_string("/proc/cpuinfo")
         .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("model name"))
-                .and_then(|l| l.split_once(':'))
-                .map(|(_, m)| m.trim().to_string())
-        })
+        .and_then(|s| s.lines().find(|l| l.starts_with("model name")).and_then(|l| l.split_once(':')).map(|(_, m)| m.trim().to_string()))
         .unwrap_or_else(|| "unknown CPU".into());
-    let virt = std::fs::read_to_string("/proc/cpuinfo")
-        .map(|s| s.contains(" hypervisor"))
-        .unwrap_or(false);
+    let virt = std::fs::read_to_string("/proc/cpuinfo").map(|s| s.contains(" hypervisor")).unwrap_or(false);
     if virt {
         format!("{model}, virtual machine")
     } else {
@@ -243,10 +188,7 @@ pub fn machine() -> String {
 
 /// Today's date (UTC) as YYYY-MM-DD, from the civil-from-days algorithm.
 pub fn utc_date() -> String {
-    let secs = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0);
+    let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
     let z = (secs / 86_400) as i64 + 719_468;
     let era = z.div_euclid(146_097);
     let doe = z - era * 146_097;

@@ -13,10 +13,7 @@ use std::time::Instant;
 
 /// CLOCK_MONOTONIC in nanoseconds, the clock the C clients use.
 pub fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: clock_gettime(2) writes the timespec we own.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
@@ -28,10 +25,7 @@ pub fn fields(line: &str) -> impl Fn(&str) -> Result<u64, Error> + '_ {
         let mut words = line.split_whitespace();
         while let Some(word) = words.next() {
             if word == key {
-                return words
-                    .next()
-                    .and_then(|v| v.parse().ok())
-                    .ok_or_else(|| format!("bad value for {key} in {line:?}"));
+                return words.next().and_then(|v| v.parse().ok()).ok_or_else(|| format!("bad value for {key} in {line:?}"));
             }
         }
         Err(format!("no {key} in client output {line:?}"))
@@ -39,16 +33,9 @@ pub fn fields(line: &str) -> impl Fn(&str) -> Result<u64, Error> + '_ {
 }
 
 pub fn finish(child: Child, what: &str) -> Result<String, Error> {
-    let out = child
-        .wait_with_output()
-        .map_err(|e| format!("{what}: {e}"))?;
+    let out = child.wait_with_output().map_err(|e| format!("{what}: {e}"))?;
     if !out.status.success() {
-        return Err(format!(
-            "{what} failed ({}):\n{}{}",
-            out.status,
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        ));
+        return Err(format!("{what} failed ({}):\n{}{}", out.status, String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)));
     }
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
@@ -148,12 +135,7 @@ pub fn multi(setup: &Setup, plan: &Plan) -> Result<Samples, Error> {
             let mut children = Vec::new();
             for _ in 0..PROCESSES {
                 let mut cmd = setup.command(&setup.alloc_pairs, &dir, shim);
-                cmd.args([
-                    ALLOC_SIZE.to_string(),
-                    plan.multi_ms.to_string(),
-                    "sync".into(),
-                ])
-                .stdin(Stdio::piped());
+                cmd.args([ALLOC_SIZE.to_string(), plan.multi_ms.to_string(), "sync".into()]).stdin(Stdio::piped());
                 children.push(cmd.spawn().map_err(|e| format!("alloc_pairs: {e}"))?);
             }
             let mut readers = Vec::new();
@@ -168,10 +150,7 @@ pub fn multi(setup: &Setup, plan: &Plan) -> Result<Samples, Error> {
                         let _ = std::io::Read::read_to_string(&mut e, &mut text);
                         text
                     });
-                    return Err(format!(
-                        "alloc_pairs (4 processes) did not get ready: {line}{}",
-                        err.unwrap_or_default()
-                    ));
+                    return Err(format!("alloc_pairs (4 processes) did not get ready: {line}{}", err.unwrap_or_default()));
                 }
                 readers.push(reader);
             }
@@ -191,9 +170,7 @@ pub fn multi(setup: &Setup, plan: &Plan) -> Result<Samples, Error> {
                     if let Some(mut e) = child.stderr.take() {
                         let _ = std::io::Read::read_to_string(&mut e, &mut text);
                     }
-                    return Err(format!(
-                        "alloc_pairs (4 processes) failed ({status}): {text}"
-                    ));
+                    return Err(format!("alloc_pairs (4 processes) failed ({status}): {text}"));
                 }
                 let f = fields(line.trim());
                 check_total(f("total_mem")?, shim, "alloc_pairs")?;
@@ -269,21 +246,14 @@ pub fn spawn_timed(cmd: &mut Command) -> Result<Spawned, Error> {
         return Err(format!("/bin/true failed: wait status {status:#x}"));
     }
     let tv = |t: libc::timeval| t.tv_sec as f64 * 1e6 + t.tv_usec as f64;
-    Ok(Spawned {
-        wall_us: us,
-        cpu_us: tv(usage.ru_utime) + tv(usage.ru_stime),
-        minor_faults: usage.ru_minflt as f64,
-    })
+    Ok(Spawned { wall_us: us, cpu_us: tv(usage.ru_utime) + tv(usage.ru_stime), minor_faults: usage.ru_minflt as f64 })
 }
 
 pub fn startup(setup: &Setup, spawns: usize) -> Result<Startup, Error> {
     let dir = setup.run_dir()?;
     let truth = Path::new("/bin/true");
-    let mut names = vec![
-        ("none".to_string(), "no preload".to_string()),
-        ("empty".to_string(), "empty .so".to_string()),
-        ("local".to_string(), "local build".to_string()),
-    ];
+    let mut names =
+        vec![("none".to_string(), "no preload".to_string()), ("empty".to_string(), "empty .so".to_string()), ("local".to_string(), "local build".to_string())];
     let mut libs: Vec<Option<&Path>> = vec![None, Some(&setup.empty_preload), Some(&setup.front)];
     for p in &setup.preloads {
         names.push((p.name.clone(), p.label.clone()));
@@ -293,9 +263,7 @@ pub fn startup(setup: &Setup, spawns: usize) -> Result<Startup, Error> {
         .iter()
         .map(|lib| {
             let mut cmd = setup.command(truth, &dir, false);
-            cmd.env_remove("LD_LIBRARY_PATH")
-                .stdout(Stdio::null())
-                .stderr(Stdio::null());
+            cmd.env_remove("LD_LIBRARY_PATH").stdout(Stdio::null()).stderr(Stdio::null());
             if let Some(lib) = lib {
                 cmd.env("LD_PRELOAD", lib);
             }
@@ -314,31 +282,16 @@ pub fn startup(setup: &Setup, spawns: usize) -> Result<Startup, Error> {
     let mut faults = vec![Vec::with_capacity(spawns); n];
     for i in 0..spawns {
         for variant in rotation(i, n) {
-            let spawned = spawn_timed(&mut commands[variant]).map_err(|e| {
-                format!(
-                    "{} ({}): {e}",
-                    names[variant].1,
-                    libs[variant]
-                        .map(|p| p.display().to_string())
-                        .unwrap_or_default()
-                )
-            })?;
+            let spawned = spawn_timed(&mut commands[variant])
+                .map_err(|e| format!("{} ({}): {e}", names[variant].1, libs[variant].map(|p| p.display().to_string()).unwrap_or_default()))?;
             times[variant].push(spawned.wall_us);
             cpu[variant].push(spawned.cpu_us);
             faults[variant].push(spawned.minor_faults);
         }
     }
-    let quiet = std::fs::read_dir(&dir)
-        .map(|d| d.count() == 0)
-        .unwrap_or(false);
+    let quiet = std::fs::read_dir(&dir).map(|d| d.count() == 0).unwrap_or(false);
     let _ = std::fs::remove_dir_all(&dir);
-    Ok(Startup {
-        names,
-        times,
-        cpu,
-        faults,
-        quiet,
-    })
+    Ok(Startup { names, times, cpu, faults, quiet })
 }
 
 /// First-call cost: the first cuDeviceTotalMem after cuInit (where the shim reads its
@@ -351,20 +304,13 @@ pub struct Init {
 }
 
 pub fn init(setup: &Setup, plan: &Plan) -> Result<Init, Error> {
-    let mut r = Init {
-        first_us: Samples::default(),
-        later_ns: Samples::default(),
-        ready_us: Samples::default(),
-    };
+    let mut r = Init { first_us: Samples::default(), later_ns: Samples::default(), ready_us: Samples::default() };
     for i in 0..plan.init_runs {
         for shim in order(i) {
             let dir = setup.run_dir()?;
             let mut cmd = setup.command(&setup.first_call, &dir, shim);
             let spawned = monotonic_ns();
-            let child = cmd
-                .arg(spawned.to_string())
-                .spawn()
-                .map_err(|e| format!("first_call: {e}"))?;
+            let child = cmd.arg(spawned.to_string()).spawn().map_err(|e| format!("first_call: {e}"))?;
             let out = finish(child, "first_call")?;
             let f = fields(out.trim());
             check_total(f("total_mem")?, shim, "first_call")?;
@@ -376,7 +322,6 @@ pub fn init(setup: &Setup, plan: &Plan) -> Result<Init, Error> {
     }
     Ok(r)
 }
-
 
 /// What the launch rows measured.
 pub struct Launches {
@@ -429,10 +374,7 @@ pub fn launches(setup: &Setup, plan: &Plan, baseline: Option<&Path>) -> Result<L
             };
             let shared = side == 2 || side == 4;
             let mut cmd = setup.command_preloading(&setup.launches, &dir, preload);
-            cmd.args([
-                plan.launch_warmup_ms.to_string(),
-                plan.launch_ms.to_string(),
-            ]);
+            cmd.args([plan.launch_warmup_ms.to_string(), plan.launch_ms.to_string()]);
             if shared {
                 cmd.env("FGPU_COMPUTE", SHARE).env("FGPU_LOG", "debug");
             }
@@ -441,10 +383,7 @@ pub fn launches(setup: &Setup, plan: &Plan, baseline: Option<&Path>) -> Result<L
             let stderr = String::from_utf8_lossy(&output.stderr);
             let which = if side >= 3 { " (--launch-baseline build)" } else { "" };
             if !output.status.success() {
-                return Err(format!(
-                    "launches{which} failed ({}):\n{stdout}{stderr}",
-                    output.status
-                ));
+                return Err(format!("launches{which} failed ({}):\n{stdout}{stderr}", output.status));
             }
             if shared && !stderr.contains(&format!("compute share {SHARE}")) {
                 return Err(format!("launches{which} with FGPU_COMPUTE={SHARE}: the limiter did not say it was in effect:\n{stderr}"));
@@ -469,4 +408,3 @@ pub fn launches(setup: &Setup, plan: &Plan, baseline: Option<&Path>) -> Result<L
     }
     Ok(out)
 }
-

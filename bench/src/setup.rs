@@ -55,10 +55,7 @@ impl Setup {
             if path.exists() {
                 Ok(std::fs::canonicalize(&path).unwrap_or(path))
             } else {
-                Err(format!(
-                    "{} is missing; build first: cargo build --release -p fgpu-bench -p fgpu-shim -p fgpu-sim-cuda -p fgpu-sim-nvml",
-                    path.display()
-                ))
+                Err(format!("{} is missing; build first: cargo build --release -p fgpu-bench -p fgpu-shim -p fgpu-sim-cuda -p fgpu-sim-nvml", path.display()))
             }
         };
         let front = need("libfgpu.so")?;
@@ -71,12 +68,7 @@ impl Setup {
         let async_threads = compile(&clients, "async_threads", ASYNC_THREADS_C, &["-ldl", "-lpthread"])?;
         let first_call = compile(&clients, "first_call", FIRST_CALL_C, &["-ldl"])?;
         let launches = compile(&clients, "launches", LAUNCHES_C, &["-ldl"])?;
-        let empty_preload = compile(
-            &clients,
-            "libfgpu_bench_empty.so",
-            EMPTY_PRELOAD_C,
-            &["-shared", "-fPIC"],
-        )?;
+        let empty_preload = compile(&clients, "libfgpu_bench_empty.so", EMPTY_PRELOAD_C, &["-shared", "-fPIC"])?;
 
         let preloads = preloads(release_dir, options)?;
 
@@ -86,25 +78,10 @@ impl Setup {
         let tmp = TempDir(tmp);
         let sim_lib = tmp.0.join("lib");
         std::fs::create_dir_all(&sim_lib).map_err(|e| e.to_string())?;
-        for (target, soname) in [
-            (&sim_cuda, "libcuda.so.1"),
-            (&sim_nvml, "libnvidia-ml.so.1"),
-        ] {
-            std::os::unix::fs::symlink(target, sim_lib.join(soname))
-                .map_err(|e| format!("symlink {soname}: {e}"))?;
+        for (target, soname) in [(&sim_cuda, "libcuda.so.1"), (&sim_nvml, "libnvidia-ml.so.1")] {
+            std::os::unix::fs::symlink(target, sim_lib.join(soname)).map_err(|e| format!("symlink {soname}: {e}"))?;
         }
-        Ok(Setup {
-            front,
-            sim_lib,
-            alloc_pairs,
-            async_threads,
-            first_call,
-            empty_preload,
-            launches,
-            preloads,
-            tmp,
-            runs: std::cell::Cell::new(0),
-        })
+        Ok(Setup { front, sim_lib, alloc_pairs, async_threads, first_call, empty_preload, launches, preloads, tmp, runs: std::cell::Cell::new(0) })
     }
 
     /// A fresh directory for one run: its own simulated-driver state and ledger.
@@ -140,9 +117,7 @@ impl Setup {
         if let Some(library) = preload {
             cmd.env("LD_PRELOAD", library);
         }
-        cmd.stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
+        cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
         cmd
     }
 }
@@ -154,12 +129,7 @@ pub fn preloads(release_dir: &Path, options: &Options) -> Result<Vec<Preload>, E
     let mut out = Vec::new();
     let mut add = |name: String, label: String, path: &Path, checked: bool| -> Result<(), Error> {
         let path = std::fs::canonicalize(path).map_err(|e| format!("{}: {e}", path.display()))?;
-        out.push(Preload {
-            name,
-            label,
-            path,
-            checked,
-        });
+        out.push(Preload { name, label, path, checked });
         Ok(())
     };
     match &options.shipped {
@@ -167,32 +137,16 @@ pub fn preloads(release_dir: &Path, options: &Options) -> Result<Vec<Preload>, E
         None => {
             let dist = release_dir.join("../dist");
             if dist.join("libfgpu.so").is_file() {
-                add(
-                    "shipped".into(),
-                    "shipped, glibc 2.17".into(),
-                    &dist.join("libfgpu.so"),
-                    true,
-                )?;
+                add("shipped".into(), "shipped, glibc 2.17".into(), &dist.join("libfgpu.so"), true)?;
             }
-            let mut baselines: Vec<PathBuf> = std::fs::read_dir(&dist)
-                .map(|d| d.filter_map(|e| e.ok()).map(|e| e.path()).collect())
-                .unwrap_or_default();
+            let mut baselines: Vec<PathBuf> = std::fs::read_dir(&dist).map(|d| d.filter_map(|e| e.ok()).map(|e| e.path()).collect()).unwrap_or_default();
             baselines.sort();
             for dir in baselines {
-                let Some(version) = dir
-                    .file_name()
-                    .and_then(|n| n.to_str())
-                    .and_then(|n| n.strip_prefix("glibc-"))
-                else {
+                let Some(version) = dir.file_name().and_then(|n| n.to_str()).and_then(|n| n.strip_prefix("glibc-")) else {
                     continue;
                 };
                 if dir.join("libfgpu.so").is_file() {
-                    add(
-                        format!("shipped_glibc_{}", version.replace('.', "_")),
-                        format!("shipped, glibc {version}"),
-                        &dir.join("libfgpu.so"),
-                        true,
-                    )?;
+                    add(format!("shipped_glibc_{}", version.replace('.', "_")), format!("shipped, glibc {version}"), &dir.join("libfgpu.so"), true)?;
                 }
             }
         }
@@ -200,24 +154,10 @@ pub fn preloads(release_dir: &Path, options: &Options) -> Result<Vec<Preload>, E
     // What the front saves: the shim itself preloaded, as before the front existed.
     let shim = release_dir.join("libfgpu_shim.so");
     if shim.is_file() {
-        add(
-            "shim_direct".into(),
-            "libfgpu_shim.so preloaded itself".into(),
-            &shim,
-            false,
-        )?;
+        add("shim_direct".into(), "libfgpu_shim.so preloaded itself".into(), &shim, false)?;
     }
     for (name, file) in &options.extra {
-        let key: String = name
-            .chars()
-            .map(|c| {
-                if c.is_ascii_alphanumeric() {
-                    c.to_ascii_lowercase()
-                } else {
-                    '_'
-                }
-            })
-            .collect();
+        let key: String = name.chars().map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_lowercase() } else { '_' }).collect();
         add(key, name.clone(), file, false)?;
     }
     Ok(out)
@@ -232,9 +172,7 @@ pub fn keep_var(key: &OsString) -> bool {
 pub fn compile(dir: &Path, name: &str, source: &str, flags: &[&str]) -> Result<PathBuf, Error> {
     let src = dir.join(format!("{}.c", name.trim_end_matches(".so")));
     let bin = dir.join(name);
-    let same = std::fs::read_to_string(&src)
-        .map(|s| s == source)
-        .unwrap_or(false);
+    let same = std::fs::read_to_string(&src).map(|s| s == source).unwrap_or(false);
     if same && bin.exists() {
         return Ok(bin);
     }
@@ -248,13 +186,8 @@ pub fn compile(dir: &Path, name: &str, source: &str, flags: &[&str]) -> Result<P
         .output()
         .map_err(|e| format!("cannot run cc to build the benchmark clients: {e}"))?;
     if !out.status.success() {
-        return Err(format!(
-            "cc {} failed:\n{}",
-            src.display(),
-            String::from_utf8_lossy(&out.stderr)
-        ));
+        return Err(format!("cc {} failed:\n{}", src.display(), String::from_utf8_lossy(&out.stderr)));
     }
     std::fs::rename(&partial, &bin).map_err(|e| e.to_string())?;
     Ok(bin)
 }
-

@@ -76,22 +76,11 @@ impl Metric {
     }
     /// The per-round ratios (each shim run against the baseline run next to it).
     pub fn ratios(&self) -> Vec<f64> {
-        self.samples
-            .without
-            .iter()
-            .zip(&self.samples.with)
-            .map(|(a, b)| b / a)
-            .collect()
+        self.samples.without.iter().zip(&self.samples.with).map(|(a, b)| b / a).collect()
     }
     /// Median of the per-round differences, paired as for [`Metric::ratio`].
     pub fn added(&self) -> f64 {
-        let d: Vec<f64> = self
-            .samples
-            .without
-            .iter()
-            .zip(&self.samples.with)
-            .map(|(a, b)| b - a)
-            .collect();
+        let d: Vec<f64> = self.samples.without.iter().zip(&self.samples.with).map(|(a, b)| b - a).collect();
         median(&d)
     }
     /// B's median against A's, in percent (A/B rows).
@@ -112,4 +101,3 @@ impl Metric {
         }
     }
 }
-

@@ -24,9 +24,8 @@ impl Payload {
     pub fn read(front: &Path, fgpu: Option<&Path>) -> Result<Payload, String> {
         let front_bytes = std::fs::read(front).map_err(|e| format!("cannot read {}: {e}", front.display()))?;
         let shim = shimpath::companion(front);
-        let shim_bytes = std::fs::read(&shim).map_err(|e| {
-            format!("cannot read {} (the shim that {} loads; install both in one directory): {e}", shim.display(), front.display())
-        })?;
+        let shim_bytes = std::fs::read(&shim)
+            .map_err(|e| format!("cannot read {} (the shim that {} loads; install both in one directory): {e}", shim.display(), front.display()))?;
         let fgpu_bytes = match fgpu {
             Some(path) => Some(std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?),
             None => None,
@@ -59,11 +58,7 @@ pub fn absolute(path: &Path) -> Result<PathBuf, String> {
 }
 
 pub fn create_dir(dir: &Path) -> Result<(), String> {
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o755)
-        .create(dir)
-        .map_err(|e| format!("cannot create {}: {e}", dir.display()))
+    std::fs::DirBuilder::new().recursive(true).mode(0o755).create(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))
 }
 
 /// Creates the directory (0755) or checks that an existing one is not writable by group

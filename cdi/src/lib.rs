@@ -31,7 +31,6 @@ use serde_json::{json, Value};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-
 /// The CDI kind: devices are `fgpu.io/gpu=<name>`.
 pub const KIND: &str = "fgpu.io/gpu";
 /// The newest CDI version Debian's podman 4.3 reads; every field used exists in it.
@@ -155,11 +154,7 @@ impl Device {
 /// The devices to generate: every size and percentage on every GPU it fits, the same on
 /// all GPUs (`all-SIZE`, when it fits the smallest), then the combinations asked for.
 pub fn plan(gpus: &[Gpu], sizes: &[u64], percents: &[u32], combine: &[String]) -> Result<Vec<Device>, String> {
-    let shares: Vec<Share> = sizes
-        .iter()
-        .map(|&b| Share::Bytes(b))
-        .chain(percents.iter().map(|&p| Share::Percent(p)))
-        .collect();
+    let shares: Vec<Share> = sizes.iter().map(|&b| Share::Bytes(b)).chain(percents.iter().map(|&p| Share::Percent(p))).collect();
     let mut out: Vec<Device> = Vec::new();
     let push = |device: Device, out: &mut Vec<Device>| {
         if !out.iter().any(|d| d.name == device.name) {
@@ -214,9 +209,7 @@ fn parse_combination(text: &str, gpus: &[Gpu]) -> Result<Device, String> {
 
 /// Parses one `<index>-<size>` or `<index>-<N>pct` (or `all-...`).
 fn parse_part(item: &str, gpus: &[Gpu]) -> Result<Part, String> {
-    let (target, amount) = item
-        .split_once('-')
-        .ok_or_else(|| format!("{item:?} is not <index>-<size> such as 0-8g or 1-25pct"))?;
+    let (target, amount) = item.split_once('-').ok_or_else(|| format!("{item:?} is not <index>-<size> such as 0-8g or 1-25pct"))?;
     let target = if target == "all" {
         Target::All
     } else {
@@ -418,10 +411,7 @@ mod tests {
     #[test]
     fn names_cover_each_gpu_size_and_percentage_that_fits() {
         let devices = plan(&gpus(), &[8 * GIB, 40 * GIB, 1536 * MIB], &[25], &[]).unwrap();
-        assert_eq!(
-            names(&devices),
-            ["0-8g", "0-40g", "0-1536m", "0-25pct", "1-8g", "1-1536m", "1-25pct", "all-8g", "all-1536m", "all-25pct"]
-        );
+        assert_eq!(names(&devices), ["0-8g", "0-40g", "0-1536m", "0-25pct", "1-8g", "1-1536m", "1-25pct", "all-8g", "all-1536m", "all-25pct"]);
     }
 
     #[test]

@@ -146,9 +146,7 @@ fn parse_compute_arg(text: &str) -> Result<LimitArg, String> {
 }
 
 fn parse_device_arg(text: &str) -> Result<DeviceArg, String> {
-    let (key, amount) = text
-        .split_once('=')
-        .ok_or_else(|| format!("{text:?} is not UUID=SIZE (for example GPU-1a2b3c4d=8G)"))?;
+    let (key, amount) = text.split_once('=').ok_or_else(|| format!("{text:?} is not UUID=SIZE (for example GPU-1a2b3c4d=8G)"))?;
     let (key, amount) = (key.trim(), amount.trim());
     if key == "*" {
         return Err("'*' is not a device; use --limit for every device".into());
@@ -455,11 +453,7 @@ fn parse_cdi_percent(text: &str) -> Result<u32, String> {
     if text.trim().is_empty() {
         return Ok(0);
     }
-    let value: u32 = text
-        .trim()
-        .trim_end_matches('%')
-        .parse()
-        .map_err(|_| format!("{text:?} is not a whole percentage such as 25"))?;
+    let value: u32 = text.trim().trim_end_matches('%').parse().map_err(|_| format!("{text:?} is not a whole percentage such as 25"))?;
     if !(1..=100).contains(&value) {
         return Err(format!("{text:?} is not between 1 and 100"));
     }
@@ -553,7 +547,9 @@ mod tests {
         let full = Cli::command();
         let hidden: Vec<&str> = full.get_subcommands().filter(|s| s.is_hide_set()).map(|s| s.get_name()).collect();
         assert!(hidden.contains(&"__driver-probe"), "{hidden:?}");
-        for shell in [clap_complete::Shell::Bash, clap_complete::Shell::Zsh, clap_complete::Shell::Fish, clap_complete::Shell::Elvish, clap_complete::Shell::PowerShell] {
+        for shell in
+            [clap_complete::Shell::Bash, clap_complete::Shell::Zsh, clap_complete::Shell::Fish, clap_complete::Shell::Elvish, clap_complete::Shell::PowerShell]
+        {
             let mut out = Vec::new();
             clap_complete::generate(shell, &mut completion_command(), "fgpu", &mut out);
             let script = String::from_utf8(out).unwrap();

@@ -15,8 +15,8 @@ use crate::shimpath::{self, ShimError};
 use fgpu_core::config::{Config, ConfigError, LimitSource, CONFIG_PATH};
 use fgpu_core::ledger::{Ledger, LedgerError};
 use fgpu_core::limit::{format_bytes, Amount, LimitSpec};
-use fgpu_core::view::MemoryView;
 use fgpu_core::nvmlpids::{Entry, Identifier, Look, Member, NvmlPids};
+use fgpu_core::view::MemoryView;
 use serde::Serialize;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
@@ -64,8 +64,14 @@ pub struct PreloadEntry {
 
 #[derive(Debug)]
 pub enum LedgerFact {
-    Missing { dir: PathBuf, dir_problem: Option<String> },
-    Healthy { devices: usize, processes: usize },
+    Missing {
+        dir: PathBuf,
+        dir_problem: Option<String>,
+    },
+    Healthy {
+        devices: usize,
+        processes: usize,
+    },
     /// In use, but its file was deleted or replaced while its processes run.
     FileReplaced(String),
     Broken(String),
@@ -136,7 +142,12 @@ pub fn assess(f: &Facts) -> Vec<Finding> {
     // 1. The front and the shim it loads.
     let shim_ok = match &f.shim {
         Err(e) => {
-            out.push(finding("shim", Level::Fail, format!("The front, libfgpu.so, cannot be found: {e}"), Some("Install libfgpu.so and libfgpu_shim.so beside the fgpu binary (or in ../lib/fgpu), or set FGPU_SHIM to the path of libfgpu.so.".into())));
+            out.push(finding(
+                "shim",
+                Level::Fail,
+                format!("The front, libfgpu.so, cannot be found: {e}"),
+                Some("Install libfgpu.so and libfgpu_shim.so beside the fgpu binary (or in ../lib/fgpu), or set FGPU_SHIM to the path of libfgpu.so.".into()),
+            ));
             false
         }
         Ok(found) => {
@@ -145,21 +156,41 @@ pub fn assess(f: &Facts) -> Vec<Finding> {
             let glibc = f.glibc.clone().unwrap_or_else(|| "unknown".into());
             match (&f.shim_elf, &f.shim_trial) {
                 (Some(Err(e)), _) => {
-                    out.push(finding("shim", Level::Fail, format!("{path} is not a loadable shared library: {e}."), Some("Reinstall fgpu; the file is damaged or is not fgpu's libfgpu.so.".into())));
+                    out.push(finding(
+                        "shim",
+                        Level::Fail,
+                        format!("{path} is not a loadable shared library: {e}."),
+                        Some("Reinstall fgpu; the file is damaged or is not fgpu's libfgpu.so.".into()),
+                    ));
                     false
                 }
                 (Some(Ok(info)), _) if !info.class64 || Some(info.machine) != f.own_machine => {
                     let built = if info.class64 { elf::machine_name(info.machine) } else { format!("{} (32-bit)", elf::machine_name(info.machine)) };
-                    out.push(finding("shim", Level::Fail, format!("{path} is built for {built}, but this machine runs {here}: it cannot be loaded here."), Some(format!("Install the {here} build of fgpu."))));
+                    out.push(finding(
+                        "shim",
+                        Level::Fail,
+                        format!("{path} is built for {built}, but this machine runs {here}: it cannot be loaded here."),
+                        Some(format!("Install the {here} build of fgpu.")),
+                    ));
                     false
                 }
                 (Some(Ok(info)), _) if newer_glibc(info, f.glibc.as_deref()).is_some() => {
                     let need = newer_glibc(info, f.glibc.as_deref()).unwrap_or_default();
-                    out.push(finding("shim", Level::Fail, format!("{path} needs glibc {need}, but this system has glibc {glibc}: it cannot be loaded here."), Some("Install the fgpu build made for older glibc (the release is built against glibc 2.17), or build it on this system.".into())));
+                    out.push(finding(
+                        "shim",
+                        Level::Fail,
+                        format!("{path} needs glibc {need}, but this system has glibc {glibc}: it cannot be loaded here."),
+                        Some("Install the fgpu build made for older glibc (the release is built against glibc 2.17), or build it on this system.".into()),
+                    ));
                     false
                 }
                 (_, Some(Err(why))) => {
-                    out.push(finding("shim", Level::Fail, format!("{path} does not load here: {why}"), Some("Reinstall fgpu, or build it on this system.".into())));
+                    out.push(finding(
+                        "shim",
+                        Level::Fail,
+                        format!("{path} does not load here: {why}"),
+                        Some("Reinstall fgpu, or build it on this system.".into()),
+                    ));
                     false
                 }
                 (elf_info, _) => {
@@ -209,7 +240,12 @@ pub fn assess(f: &Facts) -> Vec<Finding> {
     });
     if let Ok(config) = &config {
         for warning in &config.warnings {
-            out.push(finding("cap", Level::Warn, format!("{warning}. The cap is not affected."), Some("Set FGPU_LOG (or `log` in the file) to quiet, error, warn, info or debug.".into())));
+            out.push(finding(
+                "cap",
+                Level::Warn,
+                format!("{warning}. The cap is not affected."),
+                Some("Set FGPU_LOG (or `log` in the file) to quiet, error, warn, info or debug.".into()),
+            ));
         }
     }
     match &config {
@@ -287,13 +323,21 @@ pub fn assess(f: &Facts) -> Vec<Finding> {
                 let count = d.cuda.device_count.map(|c| format!(", {c} GPU{}", if c == 1 { "" } else { "s" })).unwrap_or_default();
                 match &d.cuda.error {
                     None => out.push(finding("driver", Level::Ok, format!("libcuda.so.1 loads{version}{count}."), None)),
-                    Some(e) => out.push(finding("driver", Level::Warn, format!("libcuda.so.1 loads{version}, but {e}."), Some("Check that the GPU is visible here (nvidia-smi; in a container: --gpus or the NVIDIA container toolkit).".into()))),
+                    Some(e) => out.push(finding(
+                        "driver",
+                        Level::Warn,
+                        format!("libcuda.so.1 loads{version}, but {e}."),
+                        Some("Check that the GPU is visible here (nvidia-smi; in a container: --gpus or the NVIDIA container toolkit).".into()),
+                    )),
                 }
             } else {
                 out.push(finding(
                     "driver",
                     Level::Warn,
-                    format!("libcuda.so.1 cannot be loaded: {}. No CUDA program can run here, capped or not.", d.cuda.error.as_deref().unwrap_or("unknown error")),
+                    format!(
+                        "libcuda.so.1 cannot be loaded: {}. No CUDA program can run here, capped or not.",
+                        d.cuda.error.as_deref().unwrap_or("unknown error")
+                    ),
                     Some("Install the NVIDIA driver, or in a container make the GPU available (--gpus, the NVIDIA container toolkit).".into()),
                 ));
             }
@@ -308,7 +352,10 @@ pub fn assess(f: &Facts) -> Vec<Finding> {
                 out.push(finding(
                     "driver",
                     Level::Warn,
-                    format!("libnvidia-ml.so.1 cannot be loaded: {}. nvidia-smi and monitoring tools will not work here.", d.nvml.error.as_deref().unwrap_or("unknown error")),
+                    format!(
+                        "libnvidia-ml.so.1 cannot be loaded: {}. nvidia-smi and monitoring tools will not work here.",
+                        d.nvml.error.as_deref().unwrap_or("unknown error")
+                    ),
                     None,
                 ));
             }
@@ -467,7 +514,9 @@ fn config_advice(e: &ConfigError) -> String {
     match e {
         ConfigError::BadLimitEnv { .. } => "Set FGPU_LIMIT to a size such as 8G, a percentage such as 50%, or GPU-<uuid>=8G,*=4G.".into(),
         ConfigError::Untrusted { .. } => format!("chown root:root {CONFIG_PATH} && chmod 644 {CONFIG_PATH}"),
-        ConfigError::AmbiguousKey { .. } | ConfigError::UncheckedKey { .. } => "Give more of the GPU's UUID (`nvidia-smi -L` lists them), enough to name one GPU.".into(),
+        ConfigError::AmbiguousKey { .. } | ConfigError::UncheckedKey { .. } => {
+            "Give more of the GPU's UUID (`nvidia-smi -L` lists them), enough to name one GPU.".into()
+        }
         _ => format!("Correct {CONFIG_PATH} (lines `limit = 8G`, `ledger = PATH`, `log = warn`)."),
     }
 }
@@ -489,9 +538,7 @@ pub fn preload_entries(ld_preload: Option<&str>, ld_so_preload: Option<&str>, sh
             let exists = path.is_file();
             let same_as_shim = shim.is_some_and(|s| std::fs::canonicalize(path).ok().as_deref() == Some(s));
             let is_fgpu = same_as_shim || path.file_name() == Some(std::ffi::OsStr::new(shimpath::FRONT_NAME));
-            let interposes = exists
-                && !is_fgpu
-                && elf::read(path).map(|i| i.defined.iter().any(|s| INTERPOSER_SYMBOLS.contains(&s.as_str()))).unwrap_or(false);
+            let interposes = exists && !is_fgpu && elf::read(path).map(|i| i.defined.iter().any(|s| INTERPOSER_SYMBOLS.contains(&s.as_str()))).unwrap_or(false);
             out.push(PreloadEntry { path: entry.to_string(), source, exists, is_fgpu, interposes });
         }
     }
@@ -572,7 +619,9 @@ fn ledger_fact(path: &Path) -> LedgerFact {
             let dir = path.parent().map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from("/"));
             LedgerFact::Missing { dir, dir_problem: None }
         }
-        Err(LedgerError::Replaced { .. }) => LedgerFact::FileReplaced(format!("{} was deleted or replaced while its processes still use the ledger", path.display())),
+        Err(LedgerError::Replaced { .. }) => {
+            LedgerFact::FileReplaced(format!("{} was deleted or replaced while its processes still use the ledger", path.display()))
+        }
         Err(e) => LedgerFact::Broken(e.to_string()),
     }
 }
@@ -675,7 +724,8 @@ mod tests {
     use fgpu_core::limit::parse_limit;
 
     fn good_facts() -> Facts {
-        let info = ElfInfo { class64: true, little_endian: true, machine: 62, needed_versions: vec![("libc.so.6".into(), "GLIBC_2.17".into())], defined: vec![] };
+        let info =
+            ElfInfo { class64: true, little_endian: true, machine: 62, needed_versions: vec![("libc.so.6".into(), "GLIBC_2.17".into())], defined: vec![] };
         Facts {
             shim: Ok(shimpath::Found { path: "/usr/lib/fgpu/libfgpu.so".into(), from_env: false }),
             shim_elf: Some(Ok(info)),
@@ -683,11 +733,29 @@ mod tests {
             glibc: Some("2.36".into()),
             shim_trial: Some(Ok(())),
             preloads: vec![PreloadEntry { path: "/usr/lib/fgpu/libfgpu.so".into(), source: "LD_PRELOAD", exists: true, is_fgpu: true, interposes: false }],
-            config: Ok(Config { file_limit: None, env_limit: Some(parse_limit("8G").unwrap()), file_compute: None, env_compute: None, ledger: "/tmp/fgpu-0/ledger".into(), ledger_origin: fgpu_core::config::LedgerOrigin::Default, ledger_sharing: fgpu_core::ledger::Sharing::User, ledger_note: None, ledger_error: None, log: fgpu_core::log::Level::Warn, warnings: vec![] }),
+            config: Ok(Config {
+                file_limit: None,
+                env_limit: Some(parse_limit("8G").unwrap()),
+                file_compute: None,
+                env_compute: None,
+                ledger: "/tmp/fgpu-0/ledger".into(),
+                ledger_origin: fgpu_core::config::LedgerOrigin::Default,
+                ledger_sharing: fgpu_core::ledger::Sharing::User,
+                ledger_note: None,
+                ledger_error: None,
+                log: fgpu_core::log::Level::Warn,
+                warnings: vec![],
+            }),
             driver: Ok(DriverProbe {
                 cuda: LibraryProbe { loaded: true, cuda_version: Some(12080), device_count: Some(1), ..Default::default() },
                 nvml: LibraryProbe { loaded: true, driver_version: Some("570.1".into()), device_count: Some(1), ..Default::default() },
-                devices: vec![ProbedDevice { index: 0, uuid: "GPU-12345678-0000-0000-0000-000000000000".into(), name: "H100".into(), total_bytes: 80 << 30, ..Default::default() }],
+                devices: vec![ProbedDevice {
+                    index: 0,
+                    uuid: "GPU-12345678-0000-0000-0000-000000000000".into(),
+                    name: "H100".into(),
+                    total_bytes: 80 << 30,
+                    ..Default::default()
+                }],
             }),
             ledger_path: "/tmp/.fgpu-ledger".into(),
             ledger_origin: Origin::Default,
@@ -756,12 +824,27 @@ mod tests {
         assert!(failed.iter().any(|(c, m)| *c == "cap" && m.contains("does not apply")), "{failed:?}");
 
         let mut f = good_facts();
-        f.config = Ok(Config { file_limit: None, env_limit: None, file_compute: None, env_compute: None, ledger: "/x".into(), ledger_origin: fgpu_core::config::LedgerOrigin::Env, ledger_sharing: fgpu_core::ledger::Sharing::Private, ledger_note: None, ledger_error: None, log: fgpu_core::log::Level::Warn, warnings: vec![] });
+        f.config = Ok(Config {
+            file_limit: None,
+            env_limit: None,
+            file_compute: None,
+            env_compute: None,
+            ledger: "/x".into(),
+            ledger_origin: fgpu_core::config::LedgerOrigin::Env,
+            ledger_sharing: fgpu_core::ledger::Sharing::Private,
+            ledger_note: None,
+            ledger_error: None,
+            log: fgpu_core::log::Level::Warn,
+            warnings: vec![],
+        });
         // No cap configured yet is no failure: information, with the next step.
         assert!(fails(&f).is_empty(), "{:?}", fails(&f));
         let all = assess(&f);
         assert!(no_cap_yet(&all), "{all:?}");
-        assert!(all.iter().any(|x| x.check == "cap" && x.level == Level::Info && x.advice.as_deref().is_some_and(|a| a.contains("fgpu run --limit 8G"))), "{all:?}");
+        assert!(
+            all.iter().any(|x| x.check == "cap" && x.level == Level::Info && x.advice.as_deref().is_some_and(|a| a.contains("fgpu run --limit 8G"))),
+            "{all:?}"
+        );
 
         let mut f = good_facts();
         f.config = Config::from_sources(&BadEnv);
@@ -852,14 +935,23 @@ mod tests {
     fn an_ambiguous_device_key_fails_as_in_the_shim() {
         let mut f = good_facts();
         if let Ok(d) = &mut f.driver {
-            d.devices.push(ProbedDevice { index: 1, uuid: "GPU-12345678-1111-0000-0000-000000000000".into(), name: "H100".into(), total_bytes: 80 << 30, ..Default::default() });
+            d.devices.push(ProbedDevice {
+                index: 1,
+                uuid: "GPU-12345678-1111-0000-0000-000000000000".into(),
+                name: "H100".into(),
+                total_bytes: 80 << 30,
+                ..Default::default()
+            });
         }
         f.config = Ok(Config { env_limit: Some(parse_limit("GPU-1234=2G").unwrap()), ..f.config.unwrap() });
         assert!(fails(&f).iter().any(|(c, m)| *c == "cap" && m.contains("\"GPU-1234\" is ambiguous") && m.contains("GPU-12345678-1111")), "{:?}", fails(&f));
         f.config = Ok(Config { env_limit: Some(parse_limit("GPU-12345678-1=2G").unwrap()), ..f.config.unwrap() });
         assert!(fails(&f).is_empty(), "{:?}", fails(&f));
         // Without NVML the prefix cannot be checked: the shim refuses it, so does the doctor.
-        f.driver = Ok(DriverProbe { nvml: LibraryProbe { error: Some("libnvidia-ml.so.1: cannot open shared object file".into()), ..Default::default() }, ..Default::default() });
+        f.driver = Ok(DriverProbe {
+            nvml: LibraryProbe { error: Some("libnvidia-ml.so.1: cannot open shared object file".into()), ..Default::default() },
+            ..Default::default()
+        });
         assert!(fails(&f).iter().any(|(c, m)| *c == "cap" && m.contains("cannot be listed")), "{:?}", fails(&f));
     }
 

@@ -192,11 +192,7 @@ mod tests {
     #[test]
     fn lists_what_libc_defines() {
         let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
-        let libc_path = maps
-            .lines()
-            .filter_map(|l| l.split_whitespace().nth(5))
-            .find(|p| p.contains("/libc.so"))
-            .expect("libc is mapped");
+        let libc_path = maps.lines().filter_map(|l| l.split_whitespace().nth(5)).find(|p| p.contains("/libc.so")).expect("libc is mapped");
         let info = read(Path::new(libc_path)).unwrap();
         assert!(info.defined.iter().any(|s| s == "malloc"));
         assert!(!info.defined.iter().any(|s| s == "cuMemAlloc_v2"));
@@ -223,7 +219,11 @@ mod tests {
             class64: true,
             little_endian: true,
             machine: 62,
-            needed_versions: vec![("libc.so.6".into(), "GLIBC_2.2.5".into()), ("libc.so.6".into(), "GLIBC_2.34".into()), ("libc.so.6".into(), "GLIBC_2.4".into())],
+            needed_versions: vec![
+                ("libc.so.6".into(), "GLIBC_2.2.5".into()),
+                ("libc.so.6".into(), "GLIBC_2.34".into()),
+                ("libc.so.6".into(), "GLIBC_2.4".into()),
+            ],
             defined: vec![],
         };
         assert_eq!(newest_glibc_needed(&info).as_deref(), Some("2.34"));

@@ -13,13 +13,13 @@
 use crate::args::ExporterArgs;
 use crate::ledgers;
 use crate::report::{self, LedgerState, StatusReport};
+use http_body_util::Full;
+use hyper::body::Bytes;
 use prometheus_client::encoding::{prometheus_text, text};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::{Registry, Unit};
-use http_body_util::Full;
-use hyper::body::Bytes;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -122,7 +122,12 @@ fn as_i64(v: u64) -> i64 {
 /// Builds the registry for one scrape. Updates `state` with what this scrape reclaimed.
 pub fn registry(report: &StatusReport, state: &mut ExporterState) -> Registry {
     let mut r = Registry::default();
-    let up = gauge(&mut r, "fgpu_ledger_up", "1 if the ledger was read and verified, 0 if it does not exist yet, cannot be read, was not read in time, or is not verified (fgpu status says why)", None);
+    let up = gauge(
+        &mut r,
+        "fgpu_ledger_up",
+        "1 if the ledger was read and verified, 0 if it does not exist yet, cannot be read, was not read in time, or is not verified (fgpu status says why)",
+        None,
+    );
     let ledger_state = gauge(&mut r, "fgpu_ledger_state", "1 for the ledger's state (ok, unverified, missing, error, timeout), 0 for the others", None);
     let ledger_processes = gauge(&mut r, "fgpu_ledger_processes", "Live processes in the ledger, holding memory or not", None);
     let reclaimed = counter(&mut r, "fgpu_reclaimed_processes", "Dead processes whose memory this exporter returned to the cap");
@@ -134,15 +139,36 @@ pub fn registry(report: &StatusReport, state: &mut ExporterState) -> Registry {
     let processes = gauge(&mut r, "fgpu_processes", "Live processes holding memory on the GPU", None);
     let process_used = gauge(&mut r, "fgpu_process_memory_used", "Memory one process holds on the GPU, its CUDA context included", Some(Unit::Bytes));
     let process_context = gauge(&mut r, "fgpu_process_context_memory", "The part of a process's memory that is its CUDA context", Some(Unit::Bytes));
-    let compute_share = float_gauge(&mut r, "fgpu_compute_share_ratio", "The ledger's compute share: the most of the GPU's time its kernels may occupy (0-1); absent when it has none", None);
-    let compute_used = float_gauge(&mut r, "fgpu_compute_used_ratio", "The part of the GPU's time the ledger's kernels took over the last 2 s, as its processes measured it (0-1)", None);
+    let compute_share = float_gauge(
+        &mut r,
+        "fgpu_compute_share_ratio",
+        "The ledger's compute share: the most of the GPU's time its kernels may occupy (0-1); absent when it has none",
+        None,
+    );
+    let compute_used = float_gauge(
+        &mut r,
+        "fgpu_compute_used_ratio",
+        "The part of the GPU's time the ledger's kernels took over the last 2 s, as its processes measured it (0-1)",
+        None,
+    );
     let compute_seconds = float_counter(&mut r, "fgpu_compute_used", "GPU time the ledger's kernels took, as measured", Unit::Seconds);
-    let compute_waited = float_counter(&mut r, "fgpu_compute_throttled", "Time launches of the ledger's processes waited for the compute share, all threads together", Unit::Seconds);
+    let compute_waited = float_counter(
+        &mut r,
+        "fgpu_compute_throttled",
+        "Time launches of the ledger's processes waited for the compute share, all threads together",
+        Unit::Seconds,
+    );
 
     for (ledger, label) in report.ledgers.iter().zip(ledger_labels(report)) {
         let base: Labels = vec![("ledger".into(), label.clone())];
         up.get_or_create(&base).set(i64::from(ledger.state == LedgerState::Ok));
-        for (value, name) in [(LedgerState::Ok, "ok"), (LedgerState::Unverified, "unverified"), (LedgerState::Missing, "missing"), (LedgerState::Error, "error"), (LedgerState::Timeout, "timeout")] {
+        for (value, name) in [
+            (LedgerState::Ok, "ok"),
+            (LedgerState::Unverified, "unverified"),
+            (LedgerState::Missing, "missing"),
+            (LedgerState::Error, "error"),
+            (LedgerState::Timeout, "timeout"),
+        ] {
             let mut labels = base.clone();
             labels.push(("state".into(), name.into()));
             ledger_state.get_or_create(&labels).set(i64::from(ledger.state == value));
@@ -154,7 +180,12 @@ pub fn registry(report: &StatusReport, state: &mut ExporterState) -> Registry {
         // gives, labelled as configured, so a dashboard has its cap line from the start.
         if ledger.state == LedgerState::Missing {
             for c in state.configured.iter().filter(|c| c.ledger == ledger.path) {
-                let labels: Labels = vec![("ledger".into(), label.clone()), ("gpu".into(), String::new()), ("UUID".into(), c.uuid.clone()), ("source".into(), "configured".into())];
+                let labels: Labels = vec![
+                    ("ledger".into(), label.clone()),
+                    ("gpu".into(), String::new()),
+                    ("UUID".into(), c.uuid.clone()),
+                    ("source".into(), "configured".into()),
+                ];
                 if let Some(bytes) = c.cap_bytes {
                     cap.get_or_create(&labels).set(as_i64(bytes));
                 }
@@ -452,7 +483,11 @@ pub fn exporter(args: &ExporterArgs) -> i32 {
     };
     let bound = listener.local_addr().unwrap_or(args.listen);
     eprintln!("fgpu exporter: serving metrics of {what} at http://{bound}/metrics");
-    let configured = if args.select.all { Vec::new() } else { ledgers::resolve(&args.select).targets.first().map(|t| configured_gpus(&t.path.display().to_string())).unwrap_or_default() };
+    let configured = if args.select.all {
+        Vec::new()
+    } else {
+        ledgers::resolve(&args.select).targets.first().map(|t| configured_gpus(&t.path.display().to_string())).unwrap_or_default()
+    };
     let state = ExporterState { configured, ..Default::default() };
     let shared = Arc::new(Shared { args: args.clone(), state: Mutex::new(state), scrapes: tokio::sync::Semaphore::new(MAX_SCRAPES) });
     runtime.block_on(serve(listener, shared))
@@ -505,18 +540,40 @@ mod tests {
 
     #[test]
     fn metrics_follow_the_naming_conventions_and_carry_the_numbers() {
-        let report = StatusReport { schema: 1, ledgers: vec![ledger("/tmp/.fgpu-ledger", "8:1:10"), ledger("/tmp/.fgpu-ledger", "8:1:11")], notes: vec![], gpus: vec![] };
+        let report = StatusReport {
+            schema: 1,
+            ledgers: vec![ledger("/tmp/.fgpu-ledger", "8:1:10"), ledger("/tmp/.fgpu-ledger", "8:1:11")],
+            notes: vec![],
+            gpus: vec![],
+        };
         let mut state = ExporterState::default();
         let body = encode(&registry(&report, &mut state), false);
         assert!(body.contains("# TYPE fgpu_memory_cap_bytes gauge"), "{body}");
         assert!(body.contains("# TYPE fgpu_allocation_refusals_total counter"), "{body}");
-        assert!(body.contains(r#"fgpu_memory_used_bytes{ledger="/tmp/.fgpu-ledger (8:1:10)",gpu="0",UUID="GPU-11111111-2222-3333-4444-555555555555"} 3221225472"#), "{body}");
-        assert!(body.contains(r#"fgpu_allocation_refusals_total{ledger="/tmp/.fgpu-ledger (8:1:11)",gpu="0",UUID="GPU-11111111-2222-3333-4444-555555555555"} 4"#), "{body}");
+        assert!(
+            body.contains(r#"fgpu_memory_used_bytes{ledger="/tmp/.fgpu-ledger (8:1:10)",gpu="0",UUID="GPU-11111111-2222-3333-4444-555555555555"} 3221225472"#),
+            "{body}"
+        );
+        assert!(
+            body.contains(r#"fgpu_allocation_refusals_total{ledger="/tmp/.fgpu-ledger (8:1:11)",gpu="0",UUID="GPU-11111111-2222-3333-4444-555555555555"} 4"#),
+            "{body}"
+        );
         assert!(body.contains(r#"pid="42",host_pid="",stated_host_pid="",name="py\"thon"} 3221225472"#), "{body}");
-        assert!(body.contains(r#"fgpu_compute_share_ratio{ledger="/tmp/.fgpu-ledger (8:1:10)",gpu="0",UUID="GPU-11111111-2222-3333-4444-555555555555"} 0.3"#), "{body}");
-        assert!(body.contains(r#"fgpu_compute_used_ratio{ledger="/tmp/.fgpu-ledger (8:1:10)",gpu="0",UUID="GPU-11111111-2222-3333-4444-555555555555"} 0.295"#), "{body}");
+        assert!(
+            body.contains(r#"fgpu_compute_share_ratio{ledger="/tmp/.fgpu-ledger (8:1:10)",gpu="0",UUID="GPU-11111111-2222-3333-4444-555555555555"} 0.3"#),
+            "{body}"
+        );
+        assert!(
+            body.contains(r#"fgpu_compute_used_ratio{ledger="/tmp/.fgpu-ledger (8:1:10)",gpu="0",UUID="GPU-11111111-2222-3333-4444-555555555555"} 0.295"#),
+            "{body}"
+        );
         assert!(body.contains("# TYPE fgpu_compute_used_seconds_total counter"), "{body}");
-        assert!(body.contains(r#"fgpu_compute_throttled_seconds_total{ledger="/tmp/.fgpu-ledger (8:1:11)",gpu="0",UUID="GPU-11111111-2222-3333-4444-555555555555"} 40.25"#), "{body}");
+        assert!(
+            body.contains(
+                r#"fgpu_compute_throttled_seconds_total{ledger="/tmp/.fgpu-ledger (8:1:11)",gpu="0",UUID="GPU-11111111-2222-3333-4444-555555555555"} 40.25"#
+            ),
+            "{body}"
+        );
         let om = encode(&registry(&report, &mut state), true);
         assert!(om.ends_with("# EOF\n"), "{om}");
         assert!(om.contains("# UNIT fgpu_memory_cap_bytes bytes"), "{om}");

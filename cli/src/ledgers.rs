@@ -103,7 +103,10 @@ pub fn in_effect(sources: &dyn Sources) -> (Target, Option<String>) {
                 Ok(d) => d.path,
                 Err(_) => fgpu_core::ledger::default_path::tmp_places(sources.euid()).next().unwrap_or_default(),
             };
-            (Target::plain(default, Origin::Default), Some(format!("the configuration is not valid ({e}); the shim refuses GPU memory until it is fixed; showing the default ledger")))
+            (
+                Target::plain(default, Origin::Default),
+                Some(format!("the configuration is not valid ({e}); the shim refuses GPU memory until it is fixed; showing the default ledger")),
+            )
         }
     }
 }

@@ -1,8 +1,8 @@
 //! `fgpu`: a thin binary over the modules of this crate. Each command's logic lives in its
 //! module; this file only parses arguments and turns results into exit codes.
 
-mod cdi;
 mod args;
+mod cdi;
 mod doctor;
 mod driver_lists;
 mod driver_probe;
@@ -19,8 +19,8 @@ mod sim_env;
 mod status;
 mod top;
 
-use clap::Parser;
 use args::{Cli, Command};
+use clap::Parser;
 
 fn main() {
     let cli = match Cli::try_parse() {

@@ -51,7 +51,19 @@ pub fn choose(rooms: &[GpuRoom], need: impl Fn(&GpuRoom) -> u64) -> Result<&GpuR
         if rooms.is_empty() {
             return "no GPU is listed by the driver".to_string();
         }
-        let each: Vec<String> = rooms.iter().map(|r| format!("GPU {} ({}) has {} left of {}, needs {}", r.index, r.uuid, format_bytes(r.left_bytes), format_bytes(r.total_bytes), format_bytes(need(r)))).collect();
+        let each: Vec<String> = rooms
+            .iter()
+            .map(|r| {
+                format!(
+                    "GPU {} ({}) has {} left of {}, needs {}",
+                    r.index,
+                    r.uuid,
+                    format_bytes(r.left_bytes),
+                    format_bytes(r.total_bytes),
+                    format_bytes(need(r))
+                )
+            })
+            .collect();
         format!("no GPU has room for the job: {}", each.join("; "))
     })
 }
@@ -71,7 +83,20 @@ mod tests {
         let target = crate::ledgers::Target::plain("/l".into(), crate::ledgers::Origin::Scan);
         let mut l = crate::report::tests_support::empty(&target);
         l.state = LedgerState::Ok;
-        l.devices.push(DeviceReport { index: 0, uuid: uuid.into(), cap_bytes: cap, used_bytes: used, peak_bytes: 0, total_bytes: 80 * GIB, refusals: 0, processes: 1, compute_share: None, compute_used: None, compute_seconds: 0.0, compute_wait_seconds: 0.0 });
+        l.devices.push(DeviceReport {
+            index: 0,
+            uuid: uuid.into(),
+            cap_bytes: cap,
+            used_bytes: used,
+            peak_bytes: 0,
+            total_bytes: 80 * GIB,
+            refusals: 0,
+            processes: 1,
+            compute_share: None,
+            compute_used: None,
+            compute_seconds: 0.0,
+            compute_wait_seconds: 0.0,
+        });
         l.processes.push(crate::report::tests_support::process());
         l
     }

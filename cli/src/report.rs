@@ -7,10 +7,10 @@
 use crate::ledgers::Target;
 use fgpu_core::ledger::compute::ComputeView;
 use fgpu_core::ledger::{DeviceId, Ledger, LedgerError, ProcessView, Snapshot, Trust};
-use std::os::fd::AsFd;
 use fgpu_core::limit::format_bytes;
 use serde::Serialize;
 use std::fmt::Write as _;
+use std::os::fd::AsFd;
 
 /// 2: `state` gained `unverified` and `timeout`; processes gained `host_pid_vouched`.
 pub const SCHEMA: u32 = 2;
@@ -254,10 +254,14 @@ pub fn read(target: &Target) -> LedgerReport {
             let after = ledger.snapshot(None);
             let mut report = LedgerReport::from_snapshots(target, &before, &after);
             let now = fgpu_core::log::monotonic_ns();
-            report.devices = report.devices.into_iter().map(|d| {
-                let view = ledger.compute_view(DeviceId(d.index), now);
-                d.with_compute(&view)
-            }).collect();
+            report.devices = report
+                .devices
+                .into_iter()
+                .map(|d| {
+                    let view = ledger.compute_view(DeviceId(d.index), now);
+                    d.with_compute(&view)
+                })
+                .collect();
             report.error = ledger.file_problem();
             if let Trust::Unverified(why) = ledger.trust() {
                 report.state = LedgerState::Unverified;
@@ -265,9 +269,7 @@ pub fn read(target: &Target) -> LedgerReport {
             }
             report
         }
-        Err(LedgerError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
-            LedgerReport::empty(target, LedgerState::Missing, None)
-        }
+        Err(LedgerError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => LedgerReport::empty(target, LedgerState::Missing, None),
         Err(LedgerError::NotInUse { .. }) => LedgerReport::empty(target, LedgerState::Missing, None),
         Err(e) => LedgerReport::empty(target, LedgerState::Error, Some(e.to_string())),
     }
@@ -282,9 +284,12 @@ fn open(target: &Target) -> Result<Ledger, LedgerError> {
     let root = found.process.root().map_err(gone("reach the root directory of the process that maps it"))?;
     // A path that leads nowhere inside the root of the process that maps the ledger is
     // not a missing ledger (that process runs): it is one that cannot be trusted.
-    let (file, _) = fgpu_core::resolve::open_in_root(root.as_fd(), path)
-        .map_err(|e| LedgerError::Untrusted { path: path.clone(), why: format!("cannot be opened inside the root of PID {}, which maps it: {e}", found.process.pid) })?;
-    let ns = if found.other_ipc { Some(found.process.open_entry("ns/ipc").map_err(gone("reach the IPC namespace of the process that maps it"))?) } else { None };
+    let (file, _) = fgpu_core::resolve::open_in_root(root.as_fd(), path).map_err(|e| LedgerError::Untrusted {
+        path: path.clone(),
+        why: format!("cannot be opened inside the root of PID {}, which maps it: {e}", found.process.pid),
+    })?;
+    let ns =
+        if found.other_ipc { Some(found.process.open_entry("ns/ipc").map_err(gone("reach the IPC namespace of the process that maps it"))?) } else { None };
     if !found.process.alive() {
         return Err(LedgerError::NotInUse { path: path.clone() });
     }
@@ -342,7 +347,11 @@ fn collect_with(resolved: crate::ledgers::Resolved, read: fn(&Target) -> LedgerR
         .zip(&resolved.targets)
         .map(|(report, target)| {
             report.unwrap_or_else(|| {
-                LedgerReport::empty(target, LedgerState::Timeout, Some(format!("not read within {:.1} s (its file or shared memory did not answer)", budget.as_secs_f64())))
+                LedgerReport::empty(
+                    target,
+                    LedgerState::Timeout,
+                    Some(format!("not read within {:.1} s (its file or shared memory did not answer)", budget.as_secs_f64())),
+                )
             })
         })
         .collect();
@@ -448,7 +457,8 @@ fn render_ledger(out: &mut String, l: &LedgerReport, width: usize) {
             d.refusals
         );
         if let Some(share) = d.compute_share {
-            let used = d.compute_used.map(|u| format!("{:.1}% of the GPU's time used (last 2 s)", u * 100.0)).unwrap_or_else(|| "use not measured lately".into());
+            let used =
+                d.compute_used.map(|u| format!("{:.1}% of the GPU's time used (last 2 s)", u * 100.0)).unwrap_or_else(|| "use not measured lately".into());
             let _ = writeln!(
                 out,
                 "    {} compute share {}: {used}, {:.1} s in all, launches waited {:.1} s",
@@ -494,16 +504,27 @@ fn render_ledger(out: &mut String, l: &LedgerReport, width: usize) {
     }
     for p in &l.dying {
         let pid = p.pid.unwrap_or(p.pid_in_namespace);
-        let _ = writeln!(out, "  Dying: PID {pid} ({}) died; the driver may still hold its {}, which stays counted until it is freed.", clean(&p.name), format_bytes(p.used_bytes));
+        let _ = writeln!(
+            out,
+            "  Dying: PID {pid} ({}) died; the driver may still hold its {}, which stays counted until it is freed.",
+            clean(&p.name),
+            format_bytes(p.used_bytes)
+        );
     }
     for p in &l.dead {
         let pid = p.pid.unwrap_or(p.pid_in_namespace);
-        let _ = writeln!(out, "  Dead: PID {pid} ({}) died holding {}; left for the ledger's own processes to drop (a scanned ledger is only read).", clean(&p.name), format_bytes(p.used_bytes));
+        let _ = writeln!(
+            out,
+            "  Dead: PID {pid} ({}) died holding {}; left for the ledger's own processes to drop (a scanned ledger is only read).",
+            clean(&p.name),
+            format_bytes(p.used_bytes)
+        );
     }
     for p in &l.reclaimed {
         let pid = p.pid.unwrap_or(p.pid_in_namespace);
         if p.used_bytes > 0 {
-            let _ = writeln!(out, "  Reclaimed: PID {pid} ({}) had exited; the {} it still held went back to the cap.", clean(&p.name), format_bytes(p.used_bytes));
+            let _ =
+                writeln!(out, "  Reclaimed: PID {pid} ({}) had exited; the {} it still held went back to the cap.", clean(&p.name), format_bytes(p.used_bytes));
         } else {
             let _ = writeln!(out, "  Reclaimed: PID {pid} ({}) had exited, holding nothing; its entry was removed.", clean(&p.name));
         }
@@ -519,7 +540,17 @@ pub(crate) mod tests_support {
     }
 
     pub fn process() -> ProcessReport {
-        ProcessReport { pid: Some(1), pid_in_namespace: 1, host_pid: None, host_pid_vouched: false, name: "p".into(), started_unix_ms: 0, used_bytes: 0, context_bytes: 0, devices: vec![] }
+        ProcessReport {
+            pid: Some(1),
+            pid_in_namespace: 1,
+            host_pid: None,
+            host_pid_vouched: false,
+            name: "p".into(),
+            started_unix_ms: 0,
+            used_bytes: 0,
+            context_bytes: 0,
+            devices: vec![],
+        }
     }
 }
 
@@ -537,7 +568,20 @@ mod tests {
         let mut context = vec![0; 16];
         used[0] = used0;
         context[0] = ctx0;
-        ProcessView { slot: SlotId(slot), pid, pid_here: Some(pid), host_pid: Some(pid + 1000), host_pid_vouched: false, dying: false, name: format!("p{pid}"), alive, started_unix_ms: 1, reserved: used.clone(), used, context }
+        ProcessView {
+            slot: SlotId(slot),
+            pid,
+            pid_here: Some(pid),
+            host_pid: Some(pid + 1000),
+            host_pid_vouched: false,
+            dying: false,
+            name: format!("p{pid}"),
+            alive,
+            started_unix_ms: 1,
+            reserved: used.clone(),
+            used,
+            context,
+        }
     }
 
     fn snapshot(processes: Vec<ProcessView>, used: u64) -> Snapshot {
@@ -601,7 +645,11 @@ mod tests {
         let json = serde_json::to_value(&report).unwrap();
         assert_eq!(json["ledgers"][0]["state"], "timeout");
         // Still stuck: not read again (no pile of threads on a hung file system).
-        let again = collect_with(crate::ledgers::Resolved { targets: vec![Target::plain("/a/slow".into(), Origin::Argument)], notes: vec![] }, slow_or_fast, std::time::Duration::from_millis(100));
+        let again = collect_with(
+            crate::ledgers::Resolved { targets: vec![Target::plain("/a/slow".into(), Origin::Argument)], notes: vec![] },
+            slow_or_fast,
+            std::time::Duration::from_millis(100),
+        );
         assert_eq!(again.ledgers[0].state, LedgerState::Timeout);
     }
 

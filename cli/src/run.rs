@@ -105,10 +105,7 @@ impl PrivateLedger {
     /// temporary directory (`$TMPDIR` or /tmp), after sweeping that place of the stale
     /// directories of earlier runs ([`sweep_stale`]).
     pub fn create() -> std::io::Result<PrivateLedger> {
-        let base = std::env::var_os("XDG_RUNTIME_DIR")
-            .map(PathBuf::from)
-            .filter(|p| p.is_absolute() && writable_dir(p))
-            .unwrap_or_else(std::env::temp_dir);
+        let base = std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from).filter(|p| p.is_absolute() && writable_dir(p)).unwrap_or_else(std::env::temp_dir);
         sweep_stale(&base);
         let dir = mkdtemp(&base.join(format!("{PRIVATE_PREFIX}XXXXXX")))?;
         let owner = match take_owner_lock(&dir) {
@@ -128,12 +125,7 @@ impl PrivateLedger {
         ledger.set_still_held(Box::new(crate::driver_lists::may_still_hold));
         ledger.reclaim_dead(None);
         let snapshot = ledger.snapshot(None);
-        let alive: Vec<String> = snapshot
-            .processes
-            .iter()
-            .filter(|p| p.alive)
-            .map(|p| format!("{} ({})", p.pid_here.unwrap_or(p.pid), p.name))
-            .collect();
+        let alive: Vec<String> = snapshot.processes.iter().filter(|p| p.alive).map(|p| format!("{} ({})", p.pid_here.unwrap_or(p.pid), p.name)).collect();
         if !alive.is_empty() {
             self.keep = true;
             eprintln!(
@@ -264,7 +256,8 @@ fn placement_lock() -> Option<std::fs::File> {
     let uid = fgpu_core::sys::geteuid();
     let dir = fgpu_core::ledger::default_path::choose(uid, &fgpu_core::ledger::default_path::OsPlaces).ok()?.path.parent()?.to_path_buf();
     std::fs::DirBuilder::new().recursive(true).mode(0o700).create(&dir).ok()?;
-    let file = std::fs::OpenOptions::new().read(true).write(true).create(true).mode(0o600).custom_flags(libc::O_NOFOLLOW).open(dir.join("placement.lock")).ok()?;
+    let file =
+        std::fs::OpenOptions::new().read(true).write(true).create(true).mode(0o600).custom_flags(libc::O_NOFOLLOW).open(dir.join("placement.lock")).ok()?;
     // SAFETY: models flock(2) on a descriptor this File owns; waits for other placements.
     (unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } == 0).then_some(file)
 }
@@ -287,7 +280,13 @@ fn place(args: &RunArgs, limit: Option<&str>, ledger: &Path) -> Result<Placed, S
         match crate::placement::choose(&rooms, need) {
             Ok(room) if spec.is_none() => {
                 // No memory cap: nothing to commit; the GPU with the most room is enough.
-                eprintln!("fgpu run: on GPU {} ({}): {} left of {}", room.index, room.uuid, fgpu_core::limit::format_bytes(room.left_bytes), fgpu_core::limit::format_bytes(room.total_bytes));
+                eprintln!(
+                    "fgpu run: on GPU {} ({}): {} left of {}",
+                    room.index,
+                    room.uuid,
+                    fgpu_core::limit::format_bytes(room.left_bytes),
+                    fgpu_core::limit::format_bytes(room.total_bytes)
+                );
                 return Ok(Placed { uuid: room.uuid.clone(), held: None });
             }
             Ok(room) => {
@@ -301,7 +300,13 @@ fn place(args: &RunArgs, limit: Option<&str>, ledger: &Path) -> Result<Placed, S
                 if let Some(share) = compute.as_ref().and_then(|c| c.share_for(&room.uuid)) {
                     held.register_compute(device, share, Some(slot)).map_err(|e| e.to_string())?;
                 }
-                eprintln!("fgpu run: on GPU {} ({}): {} left of {} before this job", room.index, room.uuid, fgpu_core::limit::format_bytes(room.left_bytes), fgpu_core::limit::format_bytes(room.total_bytes));
+                eprintln!(
+                    "fgpu run: on GPU {} ({}): {} left of {} before this job",
+                    room.index,
+                    room.uuid,
+                    fgpu_core::limit::format_bytes(room.left_bytes),
+                    fgpu_core::limit::format_bytes(room.total_bytes)
+                );
                 return Ok(Placed { uuid: room.uuid.clone(), held: Some((held, slot)) });
             }
             Err(why) if args.wait => {

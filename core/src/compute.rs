@@ -312,13 +312,26 @@ impl UtilisationBook {
     /// A book for a process that began using the device at `start_us` (CPU time, µs since
     /// the epoch): samples before that are not its.
     pub fn new(start_us: u64) -> UtilisationBook {
-        UtilisationBook { start_us, last_seen_us: 0, covered_us: start_us, period_us: None, newest_of: Vec::new(), percent_sum: 0, reported_ns: 0, primed: false }
+        UtilisationBook {
+            start_us,
+            last_seen_us: 0,
+            covered_us: start_us,
+            period_us: None,
+            newest_of: Vec::new(),
+            percent_sum: 0,
+            reported_ns: 0,
+            primed: false,
+        }
     }
 
     /// The `lastSeenTimeStamp` to ask NVML with: 0 the first time (the whole buffer, to
     /// learn the period), then the newest timestamp seen.
     pub fn ask_after(&self) -> u64 {
-        if self.primed { self.last_seen_us } else { 0 }
+        if self.primed {
+            self.last_seen_us
+        } else {
+            0
+        }
     }
 
     /// The sample period as learned so far (the shortest documented one until then, for
@@ -364,11 +377,7 @@ impl UtilisationBook {
         }
         let newest = fresh.iter().map(|(_, t)| *t).max();
         let counted_after = floor.max(self.start_us);
-        self.percent_sum += samples
-            .iter()
-            .filter(|s| s.timestamp_us > counted_after && pids.contains(&s.pid))
-            .map(|s| s.sm_util.min(100) as u64)
-            .sum::<u64>();
+        self.percent_sum += samples.iter().filter(|s| s.timestamp_us > counted_after && pids.contains(&s.pid)).map(|s| s.sm_util.min(100) as u64).sum::<u64>();
         self.primed = true;
         if let Some(newest) = newest {
             self.last_seen_us = self.last_seen_us.max(newest);
@@ -417,7 +426,7 @@ mod tests {
     #[test]
     fn the_bucket_admits_the_share_over_time_and_keeps_at_most_its_burst() {
         let c = 250_000; // 25 %
-        // Long idle: the clock is brought to 200 ms behind, so 50 ms of GPU time is held.
+                         // Long idle: the clock is brought to 200 ms behind, so 50 ms of GPU time is held.
         assert_eq!(tokens(0, 10_000_000_000, c), 50_000_000);
         // Charging 5 ms at 25 % moves the clock 20 ms.
         let v = charge(0, 10_000_000_000, 5_000_000, c);

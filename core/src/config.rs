@@ -79,7 +79,9 @@ pub enum ConfigError {
     Unreadable { path: String, reason: String },
     #[error("{source_name}: device key {key:?} is ambiguous: it matches {} GPUs ({}); give enough of the UUID to name one", matches.len(), matches.join(", "))]
     AmbiguousKey { source_name: String, key: String, matches: Vec<String> },
-    #[error("{source_name}: device key {key:?} is a UUID prefix, and the GPUs cannot be listed to check that it names only one ({reason}); give the whole UUID")]
+    #[error(
+        "{source_name}: device key {key:?} is a UUID prefix, and the GPUs cannot be listed to check that it names only one ({reason}); give the whole UUID"
+    )]
     UncheckedKey { source_name: String, key: String, reason: String },
 }
 
@@ -233,11 +235,7 @@ impl Config {
             apply_file(&mut config, &file.path, &file.text, &mut bad_logs)?;
         }
         if let Some(value) = sources.env(ENV_LIMIT) {
-            let spec = parse_limit(&value).map_err(|reason| ConfigError::BadLimitEnv {
-                var: ENV_LIMIT,
-                value: value.clone(),
-                reason,
-            })?;
+            let spec = parse_limit(&value).map_err(|reason| ConfigError::BadLimitEnv { var: ENV_LIMIT, value: value.clone(), reason })?;
             config.env_limit = Some(spec);
         }
         if let Some(value) = sources.env(ENV_COMPUTE) {
@@ -393,11 +391,7 @@ impl Sources for OsSources {
             Err(e) => return Err(unreadable(e)),
         };
         let text = std::fs::read_to_string(CONFIG_PATH).map_err(unreadable)?;
-        Ok(Some(ConfigFile {
-            path: CONFIG_PATH.to_string(),
-            text,
-            trusted: meta.uid() == 0 && meta.mode() & 0o022 == 0,
-        }))
+        Ok(Some(ConfigFile { path: CONFIG_PATH.to_string(), text, trusted: meta.uid() == 0 && meta.mode() & 0o022 == 0 }))
     }
 }
 
@@ -568,7 +562,10 @@ mod tests {
         // A bad level in the file: the same rule, with file and line; the cap stands.
         let config = load(&[], Some(("limit = 2G\nlog = lots\n", true))).unwrap();
         assert_eq!(config.cap_for("GPU-1", 80 * GIB), Some(2 * GIB));
-        assert_eq!(config.warnings, vec![r#"/etc/fgpu/fgpu.conf:2: log = "lots" is not a log level (quiet, error, warn, info, debug); ignored, logging at warn"#]);
+        assert_eq!(
+            config.warnings,
+            vec![r#"/etc/fgpu/fgpu.conf:2: log = "lots" is not a log level (quiet, error, warn, info, debug); ignored, logging at warn"#]
+        );
         let config = load(&[(ENV_LOG, "error")], Some(("log = lots\n", true))).unwrap();
         assert!(config.warnings[0].ends_with("logging at error"), "{:?}", config.warnings);
         assert!(load(&[], Some(("log =\n", true))).unwrap().warnings.is_empty());

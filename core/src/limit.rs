@@ -106,10 +106,7 @@ impl LimitSpec {
     /// MIG instance) and physical memory, or `None` when this spec does not cap that device.
     /// The longest matching prefix wins.
     pub fn cap_for(&self, uuid: &str, total: u64) -> Option<u64> {
-        self.deciding_entry(uuid)
-            .map(|i| self.per_device[i].1)
-            .or(self.default)
-            .map(|amount| amount.resolve(total))
+        self.deciding_entry(uuid).map(|i| self.per_device[i].1).or(self.default).map(|amount| amount.resolve(total))
     }
 
     /// The amount as written for the device with this UUID string (the longest matching
@@ -122,12 +119,7 @@ impl LimitSpec {
     fn deciding_entry(&self, uuid: &str) -> Option<usize> {
         let lower = uuid.to_ascii_lowercase();
         let uuid = uuid_body(&lower);
-        self.per_device
-            .iter()
-            .enumerate()
-            .filter(|(_, (key, _))| uuid.starts_with(key.as_str()))
-            .max_by_key(|(_, (key, _))| key.len())
-            .map(|(i, _)| i)
+        self.per_device.iter().enumerate().filter(|(_, (key, _))| uuid.starts_with(key.as_str())).max_by_key(|(_, (key, _))| key.len()).map(|(i, _)| i)
     }
 
     /// The first device key (as written) that is shorter than a whole UUID, and so could
@@ -216,9 +208,7 @@ pub fn parse_spec(text: &str) -> Result<LimitSpec, LimitError> {
     let mut spec = LimitSpec { default: None, per_device: Vec::new(), keys: Vec::new() };
     for entry in text.split(',') {
         let entry = entry.trim();
-        let (key, value) = entry
-            .split_once('=')
-            .ok_or_else(|| LimitError::Malformed(entry.to_string()))?;
+        let (key, value) = entry.split_once('=').ok_or_else(|| LimitError::Malformed(entry.to_string()))?;
         let (key, amount) = (key.trim(), parse_amount(value)?);
         if key == "*" {
             if spec.default.is_some() {
@@ -253,10 +243,7 @@ fn uuid_body(lower: &str) -> &str {
 pub fn parse_amount(text: &str) -> Result<Amount, LimitError> {
     let text = text.trim();
     if let Some(number) = text.strip_suffix('%') {
-        let value: f64 = number
-            .trim()
-            .parse()
-            .map_err(|_| LimitError::BadPercent(text.to_string()))?;
+        let value: f64 = number.trim().parse().map_err(|_| LimitError::BadPercent(text.to_string()))?;
         if !(value > 0.0 && value <= 100.0 && value.is_finite()) {
             return Err(LimitError::BadPercent(text.to_string()));
         }
@@ -279,9 +266,7 @@ pub fn parse_size(text: &str) -> Result<u64, LimitError> {
     if text.starts_with('-') {
         return Err(LimitError::Negative(text.to_string()));
     }
-    let split = text
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(text.len());
+    let split = text.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(text.len());
     let (number, unit) = text.split_at(split);
     let multiplier = unit_multiplier(unit.trim()).ok_or_else(|| LimitError::Malformed(text.to_string()))?;
     if number.is_empty() || number.starts_with('.') || number.ends_with('.') || number.matches('.').count() > 1 {
@@ -289,17 +274,13 @@ pub fn parse_size(text: &str) -> Result<u64, LimitError> {
     }
     let (whole, fraction) = number.split_once('.').unwrap_or((number, ""));
     let whole: u64 = whole.parse().map_err(|_| LimitError::Overflow(text.to_string()))?;
-    let mut bytes = whole
-        .checked_mul(multiplier)
-        .ok_or_else(|| LimitError::Overflow(text.to_string()))?;
+    let mut bytes = whole.checked_mul(multiplier).ok_or_else(|| LimitError::Overflow(text.to_string()))?;
     if !fraction.is_empty() {
         // Exact decimal fraction of the multiplier, computed in u128 to avoid rounding error.
         let digits = fraction.len().min(18) as u32;
         let numerator: u128 = fraction[..digits as usize].parse().map_err(|_| LimitError::Malformed(text.to_string()))?;
         let part = numerator * multiplier as u128 / 10u128.pow(digits);
-        bytes = bytes
-            .checked_add(part as u64)
-            .ok_or_else(|| LimitError::Overflow(text.to_string()))?;
+        bytes = bytes.checked_add(part as u64).ok_or_else(|| LimitError::Overflow(text.to_string()))?;
     }
     Ok(bytes)
 }
@@ -383,7 +364,10 @@ mod tests {
         assert_eq!(too_small("GPU-1a2b=8,*=4G"), "8G");
         assert_eq!(too_small("GPU-1a2b=4G,*=1.5"), "1.5G");
         let message = parse_limit("8").unwrap_err().to_string();
-        assert_eq!(message, r#""8" is 8 bytes, too small for any CUDA context (a cap must be at least 1 MiB, or exactly 1 byte to give a GPU no memory): did you mean 8G?"#);
+        assert_eq!(
+            message,
+            r#""8" is 8 bytes, too small for any CUDA context (a cap must be at least 1 MiB, or exactly 1 byte to give a GPU no memory): did you mean 8G?"#
+        );
         // One byte (no memory on that GPU, as fgpu cdi generate writes), 1 MiB and up, and
         // percentages pass.
         assert_eq!(parse_limit("GPU-1a2b=8G,*=1").unwrap().default, Some(Amount::Bytes(1)));
@@ -421,10 +405,11 @@ mod tests {
 
     #[test]
     fn a_key_deciding_for_two_devices_is_ambiguous() {
-        let gpus: Vec<String> = ["GPU-5a1e3c27-0000-4000-8000-000000000001", "GPU-5a1e3c27-0000-4000-8000-000000000002", "GPU-77000000-0000-4000-8000-000000000003"]
-            .iter()
-            .map(|s| s.to_string())
-            .collect();
+        let gpus: Vec<String> =
+            ["GPU-5a1e3c27-0000-4000-8000-000000000001", "GPU-5a1e3c27-0000-4000-8000-000000000002", "GPU-77000000-0000-4000-8000-000000000003"]
+                .iter()
+                .map(|s| s.to_string())
+                .collect();
         let spec = parse_limit("GPU-5a1e3c27=2G").unwrap();
         assert!(spec.has_prefix_keys());
         assert_eq!(spec.ambiguous_key(&gpus), Some(AmbiguousKey { key: "GPU-5a1e3c27".into(), matches: gpus[..2].to_vec() }));

@@ -95,12 +95,7 @@ impl RateLimit {
     /// last one; `None` when it must be dropped.
     pub fn check(&self, now_ns: u64) -> Option<u64> {
         let next = self.next_ns.load(Ordering::Relaxed);
-        if now_ns >= next
-            && self
-                .next_ns
-                .compare_exchange(next, now_ns + self.interval_ns, Ordering::Relaxed, Ordering::Relaxed)
-                .is_ok()
-        {
+        if now_ns >= next && self.next_ns.compare_exchange(next, now_ns + self.interval_ns, Ordering::Relaxed, Ordering::Relaxed).is_ok() {
             return Some(self.suppressed.swap(0, Ordering::Relaxed));
         }
         self.suppressed.fetch_add(1, Ordering::Relaxed);

@@ -230,7 +230,11 @@ pub fn fstat(fd: BorrowedFd<'_>) -> io::Result<libc::stat> {
 pub fn clock_ticks_per_second() -> u64 {
     // SAFETY: sysconf has no preconditions.
     let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-    if ticks > 0 { ticks as u64 } else { 100 }
+    if ticks > 0 {
+        ticks as u64
+    } else {
+        100
+    }
 }
 
 // ---- glibc's own dlsym ----

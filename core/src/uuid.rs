@@ -9,10 +9,7 @@ pub fn format_gpu_uuid(bytes: &[u8; 16]) -> String {
 /// Parses `GPU-…` (or `MIG-…`, or bare hex with dashes) back into 16 bytes.
 pub fn parse_gpu_uuid(text: &str) -> Option<[u8; 16]> {
     let body = text.trim().trim_end_matches('\0');
-    let body = body
-        .strip_prefix("GPU-")
-        .or_else(|| body.strip_prefix("MIG-"))
-        .unwrap_or(body);
+    let body = body.strip_prefix("GPU-").or_else(|| body.strip_prefix("MIG-")).unwrap_or(body);
     let hex: Vec<u8> = body.bytes().filter(|b| *b != b'-').collect();
     if hex.len() != 32 {
         return None;

@@ -24,10 +24,7 @@ pub const EXPORTS_TXT: &str = include_str!("../exports.txt");
 
 /// The names of [`EXPORTS_TXT`].
 pub fn exports() -> impl Iterator<Item = &'static str> {
-    EXPORTS_TXT
-        .lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+    EXPORTS_TXT.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#'))
 }
 
 #[cfg(test)]
@@ -37,15 +34,9 @@ mod tests {
         let mut previous = "";
         let mut count = 0;
         for name in super::exports() {
-            assert!(
-                name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_'),
-                "{name}"
-            );
+            assert!(name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_'), "{name}");
             assert!(!name.as_bytes()[0].is_ascii_digit(), "{name}");
-            assert!(
-                name > previous,
-                "{name} after {previous}: keep exports.txt sorted and unique"
-            );
+            assert!(name > previous, "{name} after {previous}: keep exports.txt sorted and unique");
             assert_ne!(name, "dlsym", "dlsym is the front's own entry point");
             previous = name;
             count += 1;

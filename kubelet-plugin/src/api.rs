@@ -241,9 +241,7 @@ impl Api {
                 let mut desired = slices::slice(node, owner.as_deref(), devices, 1);
                 if desired.metadata.owner_references.is_none() {
                     // The node could not be read: keep the owner the slice has.
-                    desired.metadata.owner_references = existing
-                        .pointer("/metadata/ownerReferences")
-                        .and_then(|o| serde_json::from_value(o.clone()).ok());
+                    desired.metadata.owner_references = existing.pointer("/metadata/ownerReferences").and_then(|o| serde_json::from_value(o.clone()).ok());
                 }
                 let generation = existing.pointer("/spec/pool/generation").and_then(Value::as_i64).unwrap_or(0);
                 self.generation.fetch_max(generation, Ordering::Relaxed);
@@ -287,8 +285,8 @@ impl Api {
         let items = list.get("items").and_then(Value::as_array).map(Vec::as_slice).unwrap_or(&[]);
         // The server may ignore the selector: check each item.
         for item in items {
-            let mine = item.pointer("/spec/driver").and_then(Value::as_str) == Some(DRIVER)
-                && item.pointer("/spec/nodeName").and_then(Value::as_str) == Some(node);
+            let mine =
+                item.pointer("/spec/driver").and_then(Value::as_str) == Some(DRIVER) && item.pointer("/spec/nodeName").and_then(Value::as_str) == Some(node);
             let Some(name) = item.pointer("/metadata/name").and_then(Value::as_str) else { continue };
             if !mine || name == keep {
                 continue;

@@ -131,7 +131,11 @@ fn probe(fgpu: &Path) -> Result<Inventory, String> {
 }
 
 fn describe(inventory: &Inventory) -> String {
-    let gpus: Vec<String> = inventory.gpus.iter().map(|g| format!("{} {} ({}, {})", slices::device_name(g.index), g.uuid, g.product, fgpu_kubelet_plugin::quantity::format_bytes(g.total))).collect();
+    let gpus: Vec<String> = inventory
+        .gpus
+        .iter()
+        .map(|g| format!("{} {} ({}, {})", slices::device_name(g.index), g.uuid, g.product, fgpu_kubelet_plugin::quantity::format_bytes(g.total)))
+        .collect();
     if gpus.is_empty() {
         "no GPU".into()
     } else {

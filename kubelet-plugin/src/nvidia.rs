@@ -46,11 +46,8 @@ pub fn device_names(dirs: &[PathBuf]) -> (BTreeSet<String>, Vec<String>) {
 /// The device names of one spec file, if its kind is NVIDIA's.
 fn read_spec(path: &Path, json: bool) -> Result<Option<Vec<String>>, String> {
     let text = std::fs::read_to_string(path).map_err(|e| e.to_string())?;
-    let value: serde_json::Value = if json {
-        serde_json::from_str(&text).map_err(|e| e.to_string())?
-    } else {
-        serde_saphyr::from_str(&text).map_err(|e| e.to_string())?
-    };
+    let value: serde_json::Value =
+        if json { serde_json::from_str(&text).map_err(|e| e.to_string())? } else { serde_saphyr::from_str(&text).map_err(|e| e.to_string())? };
     if value.get("kind").and_then(|k| k.as_str()) != Some(NVIDIA_KIND) {
         return Ok(None);
     }

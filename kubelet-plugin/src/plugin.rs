@@ -163,14 +163,7 @@ impl Plugin {
         if let Some(problem) = problem {
             crate::log(&problem);
         }
-        Plugin {
-            settings,
-            api,
-            inventory: RwLock::new(inventory),
-            store,
-            state: Mutex::new(checkpoint),
-            warned_no_tmpfs: AtomicBool::new(false),
-        }
+        Plugin { settings, api, inventory: RwLock::new(inventory), store, state: Mutex::new(checkpoint), warned_no_tmpfs: AtomicBool::new(false) }
     }
 
     pub fn api(&self) -> &Api {
@@ -225,12 +218,7 @@ impl Plugin {
             self.write_claim_files(uid, done).map_err(|e| format!("{what}: {e}"))?;
             return Ok(done.devices.clone());
         }
-        let claim = self
-            .api
-            .claim(namespace, name)
-            .await
-            .map_err(|e| format!("cannot read {what}: {e}"))?
-            .ok_or_else(|| format!("{what} does not exist"))?;
+        let claim = self.api.claim(namespace, name).await.map_err(|e| format!("cannot read {what}: {e}"))?.ok_or_else(|| format!("{what} does not exist"))?;
         if claim.metadata.uid != uid {
             return Err(format!("{what} has UID {:?}, not {uid:?}: it was deleted and created again", claim.metadata.uid));
         }
@@ -270,11 +258,8 @@ impl Plugin {
                 pods.join(", ")
             ));
         }
-        let caps: Vec<String> = record
-            .caps
-            .iter()
-            .map(|c| format!("GPU {} {}{}", c.index, crate::quantity::format_bytes(c.memory), share_text(c.compute_millipercent)))
-            .collect();
+        let caps: Vec<String> =
+            record.caps.iter().map(|c| format!("GPU {} {}{}", c.index, crate::quantity::format_bytes(c.memory), share_text(c.compute_millipercent))).collect();
         crate::log(&format!("prepared {what} ({uid}): {}", caps.join(", ")));
         Ok(record.devices)
     }
@@ -408,13 +393,7 @@ fn mount_tmpfs(dir: &Path) -> Result<(), String> {
     let options = std::ffi::CString::new(LEDGER_TMPFS).expect("no NUL");
     // SAFETY: mount(2) with NUL-terminated strings that outlive the call.
     let rc = unsafe {
-        libc::mount(
-            c"fgpu-ledger".as_ptr(),
-            target.as_ptr(),
-            c"tmpfs".as_ptr(),
-            libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
-            options.as_ptr().cast(),
-        )
+        libc::mount(c"fgpu-ledger".as_ptr(), target.as_ptr(), c"tmpfs".as_ptr(), libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC, options.as_ptr().cast())
     };
     if rc == 0 {
         Ok(())

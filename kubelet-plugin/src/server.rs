@@ -92,10 +92,7 @@ impl DraPlugin for DraService {
         Ok(Response::new(NodePrepareResourcesResponse { claims }))
     }
 
-    async fn node_unprepare_resources(
-        &self,
-        request: Request<NodeUnprepareResourcesRequest>,
-    ) -> Result<Response<NodeUnprepareResourcesResponse>, Status> {
+    async fn node_unprepare_resources(&self, request: Request<NodeUnprepareResourcesRequest>) -> Result<Response<NodeUnprepareResourcesResponse>, Status> {
         let mut claims = HashMap::new();
         for claim in request.into_inner().claims {
             let error = match self.plugin.unprepare(&claim.namespace, &claim.name, &claim.uid).await {
@@ -118,9 +115,7 @@ pub fn listen(path: &Path) -> Result<UnixListener, String> {
         std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
     }
     match std::fs::symlink_metadata(path) {
-        Ok(meta) if meta.file_type().is_socket() => {
-            std::fs::remove_file(path).map_err(|e| format!("cannot remove the old socket {}: {e}", path.display()))?
-        }
+        Ok(meta) if meta.file_type().is_socket() => std::fs::remove_file(path).map_err(|e| format!("cannot remove the old socket {}: {e}", path.display()))?,
         Ok(_) => return Err(format!("{} exists and is not a socket", path.display())),
         Err(_) => {}
     }

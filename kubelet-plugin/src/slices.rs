@@ -289,7 +289,10 @@ mod tests {
         assert_eq!(s["apiVersion"], "resource.k8s.io/v1");
         assert_eq!(s["kind"], "ResourceSlice");
         assert_eq!(s["metadata"]["name"], "node-a-gpu.fgpu.io");
-        assert_eq!(s["metadata"]["ownerReferences"][0], serde_json::json!({"apiVersion": "v1", "kind": "Node", "name": "node-a", "uid": "0a1b", "controller": true}));
+        assert_eq!(
+            s["metadata"]["ownerReferences"][0],
+            serde_json::json!({"apiVersion": "v1", "kind": "Node", "name": "node-a", "uid": "0a1b", "controller": true})
+        );
         assert_eq!(s["spec"]["driver"], "gpu.fgpu.io");
         assert_eq!(s["spec"]["nodeName"], "node-a");
         assert_eq!(s["spec"]["pool"], serde_json::json!({"name": "node-a", "generation": 3, "resourceSliceCount": 1}));

@@ -12,7 +12,11 @@
 //! prototype table are compiled into this test a second time, from the same files
 //! (`#[path]`): they use nothing but std.
 
-use fgpu_tests::c_layout::{CShape, Checks, Header, Header::{Cuda, Nvml}, Prototype};
+use fgpu_tests::c_layout::{
+    CShape, Checks, Header,
+    Header::{Cuda, Nvml},
+    Prototype,
+};
 use fgpu_tests::{c_struct, c_struct_shape, c_value};
 
 #[allow(dead_code, non_camel_case_types)]
@@ -67,7 +71,11 @@ macro_rules! as_prototypes {
 }
 
 fn header(lib: &str) -> Header {
-    if lib == "Cuda" { Cuda } else { Nvml }
+    if lib == "Cuda" {
+        Cuda
+    } else {
+        Nvml
+    }
 }
 
 /// Every prototype the shim declares.

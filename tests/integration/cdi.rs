@@ -14,13 +14,7 @@ fn generate(env: &Env, extra: &[&str]) -> Cmd {
 }
 
 fn generate_to(env: &Env, output: &Path, config_dir: &Path, extra: &[&str]) -> Cmd {
-    env.command(fgpu_bin())
-        .env("FGPU_SHIM", front_path())
-        .args(["cdi", "generate", "--output"])
-        .arg(output)
-        .arg("--config-dir")
-        .arg(config_dir)
-        .args(extra)
+    env.command(fgpu_bin()).env("FGPU_SHIM", front_path()).args(["cdi", "generate", "--output"]).arg(output).arg("--config-dir").arg(config_dir).args(extra)
 }
 
 fn config_dir(env: &Env) -> PathBuf {

@@ -29,11 +29,7 @@ fn json(run: &Run) -> Value {
 }
 
 fn private_dirs_left(env: &Env) -> Vec<String> {
-    std::fs::read_dir(&env.dir)
-        .unwrap()
-        .filter_map(|e| e.ok()?.file_name().into_string().ok())
-        .filter(|n| n.starts_with("fgpu-run-"))
-        .collect()
+    std::fs::read_dir(&env.dir).unwrap().filter_map(|e| e.ok()?.file_name().into_string().ok()).filter(|n| n.starts_with("fgpu-run-")).collect()
 }
 
 // ------------------------------------------------------------------------------ fgpu run
@@ -277,7 +273,8 @@ fn ctrl_c_stops_the_job_as_it_would_without_fgpu() {
     // The job counts SIGINTs: the terminal's Ctrl-C must reach it exactly once (fgpu must not
     // pass on a second copy), and fgpu must then leave with the job's status.
     let script = env.dir.join("count-int.sh");
-    std::fs::write(&script, "n=0; trap 'n=$((n+1))' INT; echo READY; while [ $n -eq 0 ]; do sleep 0.05; done; sleep 0.5; echo COUNT=$n; exit $((100+n))\n").unwrap();
+    std::fs::write(&script, "n=0; trap 'n=$((n+1))' INT; echo READY; while [ $n -eq 0 ]; do sleep 0.05; done; sleep 0.5; echo COUNT=$n; exit $((100+n))\n")
+        .unwrap();
     // (printf so the typed command line does not itself contain what we wait for)
     run(&format!("sh {}; printf 'JOB-%s=%s\\n' RC $?", script.display()));
     tmux.wait_screen("READY", Duration::from_secs(10));
@@ -413,12 +410,8 @@ fn status_all_finds_a_ledger_in_another_mount_and_pid_namespace() {
         l = ledger.display(),
         c = cuclient()
     );
-    let mut hidden = env
-        .command("unshare")
-        .args(["--mount", "--pid", "--ipc", "--fork", "--mount-proc", "--kill-child", "sh", "-c", &script])
-        .shim()
-        .limit("1G")
-        .spawn();
+    let mut hidden =
+        env.command("unshare").args(["--mount", "--pid", "--ipc", "--fork", "--mount-proc", "--kill-child", "sh", "-c", &script]).shim().limit("1G").spawn();
     hidden.wait_for("holding");
     assert!(!ledger.exists(), "the ledger must not be visible from the host's mount namespace");
 
@@ -453,7 +446,11 @@ fn doctor(cmd: Cmd) -> (Run, Value) {
     let run = cmd.args(["doctor", "--json"]).run();
     let value = json(&run);
     let failed = value["findings"].as_array().unwrap().iter().any(|f| f["level"] == "fail");
-    let unconfigured = value["findings"].as_array().unwrap().iter().any(|f| f["check"] == "cap" && f["message"].as_str().unwrap_or("").starts_with("No cap is configured yet"));
+    let unconfigured = value["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|f| f["check"] == "cap" && f["message"].as_str().unwrap_or("").starts_with("No cap is configured yet"));
     assert_eq!(run.output.status.code(), Some(if failed { 1 } else { 0 }), "exit status follows the findings\n{run}");
     assert_eq!(value["cap_applies"], !failed && !unconfigured, "{run}");
     (run, value)
@@ -577,7 +574,16 @@ fn doctor_reports_a_front_that_cannot_load() {
     std::fs::create_dir_all(broken.parent().unwrap()).unwrap();
     let cc = |args: &[&str]| Cmd(Command::new("cc")).args(args).success();
     cc(&["-shared", "-fPIC", "-o", &dep_dir.join("libfgpudep.so").display().to_string(), &src.display().to_string()]);
-    cc(&["-shared", "-fPIC", "-o", &broken.display().to_string(), &src.display().to_string(), "-Wl,--no-as-needed", &format!("-L{}", dep_dir.display()), "-lfgpudep"]);
+    cc(&[
+        "-shared",
+        "-fPIC",
+        "-o",
+        &broken.display().to_string(),
+        &src.display().to_string(),
+        "-Wl,--no-as-needed",
+        &format!("-L{}", dep_dir.display()),
+        "-lfgpudep",
+    ]);
     std::fs::remove_file(dep_dir.join("libfgpudep.so")).unwrap();
     let (run, value) = doctor(capped(&broken));
     assert_finding(&run, &value, "shim", "fail", "libfgpudep.so");
@@ -610,7 +616,14 @@ fn doctor_reports_a_broken_ledger_a_missing_driver_and_another_interposer() {
 
     // Not the host PID namespace.
     if prerequisite(is_root() && tool("unshare"), "the PID namespace part needs root and unshare(1)") {
-        let inner = env.command("unshare").args(["--pid", "--fork", "--mount-proc", "--mount"]).arg(fgpu_bin()).args(["doctor", "--json"]).env("LD_PRELOAD", front_path()).env("FGPU_LIMIT", "2G").run();
+        let inner = env
+            .command("unshare")
+            .args(["--pid", "--fork", "--mount-proc", "--mount"])
+            .arg(fgpu_bin())
+            .args(["doctor", "--json"])
+            .env("LD_PRELOAD", front_path())
+            .env("FGPU_LIMIT", "2G")
+            .run();
         let value = json(&inner);
         assert_finding(&inner, &value, "pidns", "info", "not the host PID namespace");
     }
@@ -641,21 +654,28 @@ fn doctor_reads_the_config_file_and_ld_so_preload() {
     assert!(!file_ledger.exists(), "the doctor created the ledger: its probe went through the shim\n{run}");
 
     // Both: the smaller applies, and the doctor says so.
-    let cmd = env.with_private_etc(&format!("mkdir -p /etc/fgpu; echo 'limit = 3G' > /etc/fgpu/fgpu.conf; echo {front} > /etc/ld.so.preload; FGPU_LIMIT=1G {fgpu_cmd}")).unwrap();
+    let cmd = env
+        .with_private_etc(&format!("mkdir -p /etc/fgpu; echo 'limit = 3G' > /etc/fgpu/fgpu.conf; echo {front} > /etc/ld.so.preload; FGPU_LIMIT=1G {fgpu_cmd}"))
+        .unwrap();
     let run = cmd.run();
     let value = json(&run);
     assert_finding(&run, &value, "cap", "ok", "on each GPU the smaller applies");
     assert_finding(&run, &value, "cap", "info", "capped at 1 GiB");
 
     // A bad line in the file: the configuration error verbatim.
-    let cmd = env.with_private_etc(&format!("mkdir -p /etc/fgpu; echo 'limt = 3G' > /etc/fgpu/fgpu.conf; echo {front} > /etc/ld.so.preload; {fgpu_cmd}")).unwrap();
+    let cmd =
+        env.with_private_etc(&format!("mkdir -p /etc/fgpu; echo 'limt = 3G' > /etc/fgpu/fgpu.conf; echo {front} > /etc/ld.so.preload; {fgpu_cmd}")).unwrap();
     let run = cmd.run();
     let value = json(&run);
     assert_eq!(run.output.status.code(), Some(1), "{run}");
     assert_finding(&run, &value, "cap", "fail", "/etc/fgpu/fgpu.conf:1: \"limt = 3G\" is not a `key = value` line");
 
     // A file others may write: not trusted.
-    let cmd = env.with_private_etc(&format!("mkdir -p /etc/fgpu; echo 'limit = 3G' > /etc/fgpu/fgpu.conf; chmod 666 /etc/fgpu/fgpu.conf; echo {front} > /etc/ld.so.preload; {fgpu_cmd}")).unwrap();
+    let cmd = env
+        .with_private_etc(&format!(
+            "mkdir -p /etc/fgpu; echo 'limit = 3G' > /etc/fgpu/fgpu.conf; chmod 666 /etc/fgpu/fgpu.conf; echo {front} > /etc/ld.so.preload; {fgpu_cmd}"
+        ))
+        .unwrap();
     let run = cmd.run();
     let value = json(&run);
     assert_finding(&run, &value, "cap", "fail", "refusing to trust its cap");
@@ -720,7 +740,6 @@ fn doctor_reports_a_ledger_directory_it_cannot_write() {
 
 // ------------------------------------------------------------------------------ fgpu exporter
 
-
 /// The value of the sample `name{...}` whose labels contain all of `labels`.
 fn sample(body: &str, name: &str, labels: &[(&str, String)]) -> Option<f64> {
     body.lines().filter(|l| l.starts_with(&format!("{name}{{"))).find_map(|l| {
@@ -755,7 +774,12 @@ fn exporter_serves_valid_metrics_that_match_the_simulated_gpu() {
             .unwrap();
         check.stdin.take().unwrap().write_all(body.as_bytes()).unwrap();
         let out = check.wait_with_output().unwrap();
-        assert!(out.status.success(), "promtool check metrics failed:\n{}{}\n--- metrics ---\n{body}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "promtool check metrics failed:\n{}{}\n--- metrics ---\n{body}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
 
     // The truth is the simulated driver's (what it holds for each process) and the test's
@@ -882,7 +906,19 @@ fn sim_env_sets_up_the_simulated_driver_for_a_plain_shell() {
     let plain = |script: &str| {
         let mut sh = Command::new("sh");
         sh.args(["-c", script]).current_dir(&env.dir).env("TMPDIR", &env.dir);
-        for var in ["LD_LIBRARY_PATH", "LD_PRELOAD", "FGPU_LIMIT", "FGPU_LEDGER", "FGPU_SIM_STATE", "FGPU_SIM_MEMORY", "FGPU_SIM_DEVICES", "FGPU_SIM_CONTEXT_OVERHEAD", "FGPU_SIM_DRIVER_VERSION", "FGPU_SHIM", "XDG_RUNTIME_DIR"] {
+        for var in [
+            "LD_LIBRARY_PATH",
+            "LD_PRELOAD",
+            "FGPU_LIMIT",
+            "FGPU_LEDGER",
+            "FGPU_SIM_STATE",
+            "FGPU_SIM_MEMORY",
+            "FGPU_SIM_DEVICES",
+            "FGPU_SIM_CONTEXT_OVERHEAD",
+            "FGPU_SIM_DRIVER_VERSION",
+            "FGPU_SHIM",
+            "XDG_RUNTIME_DIR",
+        ] {
             sh.env_remove(var);
         }
         Cmd(sh)
@@ -959,7 +995,11 @@ fn run_with_a_compute_share_alone_and_what_status_and_the_exporter_show() {
     println!("status: use {used} (timeline {recent:.3}), {seconds} s (timeline {busy:.3} s), waited {waited} s (idle {idle:.3} s)");
     // Its one thread waits for the share nearly all the time the GPU is idle for it, and
     // while its work in flight runs: never longer than it has lived.
-    assert!(waited >= 0.5 * idle && waited <= busy + idle + 0.5, "launches waited while the GPU sat idle for the job: {waited} s, {idle:.3} s idle of {:.3} s\n{status}", busy + idle);
+    assert!(
+        waited >= 0.5 * idle && waited <= busy + idle + 0.5,
+        "launches waited while the GPU sat idle for the job: {waited} s, {idle:.3} s idle of {:.3} s\n{status}",
+        busy + idle
+    );
     assert_eq!(device["cap_bytes"], device["total_bytes"], "--compute alone sets no memory cap\n{status}");
     assert_eq!(device["total_bytes"], sim.device_total(0), "{status}");
     let text = fgpu(&env).args(["status", "--ledger"]).arg(&ledger).success();
@@ -979,7 +1019,12 @@ fn run_with_a_compute_share_alone_and_what_status_and_the_exporter_show() {
             .unwrap();
         check.stdin.take().unwrap().write_all(body.as_bytes()).unwrap();
         let out = check.wait_with_output().unwrap();
-        assert!(out.status.success(), "promtool check metrics failed:\n{}{}\n--- metrics ---\n{body}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "promtool check metrics failed:\n{}{}\n--- metrics ---\n{body}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
     let (recent, busy, idle) = timeline();
     let labels = vec![("gpu", "0".to_string())];
@@ -1039,7 +1084,9 @@ fn run_gpus_auto_puts_jobs_where_there_is_room() {
     // The GPU the simulated driver shows a process's memory on (the ground truth).
     let gpu_of = |pid: u32| {
         let sim = env.sim();
-        eventually("the job's memory shows on a GPU", Duration::from_secs(10), || sim.processes().iter().any(|p| p.pid == pid && p.per_device_used.iter().any(|u| *u >= GIB)));
+        eventually("the job's memory shows on a GPU", Duration::from_secs(10), || {
+            sim.processes().iter().any(|p| p.pid == pid && p.per_device_used.iter().any(|u| *u >= GIB))
+        });
         let p = sim.processes().into_iter().find(|p| p.pid == pid).unwrap();
         p.per_device_used.iter().position(|u| *u >= GIB).unwrap()
     };

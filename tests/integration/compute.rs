@@ -171,7 +171,11 @@ mod rows {
 
     pub fn thirty_seventy_slowest_period(tag: &str, sim: &[(&str, &str)]) -> Row {
         let sim: Vec<(&str, &str)> = sim.iter().copied().chain([("FGPU_SIM_SAMPLE_PERIOD", "1s")]).collect();
-        let mut row = Row::new(tag, "1s-period").want("container at 30 %, 1 s NVML period", &[0], Want::Near(30.0)).want("container at 70 %, 1 s NVML period", &[1], Want::Near(70.0));
+        let mut row = Row::new(tag, "1s-period").want("container at 30 %, 1 s NVML period", &[0], Want::Near(30.0)).want(
+            "container at 70 %, 1 s NVML period",
+            &[1],
+            Want::Near(70.0),
+        );
         row.loads.push(start_on(&row.env, &sim, "A", &ledger(&row.env, "a"), true, Some("30%"), &[]));
         row.loads.push(start_on(&row.env, &sim, "B", &ledger(&row.env, "b"), true, Some("70%"), &[]));
         row
@@ -200,7 +204,11 @@ mod rows {
     /// of them reaches its first kernel, where the share is registered), 1 ms kernels with a
     /// synchronisation every 8, beside an uncapped process with 2 ms kernels.
     pub fn four(tag: &str, sim: &[(&str, &str)]) -> Row {
-        let mut row = Row::new(tag, "four").want("4 processes at 50 % together", &[0, 1, 2, 3], Want::Near(50.0)).want("the uncapped container", &[4], Want::AtLeast(45.0));
+        let mut row = Row::new(tag, "four").want("4 processes at 50 % together", &[0, 1, 2, 3], Want::Near(50.0)).want(
+            "the uncapped container",
+            &[4],
+            Want::AtLeast(45.0),
+        );
         let l = ledger(&row.env, "four");
         let mut started: Vec<Background> = (0..4).map(|_| spawn_on(&row.env, sim, &l, true, Some("50%"), &["--us", "1000", "--sync-every", "8"])).collect();
         for (i, mut process) in started.drain(..).enumerate() {
@@ -603,4 +611,3 @@ fn a_bad_share_fails_closed_with_one_line() {
         assert!(lines[0].contains(&format!("FGPU_COMPUTE={bad:?} is not a valid compute share")), "{run}");
     }
 }
-

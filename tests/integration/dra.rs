@@ -135,7 +135,13 @@ impl Node {
             if let Some(s) = self.api.slices().get("node-a-gpu.fgpu.io").filter(|s| condition(s)) {
                 return s.clone();
             }
-            assert!(std::time::Instant::now() < deadline, "no ResourceSlice {what} in 30 s: {:?}\nrequests: {:?}\n{}", self.api.slices(), self.api.log(), plugin.log());
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no ResourceSlice {what} in 30 s: {:?}\nrequests: {:?}\n{}",
+                self.api.slices(),
+                self.api.log(),
+                plugin.log()
+            );
             std::thread::sleep(Duration::from_millis(50));
         }
     }
@@ -248,7 +254,10 @@ fn dra_plugin_registers_publishes_the_gpus_and_prepares_capped_claims() {
     let slice = node.slice(&plugin, "with two devices", |s| s["spec"]["devices"].as_array().is_some_and(|d| d.len() == 2));
     assert_eq!(slice["apiVersion"], "resource.k8s.io/v1");
     assert_eq!(slice["kind"], "ResourceSlice");
-    assert_eq!(slice["metadata"]["ownerReferences"], serde_json::json!([{"apiVersion": "v1", "kind": "Node", "name": NODE, "uid": NODE_UID, "controller": true}]));
+    assert_eq!(
+        slice["metadata"]["ownerReferences"],
+        serde_json::json!([{"apiVersion": "v1", "kind": "Node", "name": NODE, "uid": NODE_UID, "controller": true}])
+    );
     let spec = &slice["spec"];
     assert_eq!(spec["driver"], "gpu.fgpu.io");
     assert_eq!(spec["nodeName"], NODE);
@@ -327,7 +336,12 @@ fn dra_plugin_registers_publishes_the_gpus_and_prepares_capped_claims() {
     let line = |text: &str, key: &str| text.lines().find_map(|l| l.strip_prefix(key)).map(str::to_string);
     assert_eq!(line(&conf(1), "limit = ").as_deref(), Some(format!("{u0}=8G,*=1").as_str()), "{}", conf(1));
     assert_eq!(line(&conf(1), "compute = ").as_deref(), Some(format!("{u0}=30%").as_str()), "{}", conf(1));
-    assert_eq!(line(&conf(2), "limit = ").as_deref(), Some(format!("{u1}={}G,*=1", sim.device_total(1) / GIB).as_str()), "no consumed capacity: the whole GPU\n{}", conf(2));
+    assert_eq!(
+        line(&conf(2), "limit = ").as_deref(),
+        Some(format!("{u1}={}G,*=1", sim.device_total(1) / GIB).as_str()),
+        "no consumed capacity: the whole GPU\n{}",
+        conf(2)
+    );
     assert_eq!(line(&conf(2), "compute = "), None);
 
     // The claim's files, mounted as a runtime would, cap a process at 8 GiB; the ledger is
@@ -335,7 +349,10 @@ fn dra_plugin_registers_publishes_the_gpus_and_prepares_capped_claims() {
     let c = client("cuclient");
     let script = mounted_as_a_runtime_would(
         &train_spec,
-        &format!("C={c}; $C init primary info alloc 9G; FGPU_LIMIT=64G $C init primary alloc 7G; echo 'limit = 64G' >> /etc/fgpu/fgpu.conf || echo write-refused", c = c.display()),
+        &format!(
+            "C={c}; $C init primary info alloc 9G; FGPU_LIMIT=64G $C init primary alloc 7G; echo 'limit = 64G' >> /etc/fgpu/fgpu.conf || echo write-refused",
+            c = c.display()
+        ),
     );
     if let Some(cmd) = node.env.with_private_etc(&script) {
         let run = cmd.run();
@@ -400,7 +417,9 @@ fn dra_slice_follows_the_gpus_and_the_server() {
     // A slice this driver wrote for this node under another name, and others' slices.
     {
         let mut state = node.api.state.lock().unwrap();
-        for (name, driver, node_name) in [("node-a-old", "gpu.fgpu.io", NODE), ("node-a-nvidia", "gpu.nvidia.com", NODE), ("node-b-gpu.fgpu.io", "gpu.fgpu.io", "node-b")] {
+        for (name, driver, node_name) in
+            [("node-a-old", "gpu.fgpu.io", NODE), ("node-a-nvidia", "gpu.nvidia.com", NODE), ("node-b-gpu.fgpu.io", "gpu.fgpu.io", "node-b")]
+        {
             state.slices.insert(
                 name.into(),
                 serde_json::json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice", "metadata": {"name": name, "resourceVersion": "1"},

@@ -102,7 +102,8 @@ fn panic_in_the_shim_is_caught() {
 /// The libraries an ELF file names as NEEDED (`readelf -d`).
 fn needed_libraries(library: &std::path::Path) -> Vec<String> {
     let dynamic = Cmd(std::process::Command::new("readelf")).arg("-dW").arg(library).success();
-    let needed: Vec<String> = dynamic.stdout().lines().filter(|l| l.contains("(NEEDED)")).filter_map(|l| l.rsplit('[').next()).map(|n| n.trim_end_matches(']').to_string()).collect();
+    let needed: Vec<String> =
+        dynamic.stdout().lines().filter(|l| l.contains("(NEEDED)")).filter_map(|l| l.rsplit('[').next()).map(|n| n.trim_end_matches(']').to_string()).collect();
     assert!(!needed.is_empty(), "{} needs at least libc.so.6\n{dynamic}", library.display());
     needed
 }

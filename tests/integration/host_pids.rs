@@ -89,9 +89,7 @@ fn nvml_lists_answer_for_the_containers_processes_in_a_pid_namespace() {
     let unshare = holder.pid();
     let children = std::fs::read_to_string(format!("/proc/{unshare}/task/{unshare}/children")).unwrap();
     let host_pid: u32 = children.split_whitespace().next().expect("unshare's child").parse().unwrap();
-    eventually("the holder learns its host PID", Duration::from_secs(5), || {
-        env.ledger().snapshot(None).processes.iter().any(|p| p.host_pid == Some(host_pid))
-    });
+    eventually("the holder learns its host PID", Duration::from_secs(5), || env.ledger().snapshot(None).processes.iter().any(|p| p.host_pid == Some(host_pid)));
     // NVML, as a driver that gives host PIDs would, reports every tenant by host PID: the
     // holder (with what it holds) and another. The stand-in library does that for every
     // call; the reader tells from the holder's entry that the PIDs are host PIDs.

@@ -158,11 +158,7 @@ const TIMED_LAUNCHES: [&str; 9] = ["launch", "launch_ptsz", "ex", "ex_ptsz", "co
 /// through the shim's cuGetProcAddress and dlsym first.
 fn launch_paths(name: &str, shim: bool) {
     let env = Env::new(name);
-    let ways = [
-        ("procaddr", client("kernel_launcher")),
-        ("dlsym", client("kernel_launcher")),
-        ("linked", client_with("kernel_launcher", &["LINKED"])),
-    ];
+    let ways = [("procaddr", client("kernel_launcher")), ("dlsym", client("kernel_launcher")), ("linked", client_with("kernel_launcher", &["LINKED"]))];
     for (way, binary) in ways {
         let mut cmd = env.command(&binary);
         if way != "linked" {

@@ -70,7 +70,11 @@ fn deleting_or_recreating_the_file_never_doubles_the_cap() {
     // doctor names what happened.
     let doctor = env.command(fgpu_bin()).args(["doctor", "--json"]).run();
     let value: serde_json::Value = serde_json::from_str(&doctor.stdout()).unwrap_or_else(|e| panic!("{e}\n{doctor}"));
-    let named = value["findings"].as_array().unwrap().iter().any(|f| f["check"] == "ledger" && f["level"] == "warn" && f["message"].as_str().unwrap().contains("replaced"));
+    let named = value["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|f| f["check"] == "ledger" && f["level"] == "warn" && f["message"].as_str().unwrap().contains("replaced"));
     assert!(named, "doctor must name the replaced file\n{doctor}");
     if prerequisite(is_root(), "the part run as another user needs root") {
         // A user who cannot reach the holder's /proc/PID/fd cannot reach the old file: it

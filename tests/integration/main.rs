@@ -19,7 +19,7 @@ mod host_pids;
 mod kernels;
 mod ledger_file;
 mod nvml;
-mod security;
 mod pid_modes;
+mod security;
 mod sharing;
 mod wheel;

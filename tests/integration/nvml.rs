@@ -421,7 +421,8 @@ fn c_clients_linked_and_dlopened_see_the_container() {
 fn cuda_in_one_process_nvml_in_another_and_in_another_container() {
     let env = Env::new("nvml-cross");
     let other_ledger = env.dir.join("other-ledger");
-    let reader = |ledger: &Path, limit: &str| nvml(&env, Variant::Dlsym, &["mem", "list", "compute", "2"]).shim().limit(limit).env("FGPU_LEDGER", ledger).success();
+    let reader =
+        |ledger: &Path, limit: &str| nvml(&env, Variant::Dlsym, &["mem", "list", "compute", "2"]).shim().limit(limit).env("FGPU_LEDGER", ledger).success();
 
     let before = reader(&env.ledger, "8G");
     assert_eq!((num(&before, "mem ", "used"), num(&before, "mem ", "free")), (0, 8 * GIB), "{before}");
@@ -504,7 +505,14 @@ fn pids_are_given_as_the_reader_sees_them() {
     }
     // PID 1 of its namespace, read from outside.
     let env = Env::new("nvml-pidns1");
-    let mut inside = env.command("unshare").args(["--pid", "--fork", "--mount-proc"]).arg(client("cuclient")).args(["init", "primary", "alloc", "1G", "hold"]).shim().limit("8G").spawn();
+    let mut inside = env
+        .command("unshare")
+        .args(["--pid", "--fork", "--mount-proc"])
+        .arg(client("cuclient"))
+        .args(["init", "primary", "alloc", "1G", "hold"])
+        .shim()
+        .limit("8G")
+        .spawn();
     inside.wait_for("holding");
     let host_pid = descendants(inside.pid()).into_iter().find(|p| comm(*p) == "cuclient").expect("the namespaced holder");
     let run = nvml(&env, Variant::Dlsym, &["list", "compute", "3"]).shim().limit("8G").success();
@@ -591,10 +599,18 @@ fn utilisation_accounting_graphics_and_mps_are_filtered() {
         assert_eq!((field(&small, "rc").as_deref(), field(&small, "count").as_deref()), (Some("7"), Some("1")), "{small}");
     }
     let util = run.line("util");
-    assert_eq!((field(&util, "query_rc").as_deref(), field(&util, "query_count").as_deref()), (Some("7"), Some("1")), "utilisation size query counts ours only: {util}");
+    assert_eq!(
+        (field(&util, "query_rc").as_deref(), field(&util, "query_count").as_deref()),
+        (Some("7"), Some("1")),
+        "utilisation size query counts ours only: {util}"
+    );
     assert_eq!((field(&util, "rc").as_deref(), pids_field(&util)), (Some("0"), vec![mine_pid]), "{util}");
     let acct = run.line("acctpids");
-    assert_eq!((field(&acct, "query_rc").as_deref(), field(&acct, "query_count").as_deref()), (Some("7"), Some("1")), "accounting size query counts ours only: {acct}");
+    assert_eq!(
+        (field(&acct, "query_rc").as_deref(), field(&acct, "query_count").as_deref()),
+        (Some("7"), Some("1")),
+        "accounting size query counts ours only: {acct}"
+    );
     assert_eq!((field(&acct, "rc").as_deref(), pids_field(&acct)), (Some("0"), vec![mine_pid]), "{acct}");
     assert_eq!(run.rc(&format!("acctstats pid={mine_pid} ")), NVML_SUCCESS, "{run}");
     assert_eq!(num(&run, &format!("acctstats pid={mine_pid} "), "maxmem"), 1000, "{run}");
@@ -643,8 +659,27 @@ fn detail_lists_utilisation_info_sessions_and_accounting_v2_are_filtered() {
     let fake_env = |cmd: Cmd| cmd.env("LD_LIBRARY_PATH", &fake).env("FGPU_FAKE_NVML_PROCS", &reported);
     let (mine_s, theirs_s) = (mine_pid.to_string(), theirs_pid.to_string());
     let ops = [
-        "detail", "0", "detail", "1", "detail", "2", "detailsmall", "0", "0", "detailsmall", "1", "1", "putil", "enc", "fbc", "encsmall", "1",
-        "acctstats2", &mine_s, "acctstats2", &theirs_s,
+        "detail",
+        "0",
+        "detail",
+        "1",
+        "detail",
+        "2",
+        "detailsmall",
+        "0",
+        "0",
+        "detailsmall",
+        "1",
+        "1",
+        "putil",
+        "enc",
+        "fbc",
+        "encsmall",
+        "1",
+        "acctstats2",
+        &mine_s,
+        "acctstats2",
+        &theirs_s,
     ];
     let q = |line: &str, key: &str| field(line, key).unwrap_or_default();
 
@@ -667,11 +702,19 @@ fn detail_lists_utilisation_info_sessions_and_accounting_v2_are_filtered() {
         let run = fake_env(nvml(&env, variant, &ops)).shim().limit("8G").success();
         // Compute mode: the ledger's list and bytes (the stand-in's 1000 is not used).
         let line = run.line("detail 0 ");
-        assert_eq!((q(&line, "query_rc"), q(&line, "query_count"), q(&line, "rc")), ("7".into(), "1".into(), "0".into()), "size query counts ours only: {line}");
+        assert_eq!(
+            (q(&line, "query_rc"), q(&line, "query_count"), q(&line, "rc")),
+            ("7".into(), "1".into(), "0".into()),
+            "size query counts ours only: {line}"
+        );
         assert_eq!(procs_field(&line), vec![(mine_pid, GIB + CONTEXT)], "{line}");
         for mode in ["1", "2"] {
             let line = run.line(&format!("detail {mode} "));
-            assert_eq!((q(&line, "query_rc"), q(&line, "query_count"), q(&line, "rc")), ("7".into(), "1".into(), "0".into()), "size query counts ours only: {line}");
+            assert_eq!(
+                (q(&line, "query_rc"), q(&line, "query_count"), q(&line, "rc")),
+                ("7".into(), "1".into(), "0".into()),
+                "size query counts ours only: {line}"
+            );
             assert_eq!(procs_field(&line), vec![(mine_pid, 1000)], "{line}");
         }
         for (prefix, expected) in [("detailsmall 0 ", "rc=7 count=1 overrun=0"), ("detailsmall 1 ", "rc=0 count=1 overrun=0")] {
@@ -683,7 +726,11 @@ fn detail_lists_utilisation_info_sessions_and_accounting_v2_are_filtered() {
         assert_eq!(pids_field(&putil), vec![mine_pid], "{putil}");
         for op in ["enc", "fbc"] {
             let line = run.line(&format!("{op} "));
-            assert_eq!((q(&line, "query_rc"), q(&line, "query_count"), q(&line, "rc")), ("0".into(), "1".into(), "0".into()), "session size query counts ours only: {line}");
+            assert_eq!(
+                (q(&line, "query_rc"), q(&line, "query_count"), q(&line, "rc")),
+                ("0".into(), "1".into(), "0".into()),
+                "session size query counts ours only: {line}"
+            );
             assert_eq!(pids_field(&line), vec![mine_pid], "{line}");
         }
         assert_eq!((q(&run.line("encsmall"), "rc"), q(&run.line("encsmall"), "count")), ("0".into(), "1".into()), "{run}");
@@ -708,9 +755,7 @@ fn detail_lists_utilisation_info_sessions_and_accounting_v2_are_filtered() {
     }
 
     // A broken configuration fails closed: no list shows anyone.
-    let all = [
-        "detail", "0", "detail", "1", "putil", "enc", "fbc", "acctstats2", &mine_s, "util", "acctpids", "acctstats", &mine_s, "list", "graphics", "2",
-    ];
+    let all = ["detail", "0", "detail", "1", "putil", "enc", "fbc", "acctstats2", &mine_s, "util", "acctpids", "acctstats", &mine_s, "list", "graphics", "2"];
     let run = fake_env(nvml(&env, Variant::Dlsym, &all)).shim().limit("banana").success();
     for prefix in ["detail 0 ", "detail 1 ", "enc ", "fbc ", "acctpids", "list graphics 2"] {
         assert_eq!(run.field(prefix, "count"), "0", "{prefix}\n{run}");
@@ -758,12 +803,7 @@ fn a_cap_larger_than_the_gpu_reports_the_gpu() {
     let total_line = holder.lines.iter().find(|l| l.starts_with("total")).unwrap();
     assert_eq!(field(total_line, "total"), Some(physical.to_string()), "cuDeviceTotalMem\n{:?}", holder.lines);
     let sim = env.sim();
-    assert_eq!(
-        field(infos[1], "free"),
-        Some(sim.device_free(0).to_string()),
-        "free is what the device really has left\n{:?}",
-        holder.lines
-    );
+    assert_eq!(field(infos[1], "free"), Some(sim.device_free(0).to_string()), "free is what the device really has left\n{:?}", holder.lines);
 
     // NVML (v1 and v2): total is the GPU's, used is the container's, total = used + free.
     let run = nvml(&env, Variant::Dlsym, &["mem", "mem2"]).shim().limit("200G").success();

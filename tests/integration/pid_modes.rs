@@ -152,7 +152,9 @@ fn nvml_in_a_pid_namespace_answers_for_the_container_under_every_driver() {
         let mut holder = in_namespace(&env, &script, Some(&socket)).env("FGPU_SIM_PROCESS_KINDS", "graphics").spawn();
         holder.wait_for("holding");
         let host_pid = child_of(holder.pid());
-        eventually("the holder learns its host PID", Duration::from_secs(5), || env.ledger().snapshot(None).processes.iter().any(|p| p.host_pid == Some(host_pid)));
+        eventually("the holder learns its host PID", Duration::from_secs(5), || {
+            env.ledger().snapshot(None).processes.iter().any(|p| p.host_pid == Some(host_pid))
+        });
         let reader = env
             .command("nsenter")
             .args(["--target", &host_pid.to_string(), "--pid", "--mount", "--"])
@@ -209,7 +211,9 @@ fn utilisation_samples_in_a_pid_namespace_answer_for_the_container_under_every_d
         let mut inside = in_namespace(&env, &script, Some(&socket)).spawn();
         inside.wait_for("ready");
         let host_pid = child_of(inside.pid());
-        eventually("the process inside learns its host PID from the service", Duration::from_secs(5), || ledger_host_pids_seen_inside(&env, host_pid).contains(&(host_pid as u64)));
+        eventually("the process inside learns its host PID from the service", Duration::from_secs(5), || {
+            ledger_host_pids_seen_inside(&env, host_pid).contains(&(host_pid as u64))
+        });
         std::thread::sleep(Duration::from_millis(600));
         let reader = env
             .command("nsenter")
@@ -262,7 +266,11 @@ fn a_ledger_across_two_pid_namespaces_holds_its_share() {
         std::thread::sleep(Duration::from_secs(10));
         let w = env.sim().device_busy(0, from, now_ns());
         let got = (w.busy_of_host_pid(pa) + w.busy_of_host_pid(pb)) as f64 * 100.0 / w.len_ns().max(1) as f64;
-        println!("{mode}: the two processes of one 30 % ledger ran {got:.2} % together ({:.2} % and {:.2} %)", w.busy_of_host_pid(pa) as f64 * 100.0 / w.len_ns().max(1) as f64, w.busy_of_host_pid(pb) as f64 * 100.0 / w.len_ns().max(1) as f64);
+        println!(
+            "{mode}: the two processes of one 30 % ledger ran {got:.2} % together ({:.2} % and {:.2} %)",
+            w.busy_of_host_pid(pa) as f64 * 100.0 / w.len_ns().max(1) as f64,
+            w.busy_of_host_pid(pb) as f64 * 100.0 / w.len_ns().max(1) as f64
+        );
         if !(25.0..=35.0).contains(&got) {
             failures.push(format!("{mode}: {got:.2} % for a 30 % share\n{w:?}"));
         }
@@ -340,12 +348,8 @@ fn status_in_a_pid_namespace_shows_the_container_under_every_driver() {
         let mut holder = in_namespace(&env, &script, None).spawn();
         holder.wait_for("holding");
         let host_pid = child_of(holder.pid());
-        let status = env
-            .command("nsenter")
-            .args(["--target", &host_pid.to_string(), "--pid", "--mount", "--"])
-            .arg(fgpu_bin())
-            .args(["status", "--json"])
-            .run();
+        let status =
+            env.command("nsenter").args(["--target", &host_pid.to_string(), "--pid", "--mount", "--"]).arg(fgpu_bin()).args(["status", "--json"]).run();
         let truth = env.sim().processes().into_iter().find(|p| p.host_pid == host_pid).map(|p| p.per_device_used[0]).unwrap_or(0);
         let report: Value = serde_json::from_str(&status.stdout()).unwrap_or(Value::Null);
         let processes = report["ledgers"][0]["processes"].as_array().cloned().unwrap_or_default();

@@ -141,7 +141,14 @@ fn h1_a_path_in_a_ledger_never_makes_roots_tools_change_a_file() {
         let run = status.run();
         target.assert_untouched(&format!("fgpu status --all (walk: {walk})"));
         let report = json(&run);
-        let ours: Vec<&Value> = report["ledgers"].as_array().unwrap().iter().filter(|l| l["mapped_by"].as_array().is_some_and(|m| m.iter().any(|p| p.as_u64() == Some(chrooted.pid() as u64) || p.as_u64() == Some(plain.pid() as u64)))).collect();
+        let ours: Vec<&Value> = report["ledgers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|l| {
+                l["mapped_by"].as_array().is_some_and(|m| m.iter().any(|p| p.as_u64() == Some(chrooted.pid() as u64) || p.as_u64() == Some(plain.pid() as u64)))
+            })
+            .collect();
         assert_eq!(ours.len(), 2, "both forged ledgers are shown\n{run}");
         for l in &ours {
             let state = l["state"].as_str().unwrap();
@@ -181,13 +188,24 @@ fn h2_a_run_ledger_is_private_to_its_user() {
     std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o1777)).unwrap();
     let fgpu_copy = reachable_fgpu();
     let run_as = |uid: u32, args: &[&str]| {
-        env.command_as(uid, &fgpu_copy).args(["run", "--limit", "1G"]).args(args).env("TMPDIR", &dir).env("FGPU_SHIM", &reachable().front).arg("--").arg(reachable_client("cuclient"))
+        env.command_as(uid, &fgpu_copy)
+            .args(["run", "--limit", "1G"])
+            .args(args)
+            .env("TMPDIR", &dir)
+            .env("FGPU_SHIM", &reachable().front)
+            .arg("--")
+            .arg(reachable_client("cuclient"))
     };
     let mut victim = run_as(4242, &[]).args(["init", "primary", "alloc", "256M", "hold"]).spawn();
     victim.wait_for("holding");
     // The victim's segment, from the kernel's table.
     let table = std::fs::read_to_string("/proc/sysvipc/shm").unwrap();
-    let row: Vec<&str> = table.lines().find(|l| l.split_whitespace().nth(7) == Some("4242")).unwrap_or_else(|| panic!("no segment of uid 4242\n{table}")).split_whitespace().collect();
+    let row: Vec<&str> = table
+        .lines()
+        .find(|l| l.split_whitespace().nth(7) == Some("4242"))
+        .unwrap_or_else(|| panic!("no segment of uid 4242\n{table}"))
+        .split_whitespace()
+        .collect();
     let (shmid, perms) = (row[1], u32::from_str_radix(row[2], 8).unwrap());
     assert_eq!(perms & 0o777, 0o600, "the run's shared memory is the user's own\n{table}");
     let attach = env.command_as(4243, reachable_client("ledger_tenant")).args(["attach", shmid]).success();
@@ -243,11 +261,10 @@ fn h3_a_squatted_default_ledger_does_not_lock_a_user_out() {
     env.client(&["init"]).success();
     let client = reachable_client("cuclient");
     let job = |script_before: &str| {
-        let script = format!(
-            "{script_before} setpriv --reuid {victim} --regid {victim} --clear-groups -- {c} init primary alloc 1G info",
-            c = client.display()
-        );
-        let mut cmd = with_own_run_user(&env, &script).env("LD_PRELOAD", &reachable().front).env("LD_LIBRARY_PATH", &reachable().sim_lib_dir).env("FGPU_LIMIT", "8G");
+        let script =
+            format!("{script_before} setpriv --reuid {victim} --regid {victim} --clear-groups -- {c} init primary alloc 1G info", c = client.display());
+        let mut cmd =
+            with_own_run_user(&env, &script).env("LD_PRELOAD", &reachable().front).env("LD_LIBRARY_PATH", &reachable().sim_lib_dir).env("FGPU_LIMIT", "8G");
         cmd.0.env_remove("FGPU_LEDGER");
         cmd.run()
     };
@@ -257,7 +274,10 @@ fn h3_a_squatted_default_ledger_does_not_lock_a_user_out() {
     let run = job("");
     assert!(run.output.status.success(), "{run}");
     assert_eq!(run.rc("alloc"), 0, "the squatted user still gets GPU memory\n{run}");
-    assert!(run.stderr().contains(&format!("{} belongs to uid {squatter}", places[0])) && run.stderr().contains(&places[1]), "said once, with the place used\n{run}");
+    assert!(
+        run.stderr().contains(&format!("{} belongs to uid {squatter}", places[0])) && run.stderr().contains(&places[1]),
+        "said once, with the place used\n{run}"
+    );
     assert_eq!(run.stderr().matches("belongs to uid").count(), 1, "{run}");
     let ledger_dir = std::fs::metadata(&places[1]).unwrap();
     assert_eq!((ledger_dir.uid(), ledger_dir.mode() & 0o777), (victim, 0o700), "the place used is the user's own");
@@ -365,7 +385,8 @@ fn m2_the_exporter_survives_a_flood() {
     let port = free_port();
     let listen = format!("127.0.0.1:{port}");
     // prlimit sets the limit and execs the exporter (one process, one PID).
-    let mut exporter = env.command("prlimit").args(["--nofile=256:256", "--"]).arg(fgpu_bin()).args(["exporter", "--listen", &listen]).env("TMPDIR", &env.dir).spawn();
+    let mut exporter =
+        env.command("prlimit").args(["--nofile=256:256", "--"]).arg(fgpu_bin()).args(["exporter", "--listen", &listen]).env("TMPDIR", &env.dir).spawn();
     eventually("the exporter listens", Duration::from_secs(10), || std::net::TcpStream::connect(("127.0.0.1", port)).is_ok());
     // SAFETY: raising this test process's own soft limit to its hard limit; no memory involved.
     unsafe {
@@ -554,7 +575,8 @@ fn l6_the_exporter_tells_vouched_host_pids_from_stated_ones() {
     assert!(body.contains(&format!("host_pid=\"{pid}\",stated_host_pid=\"\"")), "vouched in the host's namespace\n{body}");
     let port = free_port();
     let listen = format!("127.0.0.1:{port}");
-    let _nested = env.command("unshare").args(["--pid", "--fork", "--mount-proc", "--kill-child", "--"]).arg(fgpu_bin()).args(["exporter", "--listen", &listen]).spawn();
+    let _nested =
+        env.command("unshare").args(["--pid", "--fork", "--mount-proc", "--kill-child", "--"]).arg(fgpu_bin()).args(["exporter", "--listen", &listen]).spawn();
     eventually("the nested exporter listens", Duration::from_secs(10), || std::net::TcpStream::connect(("127.0.0.1", port)).is_ok());
     let (_, body) = http_get(port, "/metrics").unwrap();
     assert!(body.contains(&format!("host_pid=\"\",stated_host_pid=\"{pid}\"")), "only stated from a nested namespace\n{body}");

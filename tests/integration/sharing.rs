@@ -326,8 +326,12 @@ fn memory_fgpu_status_keeps_what_the_driver_still_holds_of_a_dead_process() {
     let status = env.command(fgpu_bin()).args(["status", "--json"]).success();
     let value: serde_json::Value = serde_json::from_str(&status.stdout()).unwrap();
     let pids = |list: &str| -> Vec<u64> { value["ledgers"][0][list].as_array().unwrap().iter().filter_map(|p| p["pid"].as_u64()).collect() };
-    assert_eq!(pids("reclaimed"), [u64::from(victim_pid)], "dropped once the driver freed it
-{status}");
+    assert_eq!(
+        pids("reclaimed"),
+        [u64::from(victim_pid)],
+        "dropped once the driver freed it
+{status}"
+    );
     assert!(!pids("dying").contains(&u64::from(victim_pid)), "{status}");
     let run = client(&["init", "primary", "alloc", "5G"]).success();
     assert_eq!(run.rc("alloc"), 0, "{run}");

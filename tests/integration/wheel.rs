@@ -89,7 +89,12 @@ fn the_wheel_is_manylinux2014_and_carries_the_release_libraries() {
     let env = Env::new("wheel-files");
     let dir = env.dir.join("unpacked");
     Cmd(Command::new("python3")).args(["-m", "zipfile", "-e"]).arg(&wheel).arg(&dir).success();
-    let data = std::fs::read_dir(&dir).unwrap().filter_map(|e| e.ok()).map(|e| e.path()).find(|p| p.to_string_lossy().ends_with(".data")).expect("a .data directory in the wheel");
+    let data = std::fs::read_dir(&dir)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.path())
+        .find(|p| p.to_string_lossy().ends_with(".data"))
+        .expect("a .data directory in the wheel");
     let files: Vec<PathBuf> = ["data/lib/fgpu/libfgpu.so", "data/lib/fgpu/libfgpu_shim.so", "scripts/fgpu"].iter().map(|f| data.join(f)).collect();
     let check = Cmd(Command::new("bash")).arg(workspace().join("scripts/build-release.sh")).arg("--check").args(&files).success();
     assert!(check.stderr().matches("baseline GLIBC_2.17").count() == 3, "{check}");

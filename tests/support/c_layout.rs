@@ -269,7 +269,13 @@ impl Checks {
                 .map(|(i, _)| i)
                 .collect();
             if declaring.is_empty() {
-                problems.push(format!("{} ({}): no pinned {} declares it{}", s.rust, s.c_type, s.header.file(), s.pin.map(|p| format!(" (pinned to {p})")).unwrap_or_default()));
+                problems.push(format!(
+                    "{} ({}): no pinned {} declares it{}",
+                    s.rust,
+                    s.c_type,
+                    s.header.file(),
+                    s.pin.map(|p| format!(" (pinned to {p})")).unwrap_or_default()
+                ));
                 continue;
             }
             if let Some((pin, _)) = s.fields_only_in {
@@ -323,7 +329,8 @@ impl Checks {
                         let whole = next();
                         let c = (whole[0] as usize, whole[1] as usize);
                         if (s.size, s.align) != c {
-                            problems.push(format!("{} ({}), {against}: Rust size {} align {}, C size {} align {}", s.rust, s.c_type, s.size, s.align, c.0, c.1));
+                            problems
+                                .push(format!("{} ({}), {against}: Rust size {} align {}, C size {} align {}", s.rust, s.c_type, s.size, s.align, c.0, c.1));
                         }
                         if full {
                             for f in &s.fields {
@@ -337,7 +344,15 @@ impl Checks {
                                 }
                             }
                         }
-                        let what = if full { format!("size, alignment and {} fields", s.fields.len()) } else { format!("size and alignment (fields against {}: {})", s.fields_only_in.unwrap_or_default().0, s.fields_only_in.unwrap_or_default().1) };
+                        let what = if full {
+                            format!("size, alignment and {} fields", s.fields.len())
+                        } else {
+                            format!(
+                                "size and alignment (fields against {}: {})",
+                                s.fields_only_in.unwrap_or_default().0,
+                                s.fields_only_in.unwrap_or_default().1
+                            )
+                        };
                         checked.push(format!("struct {} = {}: {what}, {against}", s.rust, s.c_type));
                     }
                     Probe::Value { index } => {
@@ -366,7 +381,12 @@ impl Checks {
             checked.len(),
             sets.len()
         );
-        assert!(problems.is_empty(), "{name}: the Rust declarations disagree with NVIDIA's headers:\n  {}\n(generated C programs in {})", problems.join("\n  "), dir.display());
+        assert!(
+            problems.is_empty(),
+            "{name}: the Rust declarations disagree with NVIDIA's headers:\n  {}\n(generated C programs in {})",
+            problems.join("\n  "),
+            dir.display()
+        );
         Some(checked)
     }
 
@@ -423,9 +443,17 @@ pub enum Base {
     Void,
     /// A C type declared but not defined (`struct CUctx_st`): an opaque handle.
     Opaque,
-    Int { size: usize, signed: bool },
-    Float { size: usize },
-    Struct { size: usize, align: usize },
+    Int {
+        size: usize,
+        signed: bool,
+    },
+    Float {
+        size: usize,
+    },
+    Struct {
+        size: usize,
+        align: usize,
+    },
 }
 
 impl Shape {
@@ -549,15 +577,22 @@ impl Checks {
     /// shape of its return value and of each parameter (templates over the function's
     /// type), compared with the Rust declarations.
     fn run_prototypes(&self, name: &str, sets: &[HeaderSet], dir: &std::path::Path, checked: &mut Vec<String>, problems: &mut Vec<String>) {
-        if !crate::prerequisite(Command::new("c++").arg("--version").output().is_ok_and(|o| o.status.success()), "a C++ compiler (`c++`) for the prototype checks") {
+        if !crate::prerequisite(
+            Command::new("c++").arg("--version").output().is_ok_and(|o| o.status.success()),
+            "a C++ compiler (`c++`) for the prototype checks",
+        ) {
             return;
         }
         let mut declared: Vec<bool> = vec![false; self.prototypes.len()];
         for (n, set) in sets.iter().enumerate() {
             // cuda.h spells the per-thread-stream variants `__CUDA_API_PTSZ(name)`: they are
             // declared where their base name is (the compiler then finds them or fails).
-            let declares = |name: &str| set.declares(name) || (set.header == Header::Cuda && name.strip_suffix("_ptsz").or(name.strip_suffix("_ptds")).is_some_and(|base| set.declares(base)));
-            let here: Vec<usize> = (0..self.prototypes.len()).filter(|&i| self.prototypes[i].header == set.header && declares(self.prototypes[i].name)).collect();
+            let declares = |name: &str| {
+                set.declares(name)
+                    || (set.header == Header::Cuda && name.strip_suffix("_ptsz").or(name.strip_suffix("_ptds")).is_some_and(|base| set.declares(base)))
+            };
+            let here: Vec<usize> =
+                (0..self.prototypes.len()).filter(|&i| self.prototypes[i].header == set.header && declares(self.prototypes[i].name)).collect();
             if here.is_empty() {
                 continue;
             }

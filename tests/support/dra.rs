@@ -18,7 +18,6 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-
 /// One request the stub answered.
 #[derive(Debug, Clone)]
 pub struct Logged {
@@ -114,7 +113,11 @@ impl StubState {
             return Err(format!("not a resource.k8s.io/v1 ResourceSlice: apiVersion {} kind {}", slice["apiVersion"], slice["kind"]));
         }
         let spec = &slice["spec"];
-        if !spec["driver"].is_string() || !spec["pool"]["name"].is_string() || !spec["pool"]["resourceSliceCount"].is_i64() || !spec["pool"]["generation"].is_i64() {
+        if !spec["driver"].is_string()
+            || !spec["pool"]["name"].is_string()
+            || !spec["pool"]["resourceSliceCount"].is_i64()
+            || !spec["pool"]["generation"].is_i64()
+        {
             return Err("spec.driver, spec.pool.name, spec.pool.generation and spec.pool.resourceSliceCount are required".into());
         }
         let placement = ["nodeName", "nodeSelector", "allNodes", "perDeviceNodeSelection"].iter().filter(|k| !spec[**k].is_null()).count();
@@ -183,11 +186,15 @@ impl StubState {
                 (None, Some(node)) => (200, node.clone()),
                 (None, None) => status(404, "NotFound", &format!("nodes \"{name}\" not found")),
             },
-            ("GET", ["api", "v1", "nodes"]) => (200, json!({"kind": "NodeList", "apiVersion": "v1", "metadata": {}, "items": self.nodes.values().collect::<Vec<_>>()})),
-            ("GET", ["apis", "resource.k8s.io", "v1", "namespaces", ns, "resourceclaims", name]) => match self.claims.get(&(ns.to_string(), name.to_string())) {
-                Some(claim) => (200, claim.clone()),
-                None => status(404, "NotFound", &format!("resourceclaims.resource.k8s.io \"{name}\" not found")),
-            },
+            ("GET", ["api", "v1", "nodes"]) => {
+                (200, json!({"kind": "NodeList", "apiVersion": "v1", "metadata": {}, "items": self.nodes.values().collect::<Vec<_>>()}))
+            }
+            ("GET", ["apis", "resource.k8s.io", "v1", "namespaces", ns, "resourceclaims", name]) => {
+                match self.claims.get(&(ns.to_string(), name.to_string())) {
+                    Some(claim) => (200, claim.clone()),
+                    None => status(404, "NotFound", &format!("resourceclaims.resource.k8s.io \"{name}\" not found")),
+                }
+            }
             ("GET", ["apis", "resource.k8s.io", "v1", "resourceslices"]) if params.get("watch").is_some_and(|w| w == "true" || w == "1") => (200, Value::Null),
             ("GET", ["apis", "resource.k8s.io", "v1", "watch", "resourceslices"]) => (200, Value::Null),
             ("GET", ["apis", "resource.k8s.io", "v1", "resourceslices"]) => {

@@ -23,7 +23,11 @@ pub fn workspace() -> PathBuf {
 /// Cargo's target directory (honours CARGO_TARGET_DIR).
 pub fn target_dir() -> PathBuf {
     let target = std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| workspace().join("target"));
-    if target.is_absolute() { target } else { workspace().join(target) }
+    if target.is_absolute() {
+        target
+    } else {
+        workspace().join(target)
+    }
 }
 
 /// Where the release build lives.
@@ -120,12 +124,8 @@ pub fn client_with(name: &str, defines: &[&str]) -> PathBuf {
 fn built_after(out: &Path, source: &Path) -> bool {
     let modified = |p: &Path| p.metadata().and_then(|m| m.modified()).ok();
     let Some(built) = modified(out) else { return false };
-    let headers = std::fs::read_dir(source.parent().unwrap())
-        .into_iter()
-        .flatten()
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| p.extension().is_some_and(|x| x == "h"));
+    let headers =
+        std::fs::read_dir(source.parent().unwrap()).into_iter().flatten().flatten().map(|e| e.path()).filter(|p| p.extension().is_some_and(|x| x == "h"));
     std::iter::once(source.to_path_buf()).chain(headers).all(|p| modified(&p).is_some_and(|m| m <= built))
 }
 
@@ -455,13 +455,8 @@ impl Cmd {
     /// Starts in the background with stdin piped (closing it ends a `hold`).
     pub fn spawn(mut self) -> Background {
         let description = self.describe();
-        let mut child = self
-            .0
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {description}: {e}"));
+        let mut child =
+            self.0.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap_or_else(|e| panic!("cannot start {description}: {e}"));
         let stdout = child.stdout.take().unwrap();
         let (sender, receiver) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
@@ -493,11 +488,7 @@ impl Run {
 
     /// The first stdout line starting with `prefix`.
     pub fn line(&self, prefix: &str) -> String {
-        self.stdout()
-            .lines()
-            .find(|l| l.starts_with(prefix))
-            .unwrap_or_else(|| panic!("no line starting with {prefix:?}\n{self}"))
-            .to_string()
+        self.stdout().lines().find(|l| l.starts_with(prefix)).unwrap_or_else(|| panic!("no line starting with {prefix:?}\n{self}")).to_string()
     }
 
     /// All stdout lines starting with `prefix`.
@@ -521,14 +512,7 @@ pub fn field(line: &str, key: &str) -> Option<String> {
 
 impl std::fmt::Display for Run {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "command: {}\nstatus: {}\n--- stdout ---\n{}--- stderr ---\n{}",
-            self.description,
-            self.output.status,
-            self.stdout(),
-            self.stderr()
-        )
+        write!(f, "command: {}\nstatus: {}\n--- stdout ---\n{}--- stderr ---\n{}", self.description, self.output.status, self.stdout(), self.stderr())
     }
 }
 
@@ -645,7 +629,6 @@ fn ci_value_means_ci(value: Option<&std::ffi::OsStr>) -> bool {
     let value = value.to_string_lossy().trim().to_ascii_lowercase();
     !matches!(value.as_str(), "" | "0" | "false" | "no")
 }
-
 
 /// The one skip policy of the tests: whether a test's prerequisite (root, a tool, a file
 /// tests/run.sh prepares) is there. Under CI ([`under_ci`]) a missing one is a failure: CI

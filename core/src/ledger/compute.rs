@@ -196,7 +196,8 @@ mod tests {
         // (60 ms of GPU time at 30 %); one process admits all of it, and the next, asking at
         // the same instant, finds nothing and is charged nothing.
         let other = [5; 16];
-        let (d_a, d_b) = (a.register_device(other, 80 << 30, 8 << 30, Some(sa)).unwrap().device, b.register_device(other, 80 << 30, 8 << 30, Some(sb)).unwrap().device);
+        let (d_a, d_b) =
+            (a.register_device(other, 80 << 30, 8 << 30, Some(sa)).unwrap().device, b.register_device(other, 80 << 30, 8 << 30, Some(sb)).unwrap().device);
         let full = 60_000_000;
         assert_eq!(a.compute_admit(d_a, full, 300_000, full, now), Ok(now));
         assert_eq!(b.compute_admit(d_b, full, 300_000, full, now), Err(now), "nothing left, nothing charged");

@@ -86,10 +86,7 @@ pub fn choose(uid: u32, places: &dyn Places) -> Result<DefaultLedger, String> {
             Place::Taken(why) => passed.push(format!("{} {why}", dir.display())),
         }
     }
-    Err(format!(
-        "no place is left for the default ledger of uid {uid}: {}; set FGPU_LEDGER to a file in a directory of your own",
-        passed.join("; ")
-    ))
+    Err(format!("no place is left for the default ledger of uid {uid}: {}; set FGPU_LEDGER to a file in a directory of your own", passed.join("; ")))
 }
 
 /// The real file system.

@@ -32,16 +32,16 @@ pub mod store;
 
 use crate::pidns;
 use crate::uuid::format_gpu_uuid;
+pub use dying::DeadProcess;
+pub use error::LedgerError;
 use layout::*;
 use std::os::fd::{AsFd, AsRawFd};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
 use std::sync::Mutex;
-pub use store::{Sharing, Trust};
 use store::Store;
-pub use dying::DeadProcess;
-pub use error::LedgerError;
+pub use store::{Sharing, Trust};
 
 /// How long a request that does not fit waits, at most, for the memory of dying processes
 /// (dead, but the driver may still hold what they had: `dying.rs`) before it is refused.
@@ -100,7 +100,6 @@ pub struct Ledger {
     still_held: std::sync::OnceLock<Box<StillHeld>>,
 }
 
-
 impl Ledger {
     fn with_store(store: Store) -> Ledger {
         Ledger { store, refill: Default::default(), guesses: Default::default(), still_held: std::sync::OnceLock::new() }
@@ -129,8 +128,11 @@ impl Ledger {
     pub fn observe_file(file: std::fs::File, path: &Path, shmid: Option<i32>, ipc_ns: Option<&std::fs::File>) -> Result<Ledger, LedgerError> {
         match ipc_ns {
             None => Store::observe_file(file, path, shmid).map(Self::with_store),
-            Some(ns) => store::in_ipc_namespace(ns, || Store::observe_file(file, path, shmid).map(Self::with_store))
-                .map_err(|source| LedgerError::Io { path: path.to_path_buf(), op: "enter the IPC namespace of its processes", source })?,
+            Some(ns) => store::in_ipc_namespace(ns, || Store::observe_file(file, path, shmid).map(Self::with_store)).map_err(|source| LedgerError::Io {
+                path: path.to_path_buf(),
+                op: "enter the IPC namespace of its processes",
+                source,
+            })?,
         }
     }
 
@@ -202,7 +204,8 @@ impl Ledger {
         match std::fs::symlink_metadata(self.path()) {
             Ok(meta) => {
                 use std::os::unix::fs::MetadataExt;
-                ((meta.dev(), meta.ino()) != mine).then(|| format!("{} was replaced by another file; this ledger's processes still lock the old one", self.path().display()))
+                ((meta.dev(), meta.ino()) != mine)
+                    .then(|| format!("{} was replaced by another file; this ledger's processes still lock the old one", self.path().display()))
             }
             Err(_) => Some(format!("{} was deleted; this ledger's processes still lock the deleted file", self.path().display())),
         }
@@ -303,8 +306,11 @@ impl Ledger {
                     }
                     continue;
                 }
-                let locked = lock::ofd_lock(self.fd(), alive_lock(index), false)
-                    .map_err(|e| LedgerError::Io { path: self.path().to_path_buf(), op: "lock a slot", source: e })?;
+                let locked = lock::ofd_lock(self.fd(), alive_lock(index), false).map_err(|e| LedgerError::Io {
+                    path: self.path().to_path_buf(),
+                    op: "lock a slot",
+                    source: e,
+                })?;
                 if !locked {
                     continue;
                 }
@@ -329,7 +335,8 @@ impl Ledger {
         }
         // Free slots whose locks are held by a process that is not a member: claimed with a
         // compare-and-swap, alive while this process is.
-        let blocked: Vec<SlotId> = (0..MAX_SLOTS).map(SlotId).filter(|id| self.slot(*id).state.load(Acquire) == SLOT_FREE && self.locked_by_outsider(*id)).collect();
+        let blocked: Vec<SlotId> =
+            (0..MAX_SLOTS).map(SlotId).filter(|id| self.slot(*id).state.load(Acquire) == SLOT_FREE && self.locked_by_outsider(*id)).collect();
         for id in blocked {
             if self.start_claim(id, SLOT_FREE) {
                 self.fill_slot(id, LIVENESS_PROCESS);
@@ -889,7 +896,6 @@ pub struct Snapshot {
 fn uuid_words(uuid: [u8; 16]) -> [u64; 2] {
     [u64::from_le_bytes(uuid[..8].try_into().unwrap()), u64::from_le_bytes(uuid[8..].try_into().unwrap())]
 }
-
 
 #[cfg(test)]
 mod tests;

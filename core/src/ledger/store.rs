@@ -30,9 +30,9 @@
 //!   segment (dropping dead processes, filling in host PIDs) only when the ledger passes
 //!   [`verify`]. An unverified ledger is attached read-only and only shown.
 
+use super::error::LedgerError;
 use super::layout::*;
 use super::lock;
-use super::error::LedgerError;
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::fd::AsFd;
@@ -131,7 +131,10 @@ fn check_cpu(path: &Path) -> Result<(), LedgerError> {
     // The ledger's words are 16-byte atomics, built to use cmpxchg16b (.cargo/config.toml).
     #[cfg(target_arch = "x86_64")]
     if !std::arch::is_x86_feature_detected!("cmpxchg16b") {
-        return Err(LedgerError::Untrusted { path: path.to_path_buf(), why: "this CPU has no cmpxchg16b instruction, which the ledger's 16-byte atomics need".into() });
+        return Err(LedgerError::Untrusted {
+            path: path.to_path_buf(),
+            why: "this CPU has no cmpxchg16b instruction, which the ledger's 16-byte atomics need".into(),
+        });
     }
     let _ = path;
     Ok(())
@@ -208,11 +211,8 @@ impl Store {
             _ => read_only,
         };
         let writable = base != read_only || matches!(trust, Trust::Member);
-        let trust = if matches!(trust, Trust::Verified) && !writable {
-            Trust::Unverified("its shared memory cannot be written by this user".into())
-        } else {
-            trust
-        };
+        let trust =
+            if matches!(trust, Trust::Verified) && !writable { Trust::Unverified("its shared memory cannot be written by this user".into()) } else { trust };
         Ok(Store { file, base, shmid, path: path.to_path_buf(), adopted_from: None, trust })
     }
 
@@ -264,7 +264,8 @@ fn file_facts(file: &File) -> FileFacts {
 }
 
 fn segment_facts(shmid: i32, header: &Header) -> SegmentFacts {
-    let (cuid, uid, mode) = shm_stat(shmid).map(|ds| (ds.shm_perm.cuid, ds.shm_perm.uid, u32::from(ds.shm_perm.mode) & 0o777)).unwrap_or((u32::MAX, u32::MAX, 0));
+    let (cuid, uid, mode) =
+        shm_stat(shmid).map(|ds| (ds.shm_perm.cuid, ds.shm_perm.uid, u32::from(ds.shm_perm.mode) & 0o777)).unwrap_or((u32::MAX, u32::MAX, 0));
     SegmentFacts { cuid, uid, mode, lock_dev: header.lock_dev.load(Relaxed), lock_ino: header.lock_ino.load(Relaxed), sharing: header.sharing.load(Relaxed) }
 }
 
@@ -292,7 +293,10 @@ pub fn verify(file: &FileFacts, segment: &SegmentFacts) -> Result<(), String> {
     match segment.sharing {
         SHARING_USER => {
             if !(file.uid == segment.cuid && segment.cuid == segment.uid) {
-                return Err(format!("a per-user ledger whose file belongs to uid {} but whose shared memory was made by uid {} and belongs to uid {}", file.uid, segment.cuid, segment.uid));
+                return Err(format!(
+                    "a per-user ledger whose file belongs to uid {} but whose shared memory was made by uid {} and belongs to uid {}",
+                    file.uid, segment.cuid, segment.uid
+                ));
             }
             if file.mode != 0o600 || segment.mode != 0o600 {
                 return Err(format!("a per-user ledger whose file has mode {:o} and shared memory mode {:o} (fgpu makes both 0600)", file.mode, segment.mode));
@@ -315,7 +319,11 @@ fn check_user_dir(dir: &Path) -> Result<(), LedgerError> {
                 return Err(untrusted("is not a directory".into()));
             }
             if meta.uid() != euid() {
-                return Err(untrusted(format!("belongs to uid {}, not to this user (uid {}); another user may have made it to share your ledger", meta.uid(), euid())));
+                return Err(untrusted(format!(
+                    "belongs to uid {}, not to this user (uid {}); another user may have made it to share your ledger",
+                    meta.uid(),
+                    euid()
+                )));
             }
             if meta.mode() & 0o077 != 0 {
                 return Err(untrusted(format!("has mode {:o}; a per-user ledger directory must be 0700", meta.mode() & 0o7777)));
@@ -323,7 +331,11 @@ fn check_user_dir(dir: &Path) -> Result<(), LedgerError> {
             Ok(())
         }
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
-            std::fs::DirBuilder::new().mode(0o700).create(dir).or_else(|e| if e.kind() == io::ErrorKind::AlreadyExists { Ok(()) } else { Err(e) }).map_err(io_err(dir, "create its directory"))?;
+            std::fs::DirBuilder::new()
+                .mode(0o700)
+                .create(dir)
+                .or_else(|e| if e.kind() == io::ErrorKind::AlreadyExists { Ok(()) } else { Err(e) })
+                .map_err(io_err(dir, "create its directory"))?;
             check_user_dir(dir)
         }
         Err(e) => Err(io_err(dir, "inspect its directory")(e)),
@@ -334,7 +346,9 @@ fn open_lock_file(path: &Path, sharing: Sharing) -> Result<File, LedgerError> {
     let parent = path.parent().filter(|p| !p.as_os_str().is_empty());
     match (sharing, parent) {
         (Sharing::User, Some(dir)) => check_user_dir(dir)?,
-        (Sharing::Private, Some(dir)) if !dir.exists() => std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir).map_err(io_err(dir, "create its directory"))?,
+        (Sharing::Private, Some(dir)) if !dir.exists() => {
+            std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir).map_err(io_err(dir, "create its directory"))?
+        }
         (Sharing::Shared, Some(dir)) if !dir.exists() => std::fs::create_dir_all(dir).map_err(io_err(dir, "create its directory"))?,
         _ => {}
     }
@@ -349,7 +363,10 @@ fn open_lock_file(path: &Path, sharing: Sharing) -> Result<File, LedgerError> {
             Some(libc::ELOOP) => LedgerError::Untrusted { path: path.to_path_buf(), why: "is a symbolic link; a ledger is never opened through one".into() },
             Some(libc::EACCES) => {
                 let owner = std::fs::symlink_metadata(path).map(|m| format!(" (owner uid {}, mode {:o})", m.uid(), m.mode() & 0o7777)).unwrap_or_default();
-                LedgerError::Untrusted { path: path.to_path_buf(), why: format!("cannot be opened for writing by uid {}{owner}; every process of a ledger must be able to lock it", euid()) }
+                LedgerError::Untrusted {
+                    path: path.to_path_buf(),
+                    why: format!("cannot be opened for writing by uid {}{owner}; every process of a ledger must be able to lock it", euid()),
+                }
             }
             _ => io_err(path, "open")(e),
         })?;
@@ -359,8 +376,15 @@ fn open_lock_file(path: &Path, sharing: Sharing) -> Result<File, LedgerError> {
     }
     match sharing {
         _ if sharing.own_only() && meta.uid() != euid() => {
-            let hint = if sharing == Sharing::Private { "; a ledger named in FGPU_LEDGER is private to its user unless FGPU_LEDGER_SHARED=1 is set for every process of it" } else { "" };
-            return Err(LedgerError::Untrusted { path: path.to_path_buf(), why: format!("belongs to uid {}, not to this user (uid {}){hint}", meta.uid(), euid()) });
+            let hint = if sharing == Sharing::Private {
+                "; a ledger named in FGPU_LEDGER is private to its user unless FGPU_LEDGER_SHARED=1 is set for every process of it"
+            } else {
+                ""
+            };
+            return Err(LedgerError::Untrusted {
+                path: path.to_path_buf(),
+                why: format!("belongs to uid {}, not to this user (uid {}){hint}", meta.uid(), euid()),
+            });
         }
         _ if sharing.own_only() && meta.mode() & 0o7777 != 0o600 => {
             // Ours, but loosened (or made under an odd umask): make it 0600 again.
@@ -600,13 +624,7 @@ fn detach(base: NonNull<u8>) {
 }
 
 fn write_hint(file: &File, shmid: i32, header: &Header, ipcns: u64) {
-    let hint = Hint {
-        magic: HINT_MAGIC,
-        version: VERSION,
-        shmid,
-        ledger_id: [header.ledger_id[0].load(Relaxed), header.ledger_id[1].load(Relaxed)],
-        ipcns,
-    };
+    let hint = Hint { magic: HINT_MAGIC, version: VERSION, shmid, ledger_id: [header.ledger_id[0].load(Relaxed), header.ledger_id[1].load(Relaxed)], ipcns };
     // Best effort: a full disk or a read-only file only costs the next process a search.
     let _ = file.write_all_at(&hint.to_bytes(), 0);
 }
@@ -742,10 +760,7 @@ pub fn in_ipc_namespace<T: Send>(ns: &File, f: impl FnOnce() -> T + Send) -> io:
 
 /// The wall clock, in milliseconds since the Unix epoch (0 if it is before it).
 pub(crate) fn unix_now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
 }
 
 #[cfg(test)]

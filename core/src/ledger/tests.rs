@@ -447,7 +447,7 @@ fn a_lock_over_every_slot_does_not_keep_a_process_out() {
     lock.l_whence = libc::SEEK_SET as libc::c_short;
     lock.l_start = alive_lock(1);
     lock.l_len = 0; // to the end of the file
-    // SAFETY: models fcntl(2) F_OFD_SETLK with a valid flock on an open file.
+                    // SAFETY: models fcntl(2) F_OFD_SETLK with a valid flock on an open file.
     assert_eq!(unsafe { libc::fcntl(std::os::fd::AsRawFd::as_raw_fd(&hostile), libc::F_OFD_SETLK, &mut lock) }, 0);
     // A newcomer still gets a slot, whose liveness is its process's, and it counts.
     let newcomer = Ledger::open_or_create(&dir.ledger()).unwrap();

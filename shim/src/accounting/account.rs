@@ -141,7 +141,12 @@ impl Account {
     /// Moves a reservation of `reserved` bytes to the `actual` amount the driver took.
     pub fn settle(&self, dev: &Dev, reserved: u64, actual: u64) {
         if actual > reserved {
-            log_at!(Level::Debug, "device {}: the driver took {} bytes more than reserved ({reserved} reserved, {actual} taken); counted", dev.ordinal, actual - reserved);
+            log_at!(
+                Level::Debug,
+                "device {}: the driver took {} bytes more than reserved ({reserved} reserved, {actual} taken); counted",
+                dev.ordinal,
+                actual - reserved
+            );
             self.force_add(dev, actual - reserved);
         } else if reserved > actual {
             self.release(dev, reserved - actual);

@@ -45,7 +45,13 @@ impl Active {
             if let Some(m) = measured {
                 self.account.ledger.set_context_hint(dev.id, m);
             }
-            log_at!(Level::Debug, "{call}: context on device {} takes {} bytes ({})", dev.ordinal, actual, if measured.is_some() { "measured" } else { "estimated" });
+            log_at!(
+                Level::Debug,
+                "{call}: context on device {} takes {} bytes ({})",
+                dev.ordinal,
+                actual,
+                if measured.is_some() { "measured" } else { "estimated" }
+            );
             reservation.settle(actual);
             self.account.add_context(dev, actual as i64);
             Ok(actual)

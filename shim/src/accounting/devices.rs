@@ -44,7 +44,12 @@ pub struct Devices {
 
 impl Default for Devices {
     fn default() -> Self {
-        Devices { table: [const { OnceLock::new() }; MAX_ORDINALS], registering: Mutex::new(()), registered: AtomicUsize::new(0), only_ordinal: AtomicI32::new(-1) }
+        Devices {
+            table: [const { OnceLock::new() }; MAX_ORDINALS],
+            registering: Mutex::new(()),
+            registered: AtomicUsize::new(0),
+            only_ordinal: AtomicI32::new(-1),
+        }
     }
 }
 

@@ -48,7 +48,14 @@ impl Active {
     /// what the driver wrote) needs is remembered; with `upload` (the
     /// `CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD` of `cuGraphInstantiateWithParams`) the memory is
     /// taken now, as a launch takes it.
-    pub fn graph_instantiate(&self, call: &str, graph: CUgraph, upload: bool, real: impl FnOnce() -> CUresult, exec: impl FnOnce() -> Option<usize>) -> CUresult {
+    pub fn graph_instantiate(
+        &self,
+        call: &str,
+        graph: CUgraph,
+        upload: bool,
+        real: impl FnOnce() -> CUresult,
+        exec: impl FnOnce() -> Option<usize>,
+    ) -> CUresult {
         let needs = graph_needs(graph);
         let rc = if upload && needs.as_ref().is_some_and(|n| !n.is_empty()) { self.taking_graph_memory(call, needs.as_deref(), real) } else { real() };
         if rc == CUDA_SUCCESS {

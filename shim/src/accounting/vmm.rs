@@ -12,7 +12,13 @@ use crate::abi::cuda::*;
 impl Active {
     /// `cuMemCreate` of `size` bytes on `ordinal` through `create`; `created` reads the new
     /// handle once the driver wrote it.
-    pub fn vmm_create(&self, ordinal: CUdevice, size: u64, create: impl FnOnce() -> CUresult, created: impl FnOnce() -> CUmemGenericAllocationHandle) -> CUresult {
+    pub fn vmm_create(
+        &self,
+        ordinal: CUdevice,
+        size: u64,
+        create: impl FnOnce() -> CUresult,
+        created: impl FnOnce() -> CUmemGenericAllocationHandle,
+    ) -> CUresult {
         let dev = match self.account.device(ordinal) {
             Ok(dev) => dev,
             Err(rc) => return rc,

@@ -60,7 +60,11 @@ impl Marker {
     }
 
     pub fn query(&self) -> EventState {
-        if self.usable() { driver().event_query(self.event()) } else { EventState::Failed }
+        if self.usable() {
+            driver().event_query(self.event())
+        } else {
+            EventState::Failed
+        }
     }
 }
 
@@ -98,11 +102,19 @@ pub struct ChunkShared {
 enum State {
     Open,
     /// Ended by its end marker (if any) at `at`; `late`: it sat idle before it ended.
-    Closed { at: u64, late: bool },
+    Closed {
+        at: u64,
+        late: bool,
+    },
     /// Its work completed; seen at `at`. `busy`: the time between its markers, if usable.
-    Done { at: u64, busy: Option<u64> },
+    Done {
+        at: u64,
+        busy: Option<u64>,
+    },
     /// No marker can tell when its work completed; given up on at `at`.
-    Orphan { at: u64 },
+    Orphan {
+        at: u64,
+    },
 }
 
 /// A chunk as the process-wide registry keeps it until it is settled.
@@ -195,11 +207,7 @@ impl Registry {
 
     /// Estimated GPU time of the chunks on `ordinal` whose work may not have completed.
     pub fn inflight(&self, ordinal: CUdevice) -> u64 {
-        self.chunks
-            .iter()
-            .filter(|c| c.ordinal == ordinal && matches!(c.state, State::Open | State::Closed { .. }))
-            .map(|c| c.provisional)
-            .sum()
+        self.chunks.iter().filter(|c| c.ordinal == ordinal && matches!(c.state, State::Open | State::Closed { .. })).map(|c| c.provisional).sum()
     }
 
     /// Ends every open chunk of `ordinal` at its next launch: the ledger is overdrawn, so

@@ -21,12 +21,12 @@
 //! disturb a capture under way elsewhere in the program.
 
 use super::book::{realtime_ns, DevBook, NvmlState};
-use crate::driver::instance::driver;
-use crate::driver::seam::{CudaDriver, NvmlDriver, SamplesError};
 use super::limiter::{existing, settle_now, Limiter};
 use super::share::DevShare;
 use crate::abi::cuda::CU_STREAM_CAPTURE_MODE_RELAXED;
 use crate::abi::nvml::NvmlDevice;
+use crate::driver::instance::driver;
+use crate::driver::seam::{CudaDriver, NvmlDriver, SamplesError};
 use fgpu_core::compute::UtilisationBook;
 use fgpu_core::log::{monotonic_ns, Level};
 use fgpu_core::log_at;
@@ -134,7 +134,12 @@ fn poll(limiter: &Limiter, share: &DevShare, now: u64) {
             Ok(_) if !state.book.measuring() && now.saturating_sub(state.since) > LEARN_PERIOD_WITHIN_NS => {
                 // Nothing was counted from NVML yet, so nothing is counted twice: the
                 // chunks kept until now are settled by their events from here on.
-                log_at!(Level::Info, "NVML's samples did not show their period within {} s on {}; the compute share is measured by this process's events", LEARN_PERIOD_WITHIN_NS / 1_000_000_000, format_gpu_uuid(&share.uuid));
+                log_at!(
+                    Level::Info,
+                    "NVML's samples did not show their period within {} s on {}; the compute share is measured by this process's events",
+                    LEARN_PERIOD_WITHIN_NS / 1_000_000_000,
+                    format_gpu_uuid(&share.uuid)
+                );
                 book.nvml = None;
                 book.by_events = true;
                 return;
@@ -145,7 +150,11 @@ fn poll(limiter: &Limiter, share: &DevShare, now: u64) {
                 return;
             }
             Err(SamplesError::Unavailable(rc)) => {
-                log_at!(Level::Info, "NVML gives no per-process utilisation for {} (NVML error {rc}); the compute share is measured by this process's events", format_gpu_uuid(&share.uuid));
+                log_at!(
+                    Level::Info,
+                    "NVML gives no per-process utilisation for {} (NVML error {rc}); the compute share is measured by this process's events",
+                    format_gpu_uuid(&share.uuid)
+                );
                 book.nvml = None;
                 book.by_events = true;
                 return;
@@ -175,4 +184,3 @@ fn start_measuring(limiter: &Limiter, share: &DevShare, book: &mut DevBook, now:
     log_at!(Level::Debug, "the compute share on {uuid} is measured by NVML (its samples under PID {pid})");
     book.nvml = Some(NvmlState { handle: handle as usize, book: UtilisationBook::new(start_us), host_pid: pid, offset_ns: offset, next_poll: 0, since: now });
 }
-

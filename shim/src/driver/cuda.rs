@@ -15,21 +15,33 @@ impl CudaDriver for Real {
             // SAFETY: as above.
             .or_else(|| unsafe { raw::cuDeviceGetUuid(&mut uuid, ordinal) })
             .unwrap_or(CUDA_ERROR_NOT_FOUND);
-        if rc == CUDA_SUCCESS { Ok(uuid.bytes) } else { Err(rc) }
+        if rc == CUDA_SUCCESS {
+            Ok(uuid.bytes)
+        } else {
+            Err(rc)
+        }
     }
 
     fn device_total_mem(&self, ordinal: CUdevice) -> Result<u64, CUresult> {
         let mut total: usize = 0;
         // SAFETY: a live size_t local for the driver to write.
         let rc = unsafe { raw::cuDeviceTotalMem_v2(&mut total, ordinal) }.unwrap_or(CUDA_ERROR_NOT_FOUND);
-        if rc == CUDA_SUCCESS { Ok(total as u64) } else { Err(rc) }
+        if rc == CUDA_SUCCESS {
+            Ok(total as u64)
+        } else {
+            Err(rc)
+        }
     }
 
     fn context_device(&self) -> Result<CUdevice, CUresult> {
         let mut ordinal: CUdevice = 0;
         // SAFETY: a live CUdevice local for the driver to write.
         let rc = unsafe { raw::cuCtxGetDevice(&mut ordinal) }.unwrap_or(CUDA_ERROR_NOT_FOUND);
-        if rc == CUDA_SUCCESS { Ok(ordinal) } else { Err(rc) }
+        if rc == CUDA_SUCCESS {
+            Ok(ordinal)
+        } else {
+            Err(rc)
+        }
     }
 
     fn current_context(&self) -> Option<CUcontext> {

@@ -136,7 +136,12 @@ impl NvmlDriver for Real {
         (rc == NVML_SUCCESS).then(|| {
             entries[..(count as usize).min(entries.len())]
                 .iter()
-                .map(|e| NvmlProcessInfoV2 { pid: e.pid, used_gpu_memory: e.used_gpu_memory, gpu_instance_id: NVML_NO_INSTANCE, compute_instance_id: NVML_NO_INSTANCE })
+                .map(|e| NvmlProcessInfoV2 {
+                    pid: e.pid,
+                    used_gpu_memory: e.used_gpu_memory,
+                    gpu_instance_id: NVML_NO_INSTANCE,
+                    compute_instance_id: NVML_NO_INSTANCE,
+                })
                 .collect()
         })
     }

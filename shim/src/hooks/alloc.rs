@@ -84,8 +84,7 @@ fn pitch_estimate(width: u64, height: u64) -> u64 {
 pub unsafe extern "C" fn cuMemAllocPitch_v2(dptr: *mut CUdeviceptr, pitch: *mut usize, width: usize, height: usize, element_size: c_uint) -> CUresult {
     let real = || {
         // SAFETY: the hook's caller's own arguments, passed on unchanged: the call's contract is theirs.
-        let rc = unsafe { raw::cuMemAllocPitch_v2(dptr, pitch, width, height, element_size) }
-        .unwrap_or(CUDA_ERROR_NOT_FOUND);
+        let rc = unsafe { raw::cuMemAllocPitch_v2(dptr, pitch, width, height, element_size) }.unwrap_or(CUDA_ERROR_NOT_FOUND);
         if rc != CUDA_SUCCESS {
             return (rc, 0, 0);
         }
@@ -104,8 +103,7 @@ pub unsafe extern "C" fn cuMemAllocPitch_v2(dptr: *mut CUdeviceptr, pitch: *mut 
 pub unsafe extern "C" fn cuMemAllocPitch(dptr: *mut CUdeviceptrV1, pitch: *mut c_uint, width: c_uint, height: c_uint, element_size: c_uint) -> CUresult {
     let real = || {
         // SAFETY: the hook's caller's own arguments, passed on unchanged: the call's contract is theirs.
-        let rc = unsafe { raw::cuMemAllocPitch(dptr, pitch, width, height, element_size) }
-        .unwrap_or(CUDA_ERROR_NOT_FOUND);
+        let rc = unsafe { raw::cuMemAllocPitch(dptr, pitch, width, height, element_size) }.unwrap_or(CUDA_ERROR_NOT_FOUND);
         if rc != CUDA_SUCCESS {
             return (rc, 0, 0);
         }
@@ -126,8 +124,7 @@ pub unsafe extern "C" fn cuMemAllocPitch(dptr: *mut CUdeviceptrV1, pitch: *mut c
 pub unsafe extern "C" fn cuMemAllocManaged(dptr: *mut CUdeviceptr, bytesize: usize, flags: c_uint) -> CUresult {
     let real = || {
         // SAFETY: the hook's caller's own arguments, passed on unchanged: the call's contract is theirs.
-        let rc = unsafe { raw::cuMemAllocManaged(dptr, bytesize, flags) }
-            .unwrap_or(CUDA_ERROR_NOT_FOUND);
+        let rc = unsafe { raw::cuMemAllocManaged(dptr, bytesize, flags) }.unwrap_or(CUDA_ERROR_NOT_FOUND);
         // SAFETY: on success the driver wrote *dptr.
         let ptr = if rc == CUDA_SUCCESS { unsafe { *dptr } } else { 0 };
         (rc, ptr, bytesize as u64)

@@ -10,11 +10,7 @@ use std::ffi::{c_uint, c_void};
 
 /// Bytes of one level of an array: width x max(height,1) x max(depth,1) x channels x element.
 fn extent_bytes(width: u64, height: u64, depth: u64, format: u32, channels: u64) -> u64 {
-    width
-        .saturating_mul(height.max(1))
-        .saturating_mul(depth.max(1))
-        .saturating_mul(channels.max(1))
-        .saturating_mul(array_format_bytes(format))
+    width.saturating_mul(height.max(1)).saturating_mul(depth.max(1)).saturating_mul(channels.max(1)).saturating_mul(array_format_bytes(format))
 }
 
 fn mipmapped_bytes(d: &CudaArray3dDescriptor, levels: u32) -> u64 {
@@ -101,8 +97,7 @@ array_create_hook!(
 pub unsafe extern "C" fn cuMipmappedArrayCreate(handle: *mut CUmipmappedArray, desc: *const CudaArray3dDescriptor, levels: c_uint) -> CUresult {
     let real = || {
         // SAFETY: the hook's caller's own arguments, passed on unchanged: the call's contract is theirs.
-        unsafe { raw::cuMipmappedArrayCreate(handle, desc, levels) }
-            .unwrap_or(CUDA_ERROR_NOT_FOUND)
+        unsafe { raw::cuMipmappedArrayCreate(handle, desc, levels) }.unwrap_or(CUDA_ERROR_NOT_FOUND)
     };
     if handle.is_null() || desc.is_null() {
         return real();

@@ -63,8 +63,7 @@ pub unsafe extern "C" fn cuCtxCreate(pctx: *mut CUcontext, flags: c_uint, dev: C
 pub unsafe extern "C" fn cuCtxCreate_v3(pctx: *mut CUcontext, params: *mut c_void, num_params: c_int, flags: c_uint, dev: CUdevice) -> CUresult {
     let real = || {
         // SAFETY: the hook's caller's own arguments, passed on unchanged: the call's contract is theirs.
-        unsafe { raw::cuCtxCreate_v3(pctx, params, num_params, flags, dev) }
-            .unwrap_or(CUDA_ERROR_NOT_FOUND)
+        unsafe { raw::cuCtxCreate_v3(pctx, params, num_params, flags, dev) }.unwrap_or(CUDA_ERROR_NOT_FOUND)
     };
     if pctx.is_null() {
         return real();
@@ -78,8 +77,7 @@ pub unsafe extern "C" fn cuCtxCreate_v3(pctx: *mut CUcontext, params: *mut c_voi
 pub unsafe extern "C" fn cuCtxCreate_v4(pctx: *mut CUcontext, params: *mut c_void, flags: c_uint, dev: CUdevice) -> CUresult {
     let real = || {
         // SAFETY: the hook's caller's own arguments, passed on unchanged: the call's contract is theirs.
-        unsafe { raw::cuCtxCreate_v4(pctx, params, flags, dev) }
-            .unwrap_or(CUDA_ERROR_NOT_FOUND)
+        unsafe { raw::cuCtxCreate_v4(pctx, params, flags, dev) }.unwrap_or(CUDA_ERROR_NOT_FOUND)
     };
     if pctx.is_null() {
         return real();

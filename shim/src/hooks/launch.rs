@@ -6,9 +6,9 @@
 //! Should the limiter itself fail (a panic, caught here), the launch is refused with
 //! `CUDA_ERROR_UNKNOWN` rather than run unlimited.
 
-use crate::driver::raw;
 use crate::abi::cuda::*;
 use crate::compute::{self, Unit};
+use crate::driver::raw;
 use std::ffi::{c_uint, c_void};
 
 /// `CUDA_ERROR_UNKNOWN` (cuda.h): what a launch gets if the limiter broke.

@@ -5,9 +5,9 @@
 //! next allocation already sees it; where NVML has no figure of this process's own, the
 //! device's usage before and after the load is.
 
-use crate::driver::raw;
 use crate::abi::cuda::*;
 use crate::accounting::process::{self, Mode};
+use crate::driver::raw;
 use std::ffi::{c_char, c_uint, c_void};
 
 /// Runs a load, then counts what it took (`accounting/records/untracked.rs`).
@@ -48,8 +48,7 @@ pub unsafe extern "C" fn cuModuleLoadDataEx(
 ) -> CUresult {
     let real = || {
         // SAFETY: the hook's caller's own arguments, passed on unchanged: the call's contract is theirs.
-        unsafe { raw::cuModuleLoadDataEx(module, image, num_options, options, option_values) }
-        .unwrap_or(CUDA_ERROR_NOT_FOUND)
+        unsafe { raw::cuModuleLoadDataEx(module, image, num_options, options, option_values) }.unwrap_or(CUDA_ERROR_NOT_FOUND)
     };
     super::guard_driver(CUDA_ERROR_INVALID_VALUE, |answer| counted_load(answer.wrap(real)))
 }
@@ -78,7 +77,9 @@ pub unsafe extern "C" fn cuLibraryLoadData(
 ) -> CUresult {
     let real = || {
         // SAFETY: the hook's caller's own arguments, passed on unchanged: the call's contract is theirs.
-        unsafe { raw::cuLibraryLoadData(library, code, jit_options, jit_option_values, num_jit_options, library_options, library_option_values, num_library_options) }
+        unsafe {
+            raw::cuLibraryLoadData(library, code, jit_options, jit_option_values, num_jit_options, library_options, library_option_values, num_library_options)
+        }
         .unwrap_or(CUDA_ERROR_NOT_FOUND)
     };
     super::guard_driver(CUDA_ERROR_INVALID_VALUE, |answer| counted_load(answer.wrap(real)))
@@ -99,7 +100,18 @@ pub unsafe extern "C" fn cuLibraryLoadFromFile(
 ) -> CUresult {
     let real = || {
         // SAFETY: the hook's caller's own arguments, passed on unchanged: the call's contract is theirs.
-        unsafe { raw::cuLibraryLoadFromFile(library, file_name, jit_options, jit_option_values, num_jit_options, library_options, library_option_values, num_library_options) }
+        unsafe {
+            raw::cuLibraryLoadFromFile(
+                library,
+                file_name,
+                jit_options,
+                jit_option_values,
+                num_jit_options,
+                library_options,
+                library_option_values,
+                num_library_options,
+            )
+        }
         .unwrap_or(CUDA_ERROR_NOT_FOUND)
     };
     super::guard_driver(CUDA_ERROR_INVALID_VALUE, |answer| counted_load(answer.wrap(real)))

@@ -54,8 +54,7 @@ pub unsafe extern "C" fn cuMemAllocAsync_ptsz(dptr: *mut CUdeviceptr, bytesize: 
 pub unsafe extern "C" fn cuMemAllocFromPoolAsync(dptr: *mut CUdeviceptr, bytesize: usize, pool: CUmemoryPool, stream: CUstream) -> CUresult {
     let real = || {
         // SAFETY: the hook's caller's own arguments, passed on unchanged: the call's contract is theirs.
-        unsafe { raw::cuMemAllocFromPoolAsync(dptr, bytesize, pool, stream) }
-            .unwrap_or(CUDA_ERROR_NOT_FOUND)
+        unsafe { raw::cuMemAllocFromPoolAsync(dptr, bytesize, pool, stream) }.unwrap_or(CUDA_ERROR_NOT_FOUND)
     };
     super::guard_driver(CUDA_ERROR_OUT_OF_MEMORY, |answer| pool_alloc(bytesize, Some(pool), answer.wrap(real)))
 }
@@ -66,8 +65,7 @@ pub unsafe extern "C" fn cuMemAllocFromPoolAsync(dptr: *mut CUdeviceptr, bytesiz
 pub unsafe extern "C" fn cuMemAllocFromPoolAsync_ptsz(dptr: *mut CUdeviceptr, bytesize: usize, pool: CUmemoryPool, stream: CUstream) -> CUresult {
     let real = || {
         // SAFETY: the hook's caller's own arguments, passed on unchanged: the call's contract is theirs.
-        unsafe { raw::cuMemAllocFromPoolAsync_ptsz(dptr, bytesize, pool, stream) }
-            .unwrap_or(CUDA_ERROR_NOT_FOUND)
+        unsafe { raw::cuMemAllocFromPoolAsync_ptsz(dptr, bytesize, pool, stream) }.unwrap_or(CUDA_ERROR_NOT_FOUND)
     };
     super::guard_driver(CUDA_ERROR_OUT_OF_MEMORY, |answer| pool_alloc(bytesize, Some(pool), answer.wrap(real)))
 }

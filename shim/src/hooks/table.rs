@@ -148,8 +148,7 @@ pub fn identify(address: *mut c_void) -> Option<Sym> {
 #[no_mangle]
 pub unsafe extern "C" fn cuGetProcAddress(symbol: *const c_char, pfn: *mut *mut c_void, cuda_version: c_int, flags: u64) -> CUresult {
     // SAFETY: the hook's caller's own arguments, passed on unchanged: the call's contract is theirs.
-    let rc = unsafe { raw::cuGetProcAddress(symbol, pfn, cuda_version, flags) }
-        .unwrap_or(CUDA_ERROR_NOT_FOUND);
+    let rc = unsafe { raw::cuGetProcAddress(symbol, pfn, cuda_version, flags) }.unwrap_or(CUDA_ERROR_NOT_FOUND);
     super::guard(rc, || {
         // SAFETY: forwarded caller pointers, checked for null inside.
         unsafe { substitute(rc, symbol, pfn, cuda_version, flags) };
@@ -168,8 +167,7 @@ pub unsafe extern "C" fn cuGetProcAddress_v2(
     symbol_status: *mut u32,
 ) -> CUresult {
     // SAFETY: the hook's caller's own arguments, passed on unchanged: the call's contract is theirs.
-    let rc = unsafe { raw::cuGetProcAddress_v2(symbol, pfn, cuda_version, flags, symbol_status) }
-    .unwrap_or(CUDA_ERROR_NOT_FOUND);
+    let rc = unsafe { raw::cuGetProcAddress_v2(symbol, pfn, cuda_version, flags, symbol_status) }.unwrap_or(CUDA_ERROR_NOT_FOUND);
     super::guard(rc, || {
         // SAFETY: forwarded caller pointers, checked for null inside.
         unsafe { substitute(rc, symbol, pfn, cuda_version, flags) };

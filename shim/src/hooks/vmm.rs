@@ -14,8 +14,7 @@ use crate::driver::raw;
 pub unsafe extern "C" fn cuMemCreate(handle: *mut CUmemGenericAllocationHandle, size: usize, prop: *const CUmemAllocationProp, flags: u64) -> CUresult {
     let real = || {
         // SAFETY: the hook's caller's own arguments, passed on unchanged: the call's contract is theirs.
-        unsafe { raw::cuMemCreate(handle, size, prop, flags) }
-            .unwrap_or(CUDA_ERROR_NOT_FOUND)
+        unsafe { raw::cuMemCreate(handle, size, prop, flags) }.unwrap_or(CUDA_ERROR_NOT_FOUND)
     };
     if handle.is_null() || prop.is_null() || size == 0 {
         return real();

@@ -16,31 +16,38 @@ const POOL_PROPS_12: &str = "the simulator declares CUDA 12's reserved[54], of w
 
 fn checks() -> Checks {
     let mut c = Checks::new();
-    c.push(c_struct!(Cuda, crate::api::pool::CUmemPoolProps => "CUmemPoolProps" {
-        alloc_type => "allocType",
-        handle_types => "handleTypes",
-        location_type => "location.type",
-        location_id => "location.id",
-        win32_security_attributes => "win32SecurityAttributes",
-        max_size => "maxSize",
-        usage => "usage",
-        reserved => "reserved",
-    }).fields_only_in(CUDA_12, POOL_PROPS_12));
+    c.push(
+        c_struct!(Cuda, crate::api::pool::CUmemPoolProps => "CUmemPoolProps" {
+            alloc_type => "allocType",
+            handle_types => "handleTypes",
+            location_type => "location.type",
+            location_id => "location.id",
+            win32_security_attributes => "win32SecurityAttributes",
+            max_size => "maxSize",
+            usage => "usage",
+            reserved => "reserved",
+        })
+        .fields_only_in(CUDA_12, POOL_PROPS_12),
+    );
     for c_type in ["CUDA_MEM_ALLOC_NODE_PARAMS_v1", "CUDA_MEM_ALLOC_NODE_PARAMS_v2"] {
-        c.push(c_struct!(Cuda, crate::api::graph::CudaMemAllocNodeParams => "" {
-            alloc_type => "poolProps.allocType",
-            handle_types => "poolProps.handleTypes",
-            location_type => "poolProps.location.type",
-            location_id => "poolProps.location.id",
-            win32_security_attributes => "poolProps.win32SecurityAttributes",
-            max_size => "poolProps.maxSize",
-            usage => "poolProps.usage",
-            reserved => "poolProps.reserved",
-            access_descs => "accessDescs",
-            access_desc_count => "accessDescCount",
-            bytesize => "bytesize",
-            dptr => "dptr",
-        }).c_type(c_type).fields_only_in(CUDA_12, POOL_PROPS_12));
+        c.push(
+            c_struct!(Cuda, crate::api::graph::CudaMemAllocNodeParams => "" {
+                alloc_type => "poolProps.allocType",
+                handle_types => "poolProps.handleTypes",
+                location_type => "poolProps.location.type",
+                location_id => "poolProps.location.id",
+                win32_security_attributes => "poolProps.win32SecurityAttributes",
+                max_size => "poolProps.maxSize",
+                usage => "poolProps.usage",
+                reserved => "poolProps.reserved",
+                access_descs => "accessDescs",
+                access_desc_count => "accessDescCount",
+                bytesize => "bytesize",
+                dptr => "dptr",
+            })
+            .c_type(c_type)
+            .fields_only_in(CUDA_12, POOL_PROPS_12),
+        );
     }
     c.push(c_struct!(Cuda, crate::api::graph::CudaGraphInstantiateParams => "CUDA_GRAPH_INSTANTIATE_PARAMS" {
         flags => "flags", upload_stream => "hUploadStream", error_node_out => "hErrNode_out", result_out => "result_out",
@@ -62,15 +69,21 @@ fn checks() -> Checks {
     c.push(c_struct!(Cuda, crate::api::array::ArrayDesc => "CUDA_ARRAY_DESCRIPTOR" {
         width => "Width", height => "Height", format => "Format", num_channels => "NumChannels",
     }));
-    c.push(c_struct!(Cuda, crate::api::array::ArrayDescV1 => "CUDA_ARRAY_DESCRIPTOR_v1" {
-        width => "Width", height => "Height", format => "Format", num_channels => "NumChannels",
-    }).define("__CUDA_API_VERSION_INTERNAL"));
+    c.push(
+        c_struct!(Cuda, crate::api::array::ArrayDescV1 => "CUDA_ARRAY_DESCRIPTOR_v1" {
+            width => "Width", height => "Height", format => "Format", num_channels => "NumChannels",
+        })
+        .define("__CUDA_API_VERSION_INTERNAL"),
+    );
     c.push(c_struct!(Cuda, crate::api::array::Array3DDesc => "CUDA_ARRAY3D_DESCRIPTOR" {
         width => "Width", height => "Height", depth => "Depth", format => "Format", num_channels => "NumChannels", flags => "Flags",
     }));
-    c.push(c_struct!(Cuda, crate::api::array::Array3DDescV1 => "CUDA_ARRAY3D_DESCRIPTOR_v1" {
-        width => "Width", height => "Height", depth => "Depth", format => "Format", num_channels => "NumChannels", flags => "Flags",
-    }).define("__CUDA_API_VERSION_INTERNAL"));
+    c.push(
+        c_struct!(Cuda, crate::api::array::Array3DDescV1 => "CUDA_ARRAY3D_DESCRIPTOR_v1" {
+            width => "Width", height => "Height", depth => "Depth", format => "Format", num_channels => "NumChannels", flags => "Flags",
+        })
+        .define("__CUDA_API_VERSION_INTERNAL"),
+    );
     c.push(c_struct!(Cuda, crate::api::array::ArrayMemoryRequirements => "CUDA_ARRAY_MEMORY_REQUIREMENTS" {
         size => "size", alignment => "alignment", reserved => "reserved",
     }));
@@ -191,6 +204,14 @@ fn simulated_cuda_abi_matches_nvidia_headers() {
 #[test]
 fn arm_comments_are_read() {
     let arms = named_arms("        2 | 3 => 1024,     // MAX_BLOCK_DIM_X / Y\n        79 | 80 => 1,      // GLOBAL / LOCAL_L1_CACHE_SUPPORTED\n        13 => 1_980_000,   // CLOCK_RATE (kHz)\n        24..=26 => 16384,\n        0x02 | 0x10 => 2, // UNSIGNED_INT16, HALF\n");
-    let expected = [(2, "MAX_BLOCK_DIM_X"), (3, "MAX_BLOCK_DIM_Y"), (79, "GLOBAL_L1_CACHE_SUPPORTED"), (80, "LOCAL_L1_CACHE_SUPPORTED"), (13, "CLOCK_RATE"), (2, "UNSIGNED_INT16"), (16, "HALF")];
+    let expected = [
+        (2, "MAX_BLOCK_DIM_X"),
+        (3, "MAX_BLOCK_DIM_Y"),
+        (79, "GLOBAL_L1_CACHE_SUPPORTED"),
+        (80, "LOCAL_L1_CACHE_SUPPORTED"),
+        (13, "CLOCK_RATE"),
+        (2, "UNSIGNED_INT16"),
+        (16, "HALF"),
+    ];
     assert_eq!(arms, expected.map(|(n, s)| (n, s.to_string())));
 }

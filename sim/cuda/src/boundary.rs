@@ -33,7 +33,6 @@ macro_rules! tri {
     };
 }
 
-
 /// Writes `v` through a caller-supplied output pointer (ignored when NULL).
 #[inline(always)]
 pub(crate) fn put<T>(p: *mut T, v: T) {

@@ -256,17 +256,13 @@ fn keep_marker_end(tl: TimelineContext, seq: u64, end: u64) {
 /// Puts `work` on a context's timeline, blocking while its queue is full (call it without
 /// any lock of this process held).
 pub fn submit(d: &Driver, tl: TimelineContext, work: Work) -> Result<u64, CUresult> {
-    d.state
-        .timeline_submit(tl, work, |seq, end| keep_marker_end(tl, seq, end))
-        .map_err(|_| CUDA_ERROR_CONTEXT_IS_DESTROYED)
+    d.state.timeline_submit(tl, work, |seq, end| keep_marker_end(tl, seq, end)).map_err(|_| CUDA_ERROR_CONTEXT_IS_DESTROYED)
 }
 
 /// Puts `work` on a context's timeline if its queue has room (never blocks; may be called
 /// with the driver lock held).
 pub fn try_submit(d: &Driver, tl: TimelineContext, work: Work) -> Result<Option<u64>, CUresult> {
-    d.state
-        .timeline_try_submit(tl, work, |seq, end| keep_marker_end(tl, seq, end))
-        .map_err(|_| CUDA_ERROR_CONTEXT_IS_DESTROYED)
+    d.state.timeline_try_submit(tl, work, |seq, end| keep_marker_end(tl, seq, end)).map_err(|_| CUDA_ERROR_CONTEXT_IS_DESTROYED)
 }
 
 /// Calls this process's driver fails on purpose (`FGPU_SIM_FAIL`): a comma-separated list
@@ -281,7 +277,9 @@ fn failures() -> &'static Result<Vec<(String, CUresult)>, String> {
         let mut out = Vec::new();
         for item in value.split(',').map(str::trim).filter(|i| !i.is_empty()) {
             let (name, code) = match item.split_once('=') {
-                Some((name, code)) => (name.trim(), code.trim().parse::<CUresult>().map_err(|_| format!("FGPU_SIM_FAIL={value:?}: {code:?} is not a CUresult number"))?),
+                Some((name, code)) => {
+                    (name.trim(), code.trim().parse::<CUresult>().map_err(|_| format!("FGPU_SIM_FAIL={value:?}: {code:?} is not a CUresult number"))?)
+                }
                 None => (item, CUDA_ERROR_UNKNOWN),
             };
             if !name.starts_with("cu") || code == CUDA_SUCCESS {
@@ -369,9 +367,7 @@ pub fn visible_devices(state: &SimState, var: Option<&str>) -> Vec<usize> {
                 Some(i as usize)
             }
         } else if t.len() > 4 && t[..4].eq_ignore_ascii_case("GPU-") {
-            let m: Vec<usize> = (0..n)
-                .filter(|&i| state.device_uuid_string(i).to_ascii_lowercase().starts_with(&t.to_ascii_lowercase()))
-                .collect();
+            let m: Vec<usize> = (0..n).filter(|&i| state.device_uuid_string(i).to_ascii_lowercase().starts_with(&t.to_ascii_lowercase())).collect();
             if m.len() == 1 {
                 Some(m[0])
             } else {
@@ -457,16 +453,7 @@ fn reserve_va(state: &SimState, visible: &[usize]) -> (u64, u64) {
     let want = total.saturating_mul(4).clamp(1 << 40, 32 << 40);
     let len = want + GRANULARITY;
     // SAFETY: an anonymous PROT_NONE reservation at an address of the kernel's choosing.
-    let p = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            len as usize,
-            libc::PROT_NONE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-            -1,
-            0,
-        )
-    };
+    let p = unsafe { libc::mmap(std::ptr::null_mut(), len as usize, libc::PROT_NONE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE, -1, 0) };
     if p == libc::MAP_FAILED {
         // No reservation possible (address-space limit): use a fixed high range.
         return (0x7E00_0000_0000, 0x7E00_0000_0000 + (16u64 << 40));
@@ -598,12 +585,7 @@ impl Inner {
     /// Frees everything that belongs to context `h` (allocations, arrays, streams,
     /// events) and its own device memory.
     pub fn teardown_ctx(&mut self, d: &Driver, h: usize, dev: usize) {
-        let victims: Vec<u64> = self
-            .allocs
-            .iter()
-            .filter(|(_, a)| a.ctx == h && !matches!(a.kind, Kind::Pool(_)))
-            .map(|(&p, _)| p)
-            .collect();
+        let victims: Vec<u64> = self.allocs.iter().filter(|(_, a)| a.ctx == h && !matches!(a.kind, Kind::Pool(_))).map(|(&p, _)| p).collect();
         for p in victims {
             self.free_alloc(d, p);
         }
@@ -653,16 +635,7 @@ impl Inner {
     }
 
     /// Device allocation of `size` accounted bytes (and `va_size` of address space).
-    pub fn alloc_device(
-        &mut self,
-        d: &Driver,
-        dev: usize,
-        ctx: usize,
-        size: u64,
-        va_size: u64,
-        kind: Kind,
-        low: bool,
-    ) -> Result<u64, CUresult> {
+    pub fn alloc_device(&mut self, d: &Driver, dev: usize, ctx: usize, size: u64, va_size: u64, kind: Kind, low: bool) -> Result<u64, CUresult> {
         if !d.take(dev, size) {
             return Err(CUDA_ERROR_OUT_OF_MEMORY);
         }
@@ -730,10 +703,7 @@ impl Inner {
     pub fn default_pool(&mut self, dev: usize) -> usize {
         if self.default_pool[dev] == 0 {
             let h = self.new_handle();
-            self.pools.insert(
-                h,
-                PoolRec { dev, model: PoolModel::new(), reuse: [1, 1, 1], max_size: 0, destroyed: false, outstanding: 0 },
-            );
+            self.pools.insert(h, PoolRec { dev, model: PoolModel::new(), reuse: [1, 1, 1], max_size: 0, destroyed: false, outstanding: 0 });
             self.default_pool[dev] = h;
             if self.current_pool[dev] == 0 {
                 self.current_pool[dev] = h;
@@ -794,14 +764,7 @@ impl Inner {
 fn map_host(len: u64) -> Option<u64> {
     // SAFETY: fresh anonymous private mapping; the kernel picks the address.
     let p = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            len as usize,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-            -1,
-            0,
-        )
+        libc::mmap(std::ptr::null_mut(), len as usize, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE, -1, 0)
     };
     if p == libc::MAP_FAILED {
         None
@@ -819,7 +782,7 @@ pub fn unmap_host(ptr: u64, len: u64) {
 /// 1, summed over mip levels, rounded up to the 2 MiB granularity.
 pub fn array_bytes(width: u64, height: u64, depth: u64, format: u32, channels: u32, levels: u32) -> Option<u64> {
     let elem: u64 = match format {
-        0x01 | 0x08 => 1,       // UNSIGNED_INT8, SIGNED_INT8
+        0x01 | 0x08 => 1,        // UNSIGNED_INT8, SIGNED_INT8
         0x02 | 0x09 | 0x10 => 2, // UNSIGNED_INT16, SIGNED_INT16, HALF
         0x03 | 0x0a | 0x20 => 4, // UNSIGNED_INT32, SIGNED_INT32, FLOAT
         0 => return None,

@@ -121,7 +121,11 @@ pub static ERRORS: &[(CUresult, &str, &str)] = &[
     (907, "CUDA_ERROR_CAPTURED_EVENT\0", "operation not permitted on an event last recorded in a capturing stream\0"),
     (908, "CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD\0", "attempt to terminate a thread-local capture sequence from another thread\0"),
     (909, "CUDA_ERROR_TIMEOUT\0", "wait operation timed out\0"),
-    (910, "CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE\0", "the graph update was not performed because it included changes which violated constraints specific to instantiated graph update\0"),
+    (
+        910,
+        "CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE\0",
+        "the graph update was not performed because it included changes which violated constraints specific to instantiated graph update\0",
+    ),
     (911, "CUDA_ERROR_EXTERNAL_DEVICE\0", "an async error has occured in external entity outside of CUDA\0"),
     (912, "CUDA_ERROR_INVALID_CLUSTER_SIZE\0", "a kernel launch error has occurred due to cluster misconfiguration\0"),
     (913, "CUDA_ERROR_FUNCTION_NOT_LOADED\0", "the function handle is not loaded when calling an API that requires a loaded function\0"),

@@ -69,7 +69,12 @@ fn checks() -> Checks {
     for line in body.lines() {
         let Some((number, rest)) = line.split_once("=>") else { continue };
         let (Ok(number), Some((_, name))) = (number.trim().parse::<i64>(), rest.split_once("//")) else { continue };
-        c.value(Value::new(Nvml, format!("api/sensors.rs temperature threshold arm {number}"), format!("NVML_TEMPERATURE_THRESHOLD_{}", name.trim()), number as i128));
+        c.value(Value::new(
+            Nvml,
+            format!("api/sensors.rs temperature threshold arm {number}"),
+            format!("NVML_TEMPERATURE_THRESHOLD_{}", name.trim()),
+            number as i128,
+        ));
         thresholds += 1;
     }
     assert_eq!(thresholds, 4, "api/sensors.rs: the temperature threshold arms have changed shape");

@@ -498,14 +498,7 @@ pub fn device_uuid_bytes(index: u32) -> [u8; 16] {
 /// Formats 16 UUID bytes the way NVML does: `GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`.
 pub fn format_gpu_uuid(u: &[u8; 16]) -> String {
     let h: Vec<String> = u.iter().map(|b| format!("{b:02x}")).collect();
-    format!(
-        "GPU-{}-{}-{}-{}-{}",
-        h[0..4].concat(),
-        h[4..6].concat(),
-        h[6..8].concat(),
-        h[8..10].concat(),
-        h[10..16].concat()
-    )
+    format!("GPU-{}-{}-{}-{}-{}", h[0..4].concat(), h[4..6].concat(), h[6..8].concat(), h[8..10].concat(), h[10..16].concat())
 }
 
 impl SimState {
@@ -585,9 +578,7 @@ impl SimState {
             }
         }
         // SAFETY: mapping FILE_SIZE bytes of a file at least that long, shared, read-write.
-        let p = unsafe {
-            libc::mmap(std::ptr::null_mut(), FILE_SIZE, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd, 0)
-        };
+        let p = unsafe { libc::mmap(std::ptr::null_mut(), FILE_SIZE, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd, 0) };
         if p == libc::MAP_FAILED {
             return Err(io::Error::last_os_error());
         }
@@ -595,7 +586,10 @@ impl SimState {
         let s = SimState { base, fd };
         let magic = s.header().magic.load(Ordering::Acquire);
         if magic == 0 {
-            let cfg = match cfg { Some(c) => Ok(c.clone()), None => SimConfig::from_env() };
+            let cfg = match cfg {
+                Some(c) => Ok(c.clone()),
+                None => SimConfig::from_env(),
+            };
             match cfg {
                 Ok(cfg) => s.initialise(&cfg),
                 Err(e) => {
@@ -726,13 +720,7 @@ impl SimState {
     /// PCI location of device `i`.
     pub fn device_pci(&self, i: usize) -> PciLocation {
         let d = self.dev(i);
-        PciLocation {
-            domain: d.pci_domain,
-            bus: d.pci_bus,
-            device: d.pci_device,
-            pci_device_id: d.pci_device_id,
-            pci_subsystem_id: d.pci_subsystem_id,
-        }
+        PciLocation { domain: d.pci_domain, bus: d.pci_bus, device: d.pci_device, pci_device_id: d.pci_device_id, pci_subsystem_id: d.pci_subsystem_id }
     }
     /// Device minor number (`/dev/nvidiaN`).
     pub fn device_minor(&self, i: usize) -> u32 {
@@ -1014,11 +1002,7 @@ impl SimState {
                     let _ = slot.state.compare_exchange(claiming, pack(0, gen, ST_FREE), Ordering::AcqRel, Ordering::Acquire);
                     continue;
                 }
-                if slot
-                    .state
-                    .compare_exchange(claiming, pack(tag, gen, ST_LIVE), Ordering::AcqRel, Ordering::Acquire)
-                    .is_ok()
-                {
+                if slot.state.compare_exchange(claiming, pack(tag, gen, ST_LIVE), Ordering::AcqRel, Ordering::Acquire).is_ok() {
                     return Ok(s);
                 }
                 let _ = flock(self.fd, libc::F_SETLK, libc::F_UNLCK, Self::lock_byte(s));
@@ -1044,15 +1028,13 @@ impl SimState {
         let mut cur = d.used.load(Ordering::Relaxed);
         loop {
             match cur.checked_add(bytes) {
-                Some(next) if next <= limit => {
-                    match d.used.compare_exchange_weak(cur, next, Ordering::AcqRel, Ordering::Relaxed) {
-                        Ok(_) => {
-                            self.slot(slot).used[dev].fetch_add(bytes, Ordering::AcqRel);
-                            return true;
-                        }
-                        Err(actual) => cur = actual,
+                Some(next) if next <= limit => match d.used.compare_exchange_weak(cur, next, Ordering::AcqRel, Ordering::Relaxed) {
+                    Ok(_) => {
+                        self.slot(slot).used[dev].fetch_add(bytes, Ordering::AcqRel);
+                        return true;
                     }
-                }
+                    Err(actual) => cur = actual,
+                },
                 _ => {
                     if reclaimed {
                         return false;

@@ -68,9 +68,7 @@ fn concurrent_allocations_are_atomic() {
     let slot = s.register().unwrap();
     let chunk = MIB;
     let ok: u64 = std::thread::scope(|sc| {
-        let hs: Vec<_> = (0..4)
-            .map(|_| sc.spawn(move || (0..2000).filter(|_| s.try_alloc(slot, 0, chunk)).count() as u64))
-            .collect();
+        let hs: Vec<_> = (0..4).map(|_| sc.spawn(move || (0..2000).filter(|_| s.try_alloc(slot, 0, chunk)).count() as u64)).collect();
         hs.into_iter().map(|h| h.join().unwrap()).sum()
     });
     assert_eq!(ok, s.device_usable(0) / chunk);

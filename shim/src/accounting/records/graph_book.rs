@@ -116,7 +116,13 @@ impl GraphBook {
     /// `reserve`) the growth of each device's graph pool and records it in flight. On a
     /// refusal what was reserved for the other devices is settled back, and the refusal
     /// returned.
-    pub fn begin(&self, account: &Account, needs: &[(CUdevice, u64)], call: &str, mut reserve: impl FnMut(&Dev, u64) -> Result<(), CUresult>) -> Result<Vec<(CUdevice, InFlight)>, CUresult> {
+    pub fn begin(
+        &self,
+        account: &Account,
+        needs: &[(CUdevice, u64)],
+        call: &str,
+        mut reserve: impl FnMut(&Dev, u64) -> Result<(), CUresult>,
+    ) -> Result<Vec<(CUdevice, InFlight)>, CUresult> {
         let mut taken: Vec<(CUdevice, InFlight)> = Vec::with_capacity(needs.len());
         let mut book = self.inner.lock();
         for &(ordinal, bytes) in needs {

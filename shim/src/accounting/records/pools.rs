@@ -49,7 +49,9 @@ impl Pools {
         let reserved = driver().mem_pool_attribute(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT).unwrap_or(0);
         let used = driver().mem_pool_attribute(pool, CU_MEMPOOL_ATTR_USED_MEM_CURRENT).unwrap_or(0);
         // What a synchronisation leaves the pool (its release threshold, in granules).
-        let kept = driver().mem_pool_attribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD).map_or(0, |t| t.saturating_add(POOL_GRANULE - 1) / POOL_GRANULE * POOL_GRANULE);
+        let kept = driver()
+            .mem_pool_attribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD)
+            .map_or(0, |t| t.saturating_add(POOL_GRANULE - 1) / POOL_GRANULE * POOL_GRANULE);
         let growth = counted.growth_for(bytes, reserved, used, kept, POOL_GRANULE);
         if growth > 0 {
             reserve(growth)?;

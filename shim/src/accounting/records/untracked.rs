@@ -181,7 +181,11 @@ impl Untracked {
         fgpu_core::crash_point!("untracked.charged");
         account.add_context(dev, extra as i64);
         *self.extra.lock().entry(dev.ordinal).or_insert(0) += extra;
-        log_at!(Level::Debug, "device {}: the driver holds {extra} bytes for this process that no call announced (modules, lazily loaded kernels; {how}); counted", dev.ordinal);
+        log_at!(
+            Level::Debug,
+            "device {}: the driver holds {extra} bytes for this process that no call announced (modules, lazily loaded kernels; {how}); counted",
+            dev.ordinal
+        );
     }
 
     /// Runs a module or library load and counts what it took: from NVML's figure for this
@@ -216,7 +220,11 @@ impl Untracked {
         for before in baseline {
             let Some(dev) = account.known_device(before.ordinal) else { continue };
             if !self.quiet() || self.generation.load(SeqCst) != before.generation {
-                log_at!(Level::Debug, "device {}: a module load raced this process's own reservations; its memory is not measured on the whole device", dev.ordinal);
+                log_at!(
+                    Level::Debug,
+                    "device {}: a module load raced this process's own reservations; its memory is not measured on the whole device",
+                    dev.ordinal
+                );
                 continue;
             }
             let Some(used) = device_used(dev) else { continue };

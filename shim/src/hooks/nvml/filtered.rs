@@ -87,8 +87,7 @@ pub unsafe extern "C" fn nvmlDeviceGetProcessUtilization(
 ) -> NvmlReturn {
     let real = |s: *mut NvmlProcessUtilizationSample, c: *mut c_uint| {
         // SAFETY: the hook's caller's own arguments, passed on unchanged: the call's contract is theirs.
-        unsafe { raw::nvmlDeviceGetProcessUtilization(device, s, c, last_seen) }
-        .unwrap_or(NVML_ERROR_FUNCTION_NOT_FOUND)
+        unsafe { raw::nvmlDeviceGetProcessUtilization(device, s, c, last_seen) }.unwrap_or(NVML_ERROR_FUNCTION_NOT_FOUND)
     };
     crate::hooks::guard(NVML_ERROR_UNKNOWN, || {
         if count.is_null() {
@@ -118,8 +117,7 @@ pub unsafe extern "C" fn nvmlDeviceGetProcessUtilization(
 pub unsafe extern "C" fn nvmlDeviceGetProcessesUtilizationInfo(device: NvmlDevice, info: *mut NvmlProcessesUtilizationInfo) -> NvmlReturn {
     let call = |i: *mut NvmlProcessesUtilizationInfo| {
         // SAFETY: the hook's caller's own arguments, passed on unchanged: the call's contract is theirs.
-        unsafe { raw::nvmlDeviceGetProcessesUtilizationInfo(device, i) }
-            .unwrap_or(NVML_ERROR_FUNCTION_NOT_FOUND)
+        unsafe { raw::nvmlDeviceGetProcessesUtilizationInfo(device, i) }.unwrap_or(NVML_ERROR_FUNCTION_NOT_FOUND)
     };
     crate::hooks::guard(NVML_ERROR_UNKNOWN, || {
         if info.is_null() || matches!(process::mode(), Mode::Off) {
@@ -135,7 +133,8 @@ pub unsafe extern "C" fn nvmlDeviceGetProcessesUtilizationInfo(device: NvmlDevic
             Mode::On(active) => {
                 let real = |p: *mut NvmlProcessUtilizationInfoV1, c: *mut c_uint| {
                     // SAFETY: fetch_all passes a pointer to its own live count.
-                    let mut ours = NvmlProcessesUtilizationInfo { version, process_samples_count: unsafe { *c }, last_seen_time_stamp: last_seen, proc_util_array: p };
+                    let mut ours =
+                        NvmlProcessesUtilizationInfo { version, process_samples_count: unsafe { *c }, last_seen_time_stamp: last_seen, proc_util_array: p };
                     let rc = call(&mut ours);
                     // SAFETY: as above.
                     unsafe { *c = ours.process_samples_count };
@@ -163,8 +162,7 @@ pub unsafe extern "C" fn nvmlDeviceGetProcessesUtilizationInfo(device: NvmlDevic
 pub unsafe extern "C" fn nvmlDeviceGetAccountingPids(device: NvmlDevice, count: *mut c_uint, pids: *mut c_uint) -> NvmlReturn {
     let real = |p: *mut c_uint, c: *mut c_uint| {
         // SAFETY: the hook's caller's own arguments, passed on unchanged: the call's contract is theirs.
-        unsafe { raw::nvmlDeviceGetAccountingPids(device, c, p) }
-            .unwrap_or(NVML_ERROR_FUNCTION_NOT_FOUND)
+        unsafe { raw::nvmlDeviceGetAccountingPids(device, c, p) }.unwrap_or(NVML_ERROR_FUNCTION_NOT_FOUND)
     };
     crate::hooks::guard(NVML_ERROR_UNKNOWN, || {
         if count.is_null() {
@@ -191,8 +189,7 @@ pub unsafe extern "C" fn nvmlDeviceGetAccountingPids(device: NvmlDevice, count: 
 pub unsafe extern "C" fn nvmlDeviceGetAccountingStats(device: NvmlDevice, pid: c_uint, stats: *mut std::ffi::c_void) -> NvmlReturn {
     let real = |p: c_uint| {
         // SAFETY: the hook's caller's own arguments, passed on unchanged: the call's contract is theirs.
-        unsafe { raw::nvmlDeviceGetAccountingStats(device, p, stats) }
-            .unwrap_or(NVML_ERROR_FUNCTION_NOT_FOUND)
+        unsafe { raw::nvmlDeviceGetAccountingStats(device, p, stats) }.unwrap_or(NVML_ERROR_FUNCTION_NOT_FOUND)
     };
     crate::hooks::guard(NVML_ERROR_UNKNOWN, || match process::mode() {
         Mode::Off => real(pid),
@@ -212,8 +209,7 @@ pub unsafe extern "C" fn nvmlDeviceGetAccountingStats(device: NvmlDevice, pid: c
 pub unsafe extern "C" fn nvmlDeviceGetAccountingStats_v2(device: NvmlDevice, stats: *mut NvmlAccountingStatsV2) -> NvmlReturn {
     let real = || {
         // SAFETY: the hook's caller's own arguments, passed on unchanged: the call's contract is theirs.
-        unsafe { raw::nvmlDeviceGetAccountingStats_v2(device, stats) }
-            .unwrap_or(NVML_ERROR_FUNCTION_NOT_FOUND)
+        unsafe { raw::nvmlDeviceGetAccountingStats_v2(device, stats) }.unwrap_or(NVML_ERROR_FUNCTION_NOT_FOUND)
     };
     crate::hooks::guard(NVML_ERROR_UNKNOWN, || {
         if stats.is_null() {
@@ -270,8 +266,7 @@ unsafe fn session_list<T: Copy + Default>(
 pub unsafe extern "C" fn nvmlDeviceGetEncoderSessions(device: NvmlDevice, count: *mut c_uint, sessions: *mut NvmlEncoderSessionInfo) -> NvmlReturn {
     let real = |c, s| {
         // SAFETY: the hook's caller's own arguments, passed on unchanged: the call's contract is theirs.
-        unsafe { raw::nvmlDeviceGetEncoderSessions(device, c, s) }
-            .unwrap_or(NVML_ERROR_FUNCTION_NOT_FOUND)
+        unsafe { raw::nvmlDeviceGetEncoderSessions(device, c, s) }.unwrap_or(NVML_ERROR_FUNCTION_NOT_FOUND)
     };
     crate::hooks::guard(NVML_ERROR_UNKNOWN, || {
         // SAFETY: forwarded caller pointers per the NVML contract.
@@ -285,12 +280,10 @@ pub unsafe extern "C" fn nvmlDeviceGetEncoderSessions(device: NvmlDevice, count:
 pub unsafe extern "C" fn nvmlDeviceGetFBCSessions(device: NvmlDevice, count: *mut c_uint, sessions: *mut NvmlFbcSessionInfo) -> NvmlReturn {
     let real = |c, s| {
         // SAFETY: the hook's caller's own arguments, passed on unchanged: the call's contract is theirs.
-        unsafe { raw::nvmlDeviceGetFBCSessions(device, c, s) }
-            .unwrap_or(NVML_ERROR_FUNCTION_NOT_FOUND)
+        unsafe { raw::nvmlDeviceGetFBCSessions(device, c, s) }.unwrap_or(NVML_ERROR_FUNCTION_NOT_FOUND)
     };
     crate::hooks::guard(NVML_ERROR_UNKNOWN, || {
         // SAFETY: forwarded caller pointers per the NVML contract.
         unsafe { session_list(device, count, sessions, real, |s| s.pid, |s, pid| NvmlFbcSessionInfo { pid, ..s }) }
     })
 }
-

@@ -130,7 +130,13 @@ fn wide_v3_driver(version: &str) -> bool {
 }
 
 fn v3_wide(l: &Listed) -> NvmlProcessInfoV3Cc {
-    NvmlProcessInfoV3Cc { pid: l.pid, used_gpu_memory: l.used, gpu_instance_id: NVML_NO_INSTANCE, compute_instance_id: NVML_NO_INSTANCE, used_cc_protected_memory: 0 }
+    NvmlProcessInfoV3Cc {
+        pid: l.pid,
+        used_gpu_memory: l.used,
+        gpu_instance_id: NVML_NO_INSTANCE,
+        compute_instance_id: NVML_NO_INSTANCE,
+        used_cc_protected_memory: 0,
+    }
 }
 
 macro_rules! process_list_hook {
@@ -228,8 +234,7 @@ process_list_hook!(nvmlDeviceGetMPSComputeRunningProcesses_v3, v3, ListKind::Oth
 pub unsafe extern "C" fn nvmlDeviceGetRunningProcessDetailList(device: NvmlDevice, plist: *mut NvmlProcessDetailList) -> NvmlReturn {
     let call = |list: *mut NvmlProcessDetailList| {
         // SAFETY: the hook's caller's own arguments, passed on unchanged: the call's contract is theirs.
-        unsafe { raw::nvmlDeviceGetRunningProcessDetailList(device, list) }
-            .unwrap_or(NVML_ERROR_FUNCTION_NOT_FOUND)
+        unsafe { raw::nvmlDeviceGetRunningProcessDetailList(device, list) }.unwrap_or(NVML_ERROR_FUNCTION_NOT_FOUND)
     };
     crate::hooks::guard(NVML_ERROR_UNKNOWN, || {
         if plist.is_null() || matches!(process::mode(), Mode::Off) {
@@ -261,8 +266,6 @@ pub unsafe extern "C" fn nvmlDeviceGetRunningProcessDetailList(device: NvmlDevic
         unsafe { process_list(device, std::ptr::addr_of_mut!((*plist).num_proc_array_entries), array, kind, real, |e| e.pid_and_memory(), v3_wide) }
     })
 }
-
-
 
 #[cfg(test)]
 mod tests {

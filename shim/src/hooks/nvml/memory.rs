@@ -69,4 +69,3 @@ pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo_v2(device: NvmlDevice, memory: 
         rc
     })
 }
-

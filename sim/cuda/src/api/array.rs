@@ -1,8 +1,8 @@
 //! Exported CUDA driver entry points: arrays and mipmapped arrays.
 
 use crate::boundary::*;
-use crate::driver::{ArrayRec, driver};
 use crate::driver;
+use crate::driver::{driver, ArrayRec};
 use crate::errors::*;
 use std::ffi::c_uint;
 
@@ -169,10 +169,6 @@ pub unsafe extern "C" fn cuArrayGetMemoryRequirements(req: *mut ArrayMemoryRequi
     guard(|| array_requirements(req, array, dev, false))
 }
 #[no_mangle]
-pub unsafe extern "C" fn cuMipmappedArrayGetMemoryRequirements(
-    req: *mut ArrayMemoryRequirements,
-    array: CUmipmappedArray,
-    dev: CUdevice,
-) -> CUresult {
+pub unsafe extern "C" fn cuMipmappedArrayGetMemoryRequirements(req: *mut ArrayMemoryRequirements, array: CUmipmappedArray, dev: CUdevice) -> CUresult {
     guard(|| array_requirements(req, array, dev, true))
 }

@@ -6,10 +6,10 @@
 //! as on the real driver.
 
 use super::graph::{CUgraph, CUgraphNode};
-use super::stream::{CU_STREAM_LEGACY, CU_STREAM_PER_THREAD, stream_ctx};
+use super::stream::{stream_ctx, CU_STREAM_LEGACY, CU_STREAM_PER_THREAD};
 use crate::boundary::*;
-use crate::driver::{CaptureRec, GraphRec, driver};
 use crate::driver;
+use crate::driver::{driver, CaptureRec, GraphRec};
 use crate::errors::*;
 use std::ffi::{c_int, c_uint, c_void};
 

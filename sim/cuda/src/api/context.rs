@@ -2,8 +2,8 @@
 
 use super::stream::{ctx_drain, ctx_sync};
 use crate::boundary::*;
-use crate::driver::{Ctx, driver};
 use crate::driver;
+use crate::driver::{driver, Ctx};
 use crate::errors::*;
 use std::ffi::{c_int, c_uint, c_void};
 
@@ -40,13 +40,7 @@ pub unsafe extern "C" fn cuCtxCreate_v2(pctx: *mut CUcontext, flags: c_uint, dev
 
 /// `cuCtxCreate_v3(CUcontext*, CUexecAffinityParam*, int numParams, unsigned flags, CUdevice)`.
 #[no_mangle]
-pub unsafe extern "C" fn cuCtxCreate_v3(
-    pctx: *mut CUcontext,
-    params: *mut c_void,
-    num_params: c_int,
-    flags: c_uint,
-    dev: CUdevice,
-) -> CUresult {
+pub unsafe extern "C" fn cuCtxCreate_v3(pctx: *mut CUcontext, params: *mut c_void, num_params: c_int, flags: c_uint, dev: CUdevice) -> CUresult {
     guard(|| {
         if num_params < 0 || (num_params > 0 && params.is_null()) {
             return CUDA_ERROR_INVALID_VALUE;
@@ -57,12 +51,7 @@ pub unsafe extern "C" fn cuCtxCreate_v3(
 
 /// `cuCtxCreate_v4(CUcontext*, CUctxCreateParams*, unsigned flags, CUdevice)`.
 #[no_mangle]
-pub unsafe extern "C" fn cuCtxCreate_v4(
-    pctx: *mut CUcontext,
-    _params: *mut c_void,
-    flags: c_uint,
-    dev: CUdevice,
-) -> CUresult {
+pub unsafe extern "C" fn cuCtxCreate_v4(pctx: *mut CUcontext, _params: *mut c_void, flags: c_uint, dev: CUdevice) -> CUresult {
     guard(|| ctx_create(pctx, flags, dev))
 }
 

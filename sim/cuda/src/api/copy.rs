@@ -8,8 +8,8 @@
 
 use super::stream::stream_key;
 use crate::boundary::*;
-use crate::driver::driver;
 use crate::driver;
+use crate::driver::driver;
 use crate::errors::*;
 use std::ffi::{c_uchar, c_uint, c_void};
 
@@ -20,11 +20,7 @@ fn host_waits(ptds: bool) -> Result<(), CUresult> {
         let mut g = d.lock();
         let (ctx, _) = g.current(d)?;
         let Some(&tl) = g.timelines.get(&ctx) else { return Ok(()) };
-        let seq = if ptds {
-            g.stream_seq.get(&stream_key(ctx, 0, true)).copied().unwrap_or(0)
-        } else {
-            d.state.timeline_submitted(tl)
-        };
+        let seq = if ptds { g.stream_seq.get(&stream_key(ctx, 0, true)).copied().unwrap_or(0) } else { d.state.timeline_submitted(tl) };
         (tl, seq)
     };
     driver::wait(d, tl, seq);

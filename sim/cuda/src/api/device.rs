@@ -4,7 +4,7 @@ use crate::boundary::*;
 use crate::driver::driver;
 use crate::errors::*;
 use crate::{attributes, driver};
-use std::ffi::{CStr, c_char, c_int, c_uint};
+use std::ffi::{c_char, c_int, c_uint, CStr};
 
 /// cuInit.
 #[no_mangle]

@@ -14,11 +14,11 @@ use super::module::{CUfunction, CUkernel};
 use super::stream::{note_stream_seq, stream_ctx, stream_key};
 use super::vmm::CU_MEM_LOCATION_TYPE_DEVICE;
 use crate::boundary::*;
-use crate::driver::{Driver, ExecRec, GraphRec, Inner, NodeRec, driver};
 use crate::driver;
+use crate::driver::{driver, Driver, ExecRec, GraphRec, Inner, NodeRec};
 use crate::errors::*;
-use fgpu_sim_state::Work;
 use fgpu_sim_state::pool::round_up;
+use fgpu_sim_state::Work;
 use std::ffi::{c_char, c_int, c_uint, c_ulonglong, c_void};
 
 /// `CUDA_MEM_ALLOC_NODE_PARAMS_v1` (cuda.h): `CUmemPoolProps` (88 bytes), then the access
@@ -138,12 +138,7 @@ pub unsafe extern "C" fn cuGraphAddMemAllocNode(
         let mut address = 0;
         let rc = add_node(ph, graph, |g, _| {
             address = g.va.alloc(bytes, GRAPH_GRANULE).ok_or(CUDA_ERROR_OUT_OF_MEMORY)?;
-            Ok(NodeAdds {
-                node: NodeRec::MemAlloc { dev, requested, address },
-                allocs: vec![(address, bytes)],
-                frees: vec![],
-                kernels: vec![],
-            })
+            Ok(NodeAdds { node: NodeRec::MemAlloc { dev, requested, address }, allocs: vec![(address, bytes)], frees: vec![], kernels: vec![] })
         });
         if rc == CUDA_SUCCESS {
             p.dptr = address;
@@ -451,12 +446,15 @@ pub unsafe extern "C" fn cuGraphNodeGetType(node: CUgraphNode, kind: *mut c_int)
         let d = tri!(driver());
         let g = d.lock();
         let Some(rec) = g.graph_nodes.get(&node) else { return CUDA_ERROR_INVALID_VALUE };
-        put(kind, match rec {
-            NodeRec::MemAlloc { .. } => CU_GRAPH_NODE_TYPE_MEM_ALLOC,
-            NodeRec::MemFree => CU_GRAPH_NODE_TYPE_MEM_FREE,
-            NodeRec::ChildGraph => CU_GRAPH_NODE_TYPE_GRAPH,
-            NodeRec::Kernel => CU_GRAPH_NODE_TYPE_KERNEL,
-        });
+        put(
+            kind,
+            match rec {
+                NodeRec::MemAlloc { .. } => CU_GRAPH_NODE_TYPE_MEM_ALLOC,
+                NodeRec::MemFree => CU_GRAPH_NODE_TYPE_MEM_FREE,
+                NodeRec::ChildGraph => CU_GRAPH_NODE_TYPE_GRAPH,
+                NodeRec::Kernel => CU_GRAPH_NODE_TYPE_KERNEL,
+            },
+        );
         CUDA_SUCCESS
     })
 }
@@ -540,11 +538,7 @@ fn add_kernel_node(ph: *mut CUgraphNode, graph: CUgraph, params: *const CudaKern
     let (func, ctx) = if v2 { (if p.func != 0 { p.func } else { p.kern }, p.ctx) } else { (p.func, 0) };
     let blocks = tri!(launch_blocks([p.grid_dim_x, p.grid_dim_y, p.grid_dim_z], [p.block_dim_x, p.block_dim_y, p.block_dim_z], p.shared_mem_bytes, false));
     add_node(ph, graph, |g, _| {
-        let (ctx, dev) = if ctx != 0 {
-            (ctx, g.ctx_ready(d, ctx, CUDA_ERROR_INVALID_CONTEXT)?)
-        } else {
-            g.current(d)?
-        };
+        let (ctx, dev) = if ctx != 0 { (ctx, g.ctx_ready(d, ctx, CUDA_ERROR_INVALID_CONTEXT)?) } else { g.current(d)? };
         let ns = g.launch_ns_per_block(d, func, ctx, dev)?.saturating_mul(blocks);
         Ok(NodeAdds { node: NodeRec::Kernel, allocs: vec![], frees: vec![], kernels: vec![ns] })
     })

@@ -10,8 +10,8 @@
 use super::module::CUfunction;
 use super::stream::{note_stream_seq, stream_ctx, stream_key};
 use crate::boundary::*;
-use crate::driver::{NodeRec, driver};
 use crate::driver;
+use crate::driver::{driver, NodeRec};
 use crate::errors::*;
 use fgpu_sim_state::Work;
 use std::ffi::{c_uint, c_void};
@@ -180,35 +180,17 @@ fn launch_ex(config: *const CUlaunchConfig, f: CUfunction, ptds: bool) -> CUresu
             cooperative = i32::from_ne_bytes([a.value[0], a.value[1], a.value[2], a.value[3]]) != 0;
         }
     }
-    launch(
-        f,
-        [c.grid_dim_x, c.grid_dim_y, c.grid_dim_z],
-        [c.block_dim_x, c.block_dim_y, c.block_dim_z],
-        c.shared_mem_bytes,
-        c.h_stream,
-        ptds,
-        cooperative,
-    )
+    launch(f, [c.grid_dim_x, c.grid_dim_y, c.grid_dim_z], [c.block_dim_x, c.block_dim_y, c.block_dim_z], c.shared_mem_bytes, c.h_stream, ptds, cooperative)
 }
 
 /// `cuLaunchKernelEx(const CUlaunchConfig*, CUfunction, void **kernelParams, void **extra)`.
 #[no_mangle]
-pub unsafe extern "C" fn cuLaunchKernelEx(
-    config: *const CUlaunchConfig,
-    f: CUfunction,
-    _params: *mut *mut c_void,
-    _extra: *mut *mut c_void,
-) -> CUresult {
+pub unsafe extern "C" fn cuLaunchKernelEx(config: *const CUlaunchConfig, f: CUfunction, _params: *mut *mut c_void, _extra: *mut *mut c_void) -> CUresult {
     guard(|| launch_ex(config, f, false))
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuLaunchKernelEx_ptsz(
-    config: *const CUlaunchConfig,
-    f: CUfunction,
-    _params: *mut *mut c_void,
-    _extra: *mut *mut c_void,
-) -> CUresult {
+pub unsafe extern "C" fn cuLaunchKernelEx_ptsz(config: *const CUlaunchConfig, f: CUfunction, _params: *mut *mut c_void, _extra: *mut *mut c_void) -> CUresult {
     variant(61);
     guard(|| launch_ex(config, f, true))
 }

@@ -1,8 +1,8 @@
 //! Exported CUDA driver entry points: device, managed and host memory.
 
 use crate::boundary::*;
-use crate::driver::{Kind, driver};
 use crate::driver;
+use crate::driver::{driver, Kind};
 use crate::errors::*;
 use fgpu_sim_state::pool::round_up;
 use std::ffi::{c_uint, c_void};
@@ -53,13 +53,7 @@ fn pitch_alloc(width: u64, height: u64, elem: u32, low: bool) -> Result<(u64, u6
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuMemAllocPitch_v2(
-    dptr: *mut CUdeviceptr,
-    ppitch: *mut usize,
-    width: usize,
-    height: usize,
-    elem: c_uint,
-) -> CUresult {
+pub unsafe extern "C" fn cuMemAllocPitch_v2(dptr: *mut CUdeviceptr, ppitch: *mut usize, width: usize, height: usize, elem: c_uint) -> CUresult {
     guard(|| {
         if dptr.is_null() || ppitch.is_null() {
             return CUDA_ERROR_INVALID_VALUE;
@@ -72,13 +66,7 @@ pub unsafe extern "C" fn cuMemAllocPitch_v2(
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuMemAllocPitch(
-    dptr: *mut c_uint,
-    ppitch: *mut c_uint,
-    width: c_uint,
-    height: c_uint,
-    elem: c_uint,
-) -> CUresult {
+pub unsafe extern "C" fn cuMemAllocPitch(dptr: *mut c_uint, ppitch: *mut c_uint, width: c_uint, height: c_uint, elem: c_uint) -> CUresult {
     guard(|| {
         if dptr.is_null() || ppitch.is_null() {
             return CUDA_ERROR_INVALID_VALUE;
@@ -200,16 +188,7 @@ fn host_alloc(pp: *mut *mut c_void, size: usize) -> CUresult {
     let mut g = d.lock();
     tri!(g.current(d));
     // SAFETY: a fresh anonymous mapping of `size` bytes.
-    let p = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            size,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-            -1,
-            0,
-        )
-    };
+    let p = unsafe { libc::mmap(std::ptr::null_mut(), size, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0) };
     if p == libc::MAP_FAILED {
         return CUDA_ERROR_OUT_OF_MEMORY;
     }

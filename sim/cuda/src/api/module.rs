@@ -14,10 +14,10 @@
 //! declares no kernels (cuModuleGetFunction answers CUDA_ERROR_NOT_FOUND for every name).
 
 use crate::boundary::*;
-use crate::driver::{Driver, FuncRec, Inner, KernelRec, LibraryRec, ModuleRec, driver};
+use crate::driver::{driver, Driver, FuncRec, Inner, KernelRec, LibraryRec, ModuleRec};
 use crate::errors::*;
 use std::collections::HashMap;
-use std::ffi::{CStr, c_char, c_int, c_uint, c_void};
+use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
 
 pub type CUmodule = usize;
 pub type CUfunction = usize;

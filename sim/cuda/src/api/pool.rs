@@ -2,7 +2,7 @@
 
 use super::stream::stream_ctx;
 use crate::boundary::*;
-use crate::driver::{PoolRec, driver};
+use crate::driver::{driver, PoolRec};
 use crate::errors::*;
 use fgpu_sim_state::pool::PoolModel;
 use std::ffi::{c_int, c_uint, c_void};
@@ -92,17 +92,7 @@ pub unsafe extern "C" fn cuMemPoolCreate(pool: *mut CUmemoryPool, props: *const 
         let dev = tri!(d.check_dev(pr.location_id));
         let mut g = d.lock();
         let h = g.new_handle();
-        g.pools.insert(
-            h,
-            PoolRec {
-                dev,
-                model: PoolModel::new(),
-                reuse: [1, 1, 1],
-                max_size: pr.max_size as u64,
-                destroyed: false,
-                outstanding: 0,
-            },
-        );
+        g.pools.insert(h, PoolRec { dev, model: PoolModel::new(), reuse: [1, 1, 1], max_size: pr.max_size as u64, destroyed: false, outstanding: 0 });
         put(pool, h);
         CUDA_SUCCESS
     })
@@ -237,12 +227,7 @@ pub unsafe extern "C" fn cuMemAllocFromPoolAsync(dptr: *mut CUdeviceptr, size: u
     guard(|| alloc_async(dptr, size, Some(pool), s))
 }
 #[no_mangle]
-pub unsafe extern "C" fn cuMemAllocFromPoolAsync_ptsz(
-    dptr: *mut CUdeviceptr,
-    size: usize,
-    pool: CUmemoryPool,
-    s: CUstream,
-) -> CUresult {
+pub unsafe extern "C" fn cuMemAllocFromPoolAsync_ptsz(dptr: *mut CUdeviceptr, size: usize, pool: CUmemoryPool, s: CUstream) -> CUresult {
     variant(23);
     guard(|| alloc_async(dptr, size, Some(pool), s))
 }

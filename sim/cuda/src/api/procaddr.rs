@@ -13,7 +13,7 @@ use super::{array::*, capture::*, context::*, copy::*, device::*, error_strings:
 use crate::boundary::*;
 use crate::driver;
 use crate::errors::*;
-use std::ffi::{CStr, c_char, c_int, c_uint, c_void};
+use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
 use std::sync::OnceLock;
 
 pub const CU_GET_PROC_ADDRESS_DEFAULT: u64 = 0;
@@ -34,23 +34,12 @@ pub unsafe extern "C" fn cuGetExportTable(table: *mut *const c_void, _id: *const
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuGetProcAddress(
-    symbol: *const c_char,
-    pfn: *mut *mut c_void,
-    cuda_version: c_int,
-    flags: u64,
-) -> CUresult {
+pub unsafe extern "C" fn cuGetProcAddress(symbol: *const c_char, pfn: *mut *mut c_void, cuda_version: c_int, flags: u64) -> CUresult {
     guard(|| get_proc_address(symbol, pfn, cuda_version, flags, std::ptr::null_mut()))
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuGetProcAddress_v2(
-    symbol: *const c_char,
-    pfn: *mut *mut c_void,
-    cuda_version: c_int,
-    flags: u64,
-    status: *mut c_uint,
-) -> CUresult {
+pub unsafe extern "C" fn cuGetProcAddress_v2(symbol: *const c_char, pfn: *mut *mut c_void, cuda_version: c_int, flags: u64, status: *mut c_uint) -> CUresult {
     guard(|| get_proc_address(symbol, pfn, cuda_version, flags, status))
 }
 
@@ -236,20 +225,11 @@ fn trace_enabled() -> bool {
     *T.get_or_init(|| std::env::var_os("FGPU_SIM_TRACE").is_some_and(|v| !v.is_empty() && v != "0"))
 }
 
-pub fn get_proc_address(
-    symbol: *const c_char,
-    pfn: *mut *mut c_void,
-    cuda_version: c_int,
-    flags: u64,
-    status: *mut c_uint,
-) -> CUresult {
+pub fn get_proc_address(symbol: *const c_char, pfn: *mut *mut c_void, cuda_version: c_int, flags: u64, status: *mut c_uint) -> CUresult {
     if symbol.is_null() || pfn.is_null() {
         return CUDA_ERROR_INVALID_VALUE;
     }
-    if flags != CU_GET_PROC_ADDRESS_DEFAULT
-        && flags != CU_GET_PROC_ADDRESS_LEGACY_STREAM
-        && flags != CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM
-    {
+    if flags != CU_GET_PROC_ADDRESS_DEFAULT && flags != CU_GET_PROC_ADDRESS_LEGACY_STREAM && flags != CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM {
         return CUDA_ERROR_INVALID_VALUE;
     }
     let driver_version = match driver::state_only() {

@@ -8,8 +8,8 @@
 //! another context's event is accepted and not modelled.
 
 use crate::boundary::*;
-use crate::driver::{Driver, EventRec, Inner, StreamKey, driver};
 use crate::driver;
+use crate::driver::{driver, Driver, EventRec, Inner, StreamKey};
 use crate::errors::*;
 use fgpu_sim_state::{TimelineContext, Work};
 use std::ffi::{c_float, c_int, c_uint};

@@ -1,8 +1,8 @@
 //! Exported CUDA driver entry points: virtual memory management (cuMemCreate, cuMemMap, ...).
 
 use crate::boundary::*;
-use crate::driver::{Driver, Inner, VmmHandle, driver};
 use crate::driver;
+use crate::driver::{driver, Driver, Inner, VmmHandle};
 use crate::errors::*;
 use std::ffi::{c_int, c_uint, c_ulonglong, c_void};
 
@@ -51,11 +51,7 @@ fn check_prop(d: &Driver, prop: *const CUmemAllocationProp) -> Result<usize, CUr
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuMemGetAllocationGranularity(
-    granularity: *mut usize,
-    prop: *const CUmemAllocationProp,
-    option: c_uint,
-) -> CUresult {
+pub unsafe extern "C" fn cuMemGetAllocationGranularity(granularity: *mut usize, prop: *const CUmemAllocationProp, option: c_uint) -> CUresult {
     guard(|| {
         let d = tri!(driver());
         if granularity.is_null() || option > 1 {
@@ -68,12 +64,7 @@ pub unsafe extern "C" fn cuMemGetAllocationGranularity(
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuMemCreate(
-    handle: *mut CUmemGenericAllocationHandle,
-    size: usize,
-    prop: *const CUmemAllocationProp,
-    flags: c_ulonglong,
-) -> CUresult {
+pub unsafe extern "C" fn cuMemCreate(handle: *mut CUmemGenericAllocationHandle, size: usize, prop: *const CUmemAllocationProp, flags: c_ulonglong) -> CUresult {
     guard(|| {
         let d = tri!(driver());
         if handle.is_null() || flags != 0 || size == 0 || !(size as u64).is_multiple_of(driver::GRANULARITY) {
@@ -117,13 +108,7 @@ pub unsafe extern "C" fn cuMemRelease(handle: CUmemGenericAllocationHandle) -> C
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuMemAddressReserve(
-    ptr: *mut CUdeviceptr,
-    size: usize,
-    alignment: usize,
-    _addr: CUdeviceptr,
-    flags: c_ulonglong,
-) -> CUresult {
+pub unsafe extern "C" fn cuMemAddressReserve(ptr: *mut CUdeviceptr, size: usize, alignment: usize, _addr: CUdeviceptr, flags: c_ulonglong) -> CUresult {
     guard(|| {
         let d = tri!(driver());
         let gran = driver::GRANULARITY;
@@ -161,13 +146,7 @@ pub unsafe extern "C" fn cuMemAddressFree(ptr: CUdeviceptr, size: usize) -> CUre
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuMemMap(
-    ptr: CUdeviceptr,
-    size: usize,
-    offset: usize,
-    handle: CUmemGenericAllocationHandle,
-    flags: c_ulonglong,
-) -> CUresult {
+pub unsafe extern "C" fn cuMemMap(ptr: CUdeviceptr, size: usize, offset: usize, handle: CUmemGenericAllocationHandle, flags: c_ulonglong) -> CUresult {
     guard(|| {
         let d = tri!(driver());
         let (size, offset) = (size as u64, offset as u64);
@@ -206,8 +185,7 @@ pub unsafe extern "C" fn cuMemUnmap(ptr: CUdeviceptr, size: usize) -> CUresult {
         let d = tri!(driver());
         let end = ptr.saturating_add(size as u64);
         let mut g = d.lock();
-        let starts: Vec<(u64, u64, u64)> =
-            g.mappings.range(ptr..end).map(|(&b, &(s, h))| (b, s, h)).collect();
+        let starts: Vec<(u64, u64, u64)> = g.mappings.range(ptr..end).map(|(&b, &(s, h))| (b, s, h)).collect();
         let partial_before = matches!(g.mappings.range(..ptr).next_back(), Some((&b, &(s, _))) if b + s > ptr);
         if starts.is_empty() || partial_before || starts.iter().any(|&(b, s, _)| b + s > end) {
             return CUDA_ERROR_INVALID_VALUE;

@@ -63,7 +63,18 @@ pub unsafe extern "C" fn nvmlDeviceGetAccountingStats(h: NvmlDevice, pid: c_uint
         }
         match accounted(&s, i).into_iter().find(|(p, _)| *p == pid) {
             Some((_, used)) => {
-                put(stats, NvmlAccountingStats { gpu_utilization: 0, memory_utilization: 0, max_memory_usage: used, time: 0, start_time: 0, is_running: 1, reserved: [0; 5] });
+                put(
+                    stats,
+                    NvmlAccountingStats {
+                        gpu_utilization: 0,
+                        memory_utilization: 0,
+                        max_memory_usage: used,
+                        time: 0,
+                        start_time: 0,
+                        is_running: 1,
+                        reserved: [0; 5],
+                    },
+                );
                 NVML_SUCCESS
             }
             None => NVML_ERROR_NOT_FOUND,

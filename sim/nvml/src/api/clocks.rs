@@ -7,8 +7,8 @@ fn clock_mhz(kind: c_uint, max: bool) -> Option<c_uint> {
     Some(match (kind, max) {
         (0, false) | (1, false) => 345, // graphics / SM, idle
         (0, true) | (1, true) => 1980,
-        (2, _) => 2619,                 // memory
-        (3, false) => 765,              // video
+        (2, _) => 2619,    // memory
+        (3, false) => 765, // video
         (3, true) => 1545,
         _ => return None,
     })

@@ -4,7 +4,7 @@
 use super::system::driver_version_string;
 use crate::boundary::*;
 use fgpu_sim_state::SimState;
-use std::ffi::{CStr, c_char, c_int, c_uint};
+use std::ffi::{c_char, c_int, c_uint, CStr};
 
 fn count(c: *mut c_uint) -> NvmlReturn {
     let s = tri!(ready());

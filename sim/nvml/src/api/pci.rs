@@ -41,10 +41,7 @@ fn fixed<const N: usize>(s: &str) -> [u8; N] {
 
 fn pci_strings(s: &SimState, i: usize) -> (String, String) {
     let p = s.device_pci(i);
-    (
-        format!("{:04X}:{:02X}:{:02X}.0", p.domain, p.bus, p.device),
-        format!("{:08X}:{:02X}:{:02X}.0", p.domain, p.bus, p.device),
-    )
+    (format!("{:04X}:{:02X}:{:02X}.0", p.domain, p.bus, p.device), format!("{:08X}:{:02X}:{:02X}.0", p.domain, p.bus, p.device))
 }
 
 #[no_mangle]

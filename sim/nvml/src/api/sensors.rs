@@ -22,11 +22,7 @@ pub unsafe extern "C" fn nvmlDeviceGetUtilizationRates(h: NvmlDevice, u: *mut Nv
         let p = s.sample_period_ns();
         let last_end = fgpu_sim_state::now_ns() / p * p;
         let after = s.timestamp_us(last_end.saturating_sub(p));
-        let gpu = s
-            .utilisation_periods(i, after)
-            .last()
-            .map(|period| period.percent(period.device_busy_ns))
-            .unwrap_or(0);
+        let gpu = s.utilisation_periods(i, after).last().map(|period| period.percent(period.device_busy_ns)).unwrap_or(0);
         put(u, NvmlUtilization { gpu, memory: 0 });
         NVML_SUCCESS
     })

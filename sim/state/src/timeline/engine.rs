@@ -82,10 +82,7 @@ impl Engine {
                     if s.hist_head >= HISTORY_LEN {
                         s.hist_floor = s.hist_floor.max(std::ptr::read_volatile(slot).end);
                     }
-                    std::ptr::write_volatile(
-                        slot,
-                        Interval { start: s.open_start, end: s.open_end, incarnation: s.open_incarnation, _pad: 0 },
-                    );
+                    std::ptr::write_volatile(slot, Interval { start: s.open_start, end: s.open_end, incarnation: s.open_incarnation, _pad: 0 });
                 }
             }
             s.hist_head += 1;
@@ -328,15 +325,7 @@ impl SimState {
             let i = (0..MAX_TIMELINE_CONTEXTS).find(|&i| s.ctx[i].active == 0).ok_or(TimelineError::Full)?;
             let incarnation = s.next_incarnation.max(1);
             s.next_incarnation = incarnation.wrapping_add(1).max(1);
-            s.ctx[i] = CtxSched {
-                active: 1,
-                incarnation,
-                owner_slot: slot as u32,
-                owner_gen: gen,
-                completed: 0,
-                last_end: now,
-                busy: 0,
-            };
+            s.ctx[i] = CtxSched { active: 1, incarnation, owner_slot: slot as u32, owner_gen: gen, completed: 0, last_end: now, busy: 0 };
             // SAFETY: tl lies inside the mapping; the timeline lock is held.
             unsafe {
                 (*tl).submitted[i].store(0, Ordering::Release);
@@ -371,12 +360,7 @@ impl SimState {
     /// The new item reuses the queue entry of item `seq - QUEUE_DEPTH`; if that was a
     /// marker, `on_evicted_marker(its seq, its end)` is called first, under the timeline
     /// lock: the last moment its end can be read ([`SimState::timeline_end`] forgets it).
-    pub fn timeline_submit(
-        &self,
-        c: TimelineContext,
-        work: Work,
-        mut on_evicted_marker: impl FnMut(u64, u64),
-    ) -> Result<u64, TimelineError> {
+    pub fn timeline_submit(&self, c: TimelineContext, work: Work, mut on_evicted_marker: impl FnMut(u64, u64)) -> Result<u64, TimelineError> {
         let tl = self.timeline(c.device);
         loop {
             if let Some(seq) = self.timeline_try_submit(c, work, &mut on_evicted_marker)? {
@@ -404,12 +388,7 @@ impl SimState {
 
     /// [`SimState::timeline_submit`] without blocking: `Ok(None)` when the queue is full as
     /// of the last time the timeline was advanced (it is not advanced here).
-    pub fn timeline_try_submit(
-        &self,
-        c: TimelineContext,
-        work: Work,
-        mut on_evicted_marker: impl FnMut(u64, u64),
-    ) -> Result<Option<u64>, TimelineError> {
+    pub fn timeline_try_submit(&self, c: TimelineContext, work: Work, mut on_evicted_marker: impl FnMut(u64, u64)) -> Result<Option<u64>, TimelineError> {
         let tl = self.timeline(c.device);
         let dur = match work {
             Work::Kernel(ns) => ns.min(MARKER - 1),
