@@ -133,8 +133,8 @@ pub unsafe extern "C" fn nvmlDeviceGetProcessesUtilizationInfo(device: NvmlDevic
             Mode::On(active) => {
                 let real = |p: *mut NvmlProcessUtilizationInfoV1, c: *mut c_uint| {
                     // SAFETY: fetch_all passes a pointer to its own live count.
-                    let mut ours =
-                        NvmlProcessesUtilizationInfo { version, process_samples_count: unsafe { *c }, last_seen_time_stamp: last_seen, proc_util_array: p };
+                    let count = unsafe { *c };
+                    let mut ours = NvmlProcessesUtilizationInfo { version, process_samples_count: count, last_seen_time_stamp: last_seen, proc_util_array: p };
                     let rc = call(&mut ours);
                     // SAFETY: as above.
                     unsafe { *c = ours.process_samples_count };
