@@ -156,34 +156,8 @@ SIM_CUDA=$HOSTDIR/simlib/libcuda.so.1
 SIM_NVML=$HOSTDIR/simlib/libnvidia-ml.so.1
 cp target/release/libfgpu_sim_cuda.so "$SIM_CUDA" && cp target/release/libfgpu_sim_nvml.so "$SIM_NVML" \
     || die "no simulated driver in target/release"
-CLIENT=$HOSTDIR/bin/fgpu-client
-cc -O2 -Wall -o "$CLIENT" images/test/fgpu-client.c -ldl >"$WORK/client.log" 2>&1 \
-    || die "building images/test/fgpu-client.c failed (see $WORK/client.log)"
-
-NVSMI=${FGPU_TEST_NVIDIA_SMI:-}
-if [ ! -x "$NVSMI" ]; then
-    NVSMI=$(bash scripts/get-nvidia-smi.sh "$root/target/nvidia-smi" 2>"$WORK/nvidia-smi.log" | tail -n 1)
-fi
-[ -x "$NVSMI" ] || die "no nvidia-smi (see $WORK/nvidia-smi.log)"
-cp "$NVSMI" "$HOSTDIR/bin/nvidia-smi" && NVSMI=$HOSTDIR/bin/nvidia-smi
-PYNVML=$("$PY" -c 'import pynvml; print(pynvml.__file__)') && cp "$PYNVML" "$HOSTDIR/bin/pynvml.py" \
-    && PYNVML=$HOSTDIR/bin/pynvml.py || die "no pynvml in $PY"
-chmod -R a+rX "$HOSTDIR"
-
-if ! podman image exists "$IMAGE"; then
-    tar=$CACHE/bookworm-minbase-python3.tar
-    if [ ! -s "$tar" ]; then
-        log "debootstrap --variant=minbase --include=python3 bookworm (once; cached in $CACHE)"
-        rm -rf "$CACHE/rootfs-python3.tmp"
-        debootstrap --variant=minbase --include=python3 bookworm "$CACHE/rootfs-python3.tmp" >"$WORK/debootstrap.log" 2>&1 \
-            || die "debootstrap failed (see $WORK/debootstrap.log)"
-        rm -rf "$CACHE/rootfs-python3.tmp/var/cache/apt/archives/"*.deb "$CACHE/rootfs-python3.tmp/var/lib/apt/lists/"*
-        tar -C "$CACHE/rootfs-python3.tmp" -cf "$tar.part" . && mv "$tar.part" "$tar"
-        rm -rf "$CACHE/rootfs-python3.tmp"
-    fi
-    log "podman import $IMAGE"
-    podman import --change 'CMD ["bash"]' "$tar" "$IMAGE" >"$WORK/import.log" 2>&1 || die "podman import failed (see $WORK/import.log)"
-fi
+stage_host_tools
+ensure_image
 
 # ------------------------------------------------------------------ the simulated GPUs
 
