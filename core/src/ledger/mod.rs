@@ -335,9 +335,7 @@ impl Ledger {
         }
         // Free slots whose locks are held by a process that is not a member: claimed with a
         // compare-and-swap, alive while this process is.
-        let blocked: Vec<SlotId> =
-            (0..MAX_SLOTS).map(SlotId).filter(|id| self.slot(*id).state.load(Acquire) == SLOT_FREE && self.locked_by_outsider(*id)).collect();
-        for id in blocked {
+        for id in self.locked_by_outsiders() {
             if self.start_claim(id, SLOT_FREE) {
                 self.fill_slot(id, LIVENESS_PROCESS);
                 return Ok(id);
@@ -395,18 +393,27 @@ impl Ledger {
         true
     }
 
-    /// Whether a free slot's lock is held by a process that is not a member: a member
+    /// The free slots whose locks are held by a process that is not a member: a member
     /// locks one byte and marks the slot within microseconds; a lock wider than the byte,
-    /// or one still there 20 ms later on a slot still free, is not a member's.
-    fn locked_by_outsider(&self, id: SlotId) -> bool {
-        match lock::ofd_conflict(self.fd(), alive_lock(id.0)) {
-            Ok(Some((_, len))) if len != 1 => true,
-            Ok(Some(_)) => {
-                std::thread::sleep(std::time::Duration::from_millis(20));
-                self.slot(id).state.load(Acquire) == SLOT_FREE && matches!(lock::ofd_conflict(self.fd(), alive_lock(id.0)), Ok(Some(_)))
+    /// or one still there 20 ms later on a slot still free, is not a member's. One wait of
+    /// 20 ms covers every slot (an outsider may lock each byte by itself).
+    fn locked_by_outsiders(&self) -> Vec<SlotId> {
+        let conflict = |id: SlotId| lock::ofd_conflict(self.fd(), alive_lock(id.0)).unwrap_or_default();
+        let free = |id: &SlotId| self.slot(*id).state.load(Acquire) == SLOT_FREE;
+        let mut wide = Vec::new();
+        let mut narrow = Vec::new();
+        for id in (0..MAX_SLOTS).map(SlotId).filter(free) {
+            match conflict(id) {
+                Some((_, len)) if len != 1 => wide.push(id),
+                Some(_) => narrow.push(id),
+                None => {}
             }
-            _ => false,
         }
+        if !narrow.is_empty() {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            wide.extend(narrow.into_iter().filter(free).filter(|id| conflict(*id).is_some()));
+        }
+        wide
     }
 
     /// Takes a slot whose liveness is its process's, if that process died and the driver
