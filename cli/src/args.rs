@@ -294,6 +294,7 @@ const SIM_ENV_HELP: &str = "\
 Examples:
   eval \"$(target/release/fgpu sim-env /tmp/fgpu-sim)\"     one simulated 80 GiB GPU
   eval \"$(target/release/fgpu sim-env /tmp/sim2 --devices 2 --memory 16G)\"
+  eval \"$(target/release/fgpu sim-env /tmp/mig --product h100-80gb --mig all)\"
   target/release/fgpu sim-env /tmp/fgpu-sim --dry-run     show what it would do
 
 Lays out DIR/lib with libcuda.so.1, libcuda.so and libnvidia-ml.so.1 linking to the built
@@ -331,6 +332,14 @@ pub struct SimEnvArgs {
     /// What cuDriverGetVersion answers (FGPU_SIM_DRIVER_VERSION, e.g. 12080).
     #[arg(long, value_name = "VERSION")]
     pub driver_version: Option<u32>,
+
+    /// The GPU simulated, with its memory and MIG profiles (FGPU_SIM_PRODUCT).
+    #[arg(long, value_name = "PRODUCT", conflicts_with = "memory", value_parser = ["generic", "a100-80gb", "h100-80gb", "h200-141gb"])]
+    pub product: Option<String>,
+
+    /// GPUs in MIG mode at first (FGPU_SIM_MIG: all, none, or indices like 0,2); needs --product.
+    #[arg(long, value_name = "GPUS", requires = "product", value_parser = crate::sim_env::parse_mig)]
+    pub mig: Option<String>,
 
     /// Print the commands that make the layout, and the exports, without making anything.
     #[arg(long)]
