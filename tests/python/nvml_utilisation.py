@@ -1,9 +1,10 @@
 """pynvml reading GPU 0's utilisation samples: prints one JSON line.
 
 Arguments: FROM_US TO_US PERIODS. Reads nvmlDeviceGetProcessUtilization with
-lastSeenTimeStamp = FROM_US, keeps the samples stamped at or before TO_US, and reports per
-pid the mean smUtil over PERIODS sample periods (a period without a sample of a pid counts
-as 0, as NVML only reports processes that ran). Also reports what the r550 call
+lastSeenTimeStamp = FROM_US and reports per pid the smUtil of its sample stamped at or
+before TO_US: NVML gives one sample per running process, its utilisation over the sample
+periods since lastSeenTimeStamp (run the script right after TO_US, so that those are the
+PERIODS periods of the window). Also reports the timestamps seen, what the r550 call
 nvmlDeviceGetProcessesUtilizationInfo gives for the same window, what a size query with a
 NULL buffer and a short buffer answer, what a query after the newest sample answers, and
 nvmlDeviceGetUtilizationRates.
@@ -21,16 +22,18 @@ out = {}
 
 
 def mean_by_pid(samples):
-    sums, stamps = {}, set()
+    means, stamps = {}, set()
     for s in samples:
         if from_us < s.timeStamp <= to_us:
-            sums[s.pid] = sums.get(s.pid, 0) + s.smUtil
+            means[str(s.pid)] = means.get(str(s.pid), 0) + s.smUtil
             stamps.add(s.timeStamp)
-    return {str(pid): total / periods for pid, total in sums.items()}, len(stamps)
+    return means, len(stamps)
 
 
 samples = nv.nvmlDeviceGetProcessUtilization(h, from_us)
 out["sm_mean"], out["stamps"] = mean_by_pid(samples)
+out["samples_per_pid"] = max([sum(1 for t in samples if t.pid == s.pid) for s in samples], default=0)
+out["periods"] = periods
 out["timestamps_increase"] = all(a.timeStamp <= b.timeStamp for a, b in zip(samples, samples[1:]))
 try:
     info = nv.nvmlDeviceGetProcessesUtilizationInfo(h, from_us)
