@@ -167,7 +167,8 @@ fn every_products_profiles_and_placements_are_the_guides() {
                     .iter()
                     .map(|c| (c["name"].as_str().unwrap().to_string(), c["id"].as_u64().unwrap(), c["count"].as_u64().unwrap(), c["sms"].as_u64().unwrap()))
                     .collect();
-                let want: Vec<(String, u64, u64, u64)> = wanted.iter().map(|(n, id, count, sms)| (format!("MIG {n}.40gb"), *id as u64, *count as u64, *sms as u64)).collect();
+                let want: Vec<(String, u64, u64, u64)> =
+                    wanted.iter().map(|(n, id, count, sms)| (format!("MIG {n}.40gb"), *id as u64, *count as u64, *sms as u64)).collect();
                 assert_eq!(got, want, "A100 -lcip of profile {gi}");
             }
         }
@@ -271,7 +272,13 @@ fn nvidia_smi_prints_the_guides_rows_and_carves_an_a100() {
     let refused = s(&["mig", "-dgi"]);
     assert_eq!(refused.output.status.code(), Some(NVML_ERROR_IN_USE as i32), "{refused}");
     printed(&refused, &["Unable to destroy GPU instance ID 1 from GPU 0: In use by another client"]);
-    printed(&s(&["mig", "-dci"]), &["Successfully destroyed compute instance ID 0 from GPU 0 GPU instance ID 1", "Successfully destroyed compute instance ID 0 from GPU 0 GPU instance ID 2"]);
+    printed(
+        &s(&["mig", "-dci"]),
+        &[
+            "Successfully destroyed compute instance ID 0 from GPU 0 GPU instance ID 1",
+            "Successfully destroyed compute instance ID 0 from GPU 0 GPU instance ID 2",
+        ],
+    );
     printed(&s(&["mig", "-dgi"]), &["Successfully destroyed GPU instance ID 1 from GPU 0", "Successfully destroyed GPU instance ID 2 from GPU 0"]);
     assert_eq!(sim.gpu_instances(0), Ok(Vec::new()), "the ground truth has no instance left");
 
@@ -363,10 +370,17 @@ fn instances_and_modes_answer_as_nvml_documents() {
     let out = probe(
         &env,
         &python,
-        &["create", "9", "create", "19", "6", "create", "19", "0", "capacity", "19", "capacity", "9", "ci", "2", "2", "ci", "2", "1", "dgi", "2", "dgi", "3", "dci", "2", "5"],
+        &[
+            "create", "9", "create", "19", "6", "create", "19", "0", "capacity", "19", "capacity", "9", "ci", "2", "2", "ci", "2", "1", "dgi", "2", "dgi", "3",
+            "dci", "2", "5",
+        ],
     );
     let rcs: Vec<i64> = out.iter().map(rc).collect();
-    assert_eq!(rcs, [0, NVML_ERROR_INSUFFICIENT_RESOURCES, 0, 0, 0, 0, NVML_ERROR_INSUFFICIENT_RESOURCES, NVML_ERROR_IN_USE, NVML_ERROR_NOT_FOUND, NVML_ERROR_NOT_FOUND], "{out:?}");
+    assert_eq!(
+        rcs,
+        [0, NVML_ERROR_INSUFFICIENT_RESOURCES, 0, 0, 0, 0, NVML_ERROR_INSUFFICIENT_RESOURCES, NVML_ERROR_IN_USE, NVML_ERROR_NOT_FOUND, NVML_ERROR_NOT_FOUND],
+        "{out:?}"
+    );
     assert_eq!((&out[0]["gi"], &out[0]["start"], &out[0]["size"]), (&2.into(), &4.into(), &4.into()), "3g at 4:4 is instance 2: {}", out[0]);
     assert_eq!(out[2]["gi"], 7, "1g at 0:1 is instance 7: {}", out[2]);
     assert_eq!((&out[3]["capacity"], &out[4]["capacity"]), (&3.into(), &0.into()), "1g: 1, 2, 3 free; 3g: none");
@@ -380,7 +394,11 @@ fn instances_and_modes_answer_as_nvml_documents() {
     let dev = &out[1]["devices"][0];
     let context = sim.context_overhead();
     let held = (1u64 << 30) + context;
-    assert_eq!((&dev["uuid"], &dev["gi"], &dev["ci"], &dev["is_mig"], &dev["parent_index"]), (&mig.uuid_string().into(), &2.into(), &0.into(), &1.into(), &0.into()), "{dev}");
+    assert_eq!(
+        (&dev["uuid"], &dev["gi"], &dev["ci"], &dev["is_mig"], &dev["parent_index"]),
+        (&mig.uuid_string().into(), &2.into(), &0.into(), &1.into(), &0.into()),
+        "{dev}"
+    );
     assert_eq!(dev["name"], "NVIDIA H100 80GB HBM3 MIG 3g.40gb", "{dev}");
     assert_eq!((dev["total"].as_u64(), dev["used"].as_u64(), dev["sms"].as_u64()), (Some(40448 << 20), Some(held), Some(60)), "{dev}");
     assert_eq!(dev["procs"], serde_json::json!([[user.pid(), held, 2, 0]]), "the MIG device's own processes: {dev}");
@@ -441,13 +459,22 @@ fn cuda_sees_a_mig_device_with_its_memory_name_sms_uuid_and_timeline() {
 
     // Both run 300 ms of kernels at once, each on its own compute instance.
     let from = fgpu_sim_state::now_ns();
-    let mut a = cuda_steps(&env, &python, Some(&m3.uuid_string()), &["info", "alloc", &(30u64 << 30).to_string(), "alloc", &(20u64 << 30).to_string(), "run", "300", "hold"]);
+    let mut a = cuda_steps(
+        &env,
+        &python,
+        Some(&m3.uuid_string()),
+        &["info", "alloc", &(30u64 << 30).to_string(), "alloc", &(20u64 << 30).to_string(), "run", "300", "hold"],
+    );
     let mut b = cuda_steps(&env, &python, Some(&format!("MIG-{}/{}/0", sim.device_uuid_string(0), small.id)), &["info", "run", "300", "hold"]);
     let info = json_line(&a.wait_for("{\"count\""));
     assert_eq!(info["count"], 1, "{info}");
     assert_eq!(info["name"], "NVIDIA H100 80GB HBM3 MIG 3g.40gb", "{info}");
     assert_eq!((info["total_mem"].as_u64(), info["mem_total"].as_u64(), info["sms"].as_u64()), (Some(40448 << 20), Some(40448 << 20), Some(60)), "{info}");
-    assert_eq!((info["uuid"].as_str(), info["uuid_v2"].as_str()), (Some(gpu_uuid.as_str()), Some(uuid_of(&m3).as_str())), "v1 the GPU's, _v2 the MIG device's: {info}");
+    assert_eq!(
+        (info["uuid"].as_str(), info["uuid_v2"].as_str()),
+        (Some(gpu_uuid.as_str()), Some(uuid_of(&m3).as_str())),
+        "v1 the GPU's, _v2 the MIG device's: {info}"
+    );
     assert_eq!(info["free"].as_u64(), Some((40448 << 20) - sim.context_overhead()), "{info}");
     let first = json_line(&a.wait_for("{\"alloc\""));
     let second = json_line(&a.wait_for("{\"alloc\""));
@@ -461,7 +488,13 @@ fn cuda_sees_a_mig_device_with_its_memory_name_sms_uuid_and_timeline() {
     let big_busy = sim.mig_device_busy(0, big.id, 0, from, to).unwrap();
     let small_busy = sim.mig_device_busy(0, small.id, 0, from, to).unwrap();
     let gpu_busy = sim.device_busy(0, from, to);
-    println!("busy: 3g {} ms, 1g {} ms, whole GPU {} ms, over {} ms", big_busy.device_busy_ns / 1_000_000, small_busy.device_busy_ns / 1_000_000, gpu_busy.device_busy_ns / 1_000_000, (to - from) / 1_000_000);
+    println!(
+        "busy: 3g {} ms, 1g {} ms, whole GPU {} ms, over {} ms",
+        big_busy.device_busy_ns / 1_000_000,
+        small_busy.device_busy_ns / 1_000_000,
+        gpu_busy.device_busy_ns / 1_000_000,
+        (to - from) / 1_000_000
+    );
     assert_eq!(big_busy.busy_of_pid(a.pid()), 300_000_000, "its own timeline: {big_busy:?}");
     assert_eq!(small_busy.busy_of_pid(b.pid()), 300_000_000, "{small_busy:?}");
     assert_eq!(gpu_busy.device_busy_ns, 0, "nothing ran on the GPU's own timeline");
