@@ -67,6 +67,7 @@ struct GuideRow {
 }
 
 #[rustfmt::skip]
+#[allow(clippy::too_many_arguments)] // one argument per column of the guide's table
 const fn row(name: &'static str, memory_eighths: u32, sm_sevenths: u32, nvdec: u32, jpeg: u32, ofa: u32, copy_engines: u32, instances: u32, id: u32, gib: &'static str, sms: u32, starts: &'static [u32]) -> GuideRow {
     GuideRow { name, memory_eighths, sm_sevenths, nvdec, jpeg, ofa, copy_engines, instances, id, gib, sms, starts }
 }
