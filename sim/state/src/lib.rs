@@ -61,7 +61,7 @@ const SLOTS_OFF: usize = 4096;
 /// Where each GPU's MIG record starts (see [`mig`]).
 const MIG_OFF: usize = SLOTS_OFF + MAX_PROCESSES * SLOT_SIZE;
 /// Where the timelines start (see [`timeline`]): one per GPU and one per compute instance
-/// lane ([`mig::LANES`] per GPU, [`mig::timeline_index`]).
+/// lane ([`mig::LANES`] per GPU, [`timeline_index`]).
 const TIMELINE_OFF: usize = (MIG_OFF + MAX_DEVICES * mig::MIG_REC_SIZE).div_ceil(4096) * 4096;
 /// Timelines in the state file.
 pub const MAX_TIMELINES: usize = MAX_DEVICES * mig::LANES;
@@ -156,7 +156,15 @@ const _: () = assert!(std::mem::size_of::<Header>() == HEADER_SIZE);
 const _: () = assert!(std::mem::size_of::<DeviceRec>() == DEVICE_SIZE);
 const _: () = assert!(std::mem::size_of::<SlotRec>() == SLOT_SIZE);
 const _: () = assert!(DEVICES_OFF + MAX_DEVICES * DEVICE_SIZE <= SLOTS_OFF);
-const _: () = assert!(mig::timeline_index(MAX_DEVICES - 1, mig::LANES - 1) < MAX_TIMELINES);
+const _: () = assert!(timeline_index(MAX_DEVICES - 1, mig::LANES - 1) < MAX_TIMELINES);
+// The timelines' lock bytes lie below the MIG locks.
+const _: () = assert!(timeline::TIMELINE_LOCK_BYTE + MAX_TIMELINES as i64 <= mig::MIG_LOCK_BYTE);
+
+/// The timeline of lane `lane` of GPU `device` (lane 0 is the GPU's own, so a GPU's
+/// index is its lane-0 timeline; lanes 1..[`mig::LANES`] are its MIG devices').
+pub const fn timeline_index(device: usize, lane: usize) -> usize {
+    lane * MAX_DEVICES + device
+}
 
 fn pack(tag: u32, gen: u32, st: u64) -> u64 {
     ((tag as u64) << 32) | (((gen & 0x00FF_FFFF) as u64) << 8) | st

@@ -1,5 +1,5 @@
 use super::*;
-use crate::{SimConfig, MAX_PROCESSES};
+use crate::{SimConfig, SimState, MAX_PROCESSES};
 use std::path::PathBuf;
 
 const GIB: u64 = 1 << 30;

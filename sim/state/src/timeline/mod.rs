@@ -67,8 +67,7 @@ const MAX_NAP_NS: u64 = 10_000_000;
 const MARKER: u64 = u64::MAX;
 /// Lock byte of timeline `d`: `TIMELINE_LOCK_BYTE + d` (inside the header, below the MIG
 /// locks at 192).
-const TIMELINE_LOCK_BYTE: i64 = 64;
-const _: () = assert!(TIMELINE_LOCK_BYTE + crate::MAX_TIMELINES as i64 <= 192);
+pub(crate) const TIMELINE_LOCK_BYTE: i64 = 64;
 
 /// How late, and in what bursts, one process learns what the device did: the completion of
 /// its work (events, stream and context synchronisation) and NVML's utilisation samples
@@ -156,7 +155,7 @@ pub enum Work {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct TimelineContext {
     /// The timeline: a GPU's index for the GPU itself, [`crate::MigDevice::timeline`] for a
-    /// MIG device ([`crate::mig::timeline_index`]).
+    /// MIG device ([`crate::timeline_index`]).
     pub device: usize,
     /// Record index on that device.
     pub index: usize,
