@@ -338,7 +338,7 @@ pub struct SimEnvArgs {
     pub product: Option<String>,
 
     /// GPUs in MIG mode at first (FGPU_SIM_MIG: all, none, or indices like 0,2); needs --product.
-    #[arg(long, value_name = "GPUS", requires = "product", value_parser = crate::sim_env::parse_mig)]
+    #[arg(long, value_name = "GPUS", requires = "product", value_parser = parse_mig)]
     pub mig: Option<String>,
 
     /// Print the commands that make the layout, and the exports, without making anything.
@@ -349,6 +349,17 @@ pub struct SimEnvArgs {
 fn parse_sim_size(text: &str) -> Result<String, String> {
     fgpu_core::limit::parse_size(text).map_err(|e| e.to_string())?;
     Ok(text.trim().to_string())
+}
+
+/// Checks `--mig`: `all`, `none`, or comma-separated GPU indices below 8 (the simulator
+/// checks them against the number of GPUs when it creates the state file).
+pub fn parse_mig(text: &str) -> Result<String, String> {
+    let text = text.trim();
+    if text == "all" || text == "none" || text.split(',').all(|i| i.trim().parse::<u32>().is_ok_and(|i| i < 8)) {
+        Ok(text.to_string())
+    } else {
+        Err(format!("{text:?} is not all, none or a list of GPU indices (0 to 7) such as 0,2"))
+    }
 }
 
 /// The grammar completion scripts are made from: the visible subcommands only, so no shell

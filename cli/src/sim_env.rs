@@ -83,17 +83,6 @@ pub fn script(dir: &Path, libs: &Path, args: &SimEnvArgs) -> Result<String, Stri
     Ok(out)
 }
 
-/// Checks `--mig`: `all`, `none`, or comma-separated GPU indices below 8 (the simulator
-/// checks them against the number of GPUs when it creates the state file).
-pub fn parse_mig(text: &str) -> Result<String, String> {
-    let text = text.trim();
-    if text == "all" || text == "none" || text.split(',').all(|i| i.trim().parse::<u32>().is_ok_and(|i| i < 8)) {
-        Ok(text.to_string())
-    } else {
-        Err(format!("{text:?} is not all, none or a list of GPU indices (0 to 7) such as 0,2"))
-    }
-}
-
 /// Makes `DIR/lib` and its links (replacing links of the same names).
 fn lay_out(dir: &Path, libs: &Path) -> Result<(), String> {
     let lib = dir.join("lib");
@@ -185,12 +174,12 @@ mod tests {
     fn the_product_and_mig_mode_are_exported() {
         let mut a = args("/x");
         a.product = Some("a100-80gb".into());
-        a.mig = Some(parse_mig("0,1").unwrap());
+        a.mig = Some(crate::args::parse_mig("0,1").unwrap());
         let out = script(Path::new("/w/sim"), Path::new("/b/release"), &a).unwrap();
         assert!(out.ends_with("export FGPU_SIM_PRODUCT='a100-80gb'\nexport FGPU_SIM_MIG='0,1'\n"), "{out}");
-        assert_eq!(parse_mig("all").as_deref(), Ok("all"));
-        assert!(parse_mig("0,9").unwrap_err().contains("0,9"));
-        assert!(parse_mig("on").is_err());
+        assert_eq!(crate::args::parse_mig("all").as_deref(), Ok("all"));
+        assert!(crate::args::parse_mig("0,9").unwrap_err().contains("0,9"));
+        assert!(crate::args::parse_mig("on").is_err());
     }
 
     #[test]
