@@ -68,8 +68,11 @@ fn two_processes_share_the_gpu(name: &str, shim: bool) {
     let out: serde_json::Value = serde_json::from_str(nvml.stdout().trim()).unwrap_or_else(|e| panic!("{e}\n{nvml}"));
     // One sample per running process (nvml.h), its utilisation over the periods asked for.
     assert_eq!(out["samples_per_pid"], 1, "one sample per process\n{nvml}");
-    for (pid, truth) in [(a.pid(), sa), (b.pid(), sb)] {
+    for pid in [a.pid(), b.pid()] {
         let sm = out["sm_mean"][pid.to_string()].as_f64().unwrap_or_else(|| panic!("no samples of {pid}\n{nvml}"));
+        // The sample covers t0 to its stamp (later than t1 when the script started late).
+        let stamp = out["stamp_of"][pid.to_string()].as_u64().unwrap();
+        let truth = share_pct(&sim, t0, t0 + (stamp - sim.timestamp_us(t0)) * 1000, pid);
         let info = out["info_sm_mean"][pid.to_string()].as_f64().unwrap_or_else(|| panic!("r550 call: no samples of {pid}\n{nvml}"));
         println!("{name}: pid {pid}: timeline {truth:.2} %, pynvml smUtil mean {sm:.2} %, r550 {info:.2} %");
         assert!((sm - truth).abs() <= 5.0, "pynvml agrees with the timeline within 5 points: {sm} vs {truth}\n{nvml}");
