@@ -294,6 +294,7 @@ const SIM_ENV_HELP: &str = "\
 Examples:
   eval \"$(target/release/fgpu sim-env /tmp/fgpu-sim)\"     one simulated 80 GiB GPU
   eval \"$(target/release/fgpu sim-env /tmp/sim2 --devices 2 --memory 16G)\"
+  eval \"$(target/release/fgpu sim-env /tmp/mig --product h100-80gb --mig all)\"
   target/release/fgpu sim-env /tmp/fgpu-sim --dry-run     show what it would do
 
 Lays out DIR/lib with libcuda.so.1, libcuda.so and libnvidia-ml.so.1 linking to the built
@@ -332,6 +333,14 @@ pub struct SimEnvArgs {
     #[arg(long, value_name = "VERSION")]
     pub driver_version: Option<u32>,
 
+    /// The GPU simulated, with its memory and MIG profiles (FGPU_SIM_PRODUCT).
+    #[arg(long, value_name = "PRODUCT", conflicts_with = "memory", value_parser = ["generic", "a100-80gb", "h100-80gb", "h200-141gb"])]
+    pub product: Option<String>,
+
+    /// GPUs in MIG mode at first (FGPU_SIM_MIG: all, none, or indices like 0,2); needs --product.
+    #[arg(long, value_name = "GPUS", requires = "product", value_parser = parse_mig)]
+    pub mig: Option<String>,
+
     /// Print the commands that make the layout, and the exports, without making anything.
     #[arg(long)]
     pub dry_run: bool,
@@ -340,6 +349,17 @@ pub struct SimEnvArgs {
 fn parse_sim_size(text: &str) -> Result<String, String> {
     fgpu_core::limit::parse_size(text).map_err(|e| e.to_string())?;
     Ok(text.trim().to_string())
+}
+
+/// Checks `--mig`: `all`, `none`, or comma-separated GPU indices below 8 (the simulator
+/// checks them against the number of GPUs when it creates the state file).
+pub fn parse_mig(text: &str) -> Result<String, String> {
+    let text = text.trim();
+    if text == "all" || text == "none" || text.split(',').all(|i| i.trim().parse::<u32>().is_ok_and(|i| i < 8)) {
+        Ok(text.to_string())
+    } else {
+        Err(format!("{text:?} is not all, none or a list of GPU indices (0 to 7) such as 0,2"))
+    }
 }
 
 /// The grammar completion scripts are made from: the visible subcommands only, so no shell

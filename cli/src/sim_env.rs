@@ -13,8 +13,9 @@
 //!
 //! and prints the environment to use them, as shell `export` lines for `eval`:
 //! `LD_LIBRARY_PATH` with `DIR/lib` first, `FGPU_SIM_STATE=DIR/sim-state`, and the
-//! `FGPU_SIM_*` settings given as options. With `--dry-run` it prints the commands that make
-//! the layout instead of making it.
+//! `FGPU_SIM_*` settings given as options (the product simulated, `--product`, and which of
+//! its GPUs start in MIG mode, `--mig`, among them). With `--dry-run` it prints the commands
+//! that make the layout instead of making it.
 
 use crate::args::SimEnvArgs;
 use std::path::{Path, PathBuf};
@@ -71,6 +72,8 @@ pub fn script(dir: &Path, libs: &Path, args: &SimEnvArgs) -> Result<String, Stri
         ("FGPU_SIM_MEMORY", args.memory.clone()),
         ("FGPU_SIM_CONTEXT_OVERHEAD", args.context_overhead.clone()),
         ("FGPU_SIM_DRIVER_VERSION", args.driver_version.map(|v| v.to_string())),
+        ("FGPU_SIM_PRODUCT", args.product.clone()),
+        ("FGPU_SIM_MIG", args.mig.clone()),
     ];
     for (name, value) in settings {
         if let Some(value) = value {
@@ -129,7 +132,17 @@ mod tests {
     use super::*;
 
     fn args(dir: &str) -> SimEnvArgs {
-        SimEnvArgs { dir: dir.into(), libs: None, devices: None, memory: None, context_overhead: None, driver_version: None, dry_run: false }
+        SimEnvArgs {
+            dir: dir.into(),
+            libs: None,
+            devices: None,
+            memory: None,
+            context_overhead: None,
+            driver_version: None,
+            product: None,
+            mig: None,
+            dry_run: false,
+        }
     }
 
     #[test]
@@ -155,6 +168,18 @@ mod tests {
         let out = script(Path::new("/w/sim"), Path::new("/b/release"), &a).unwrap();
         assert!(out.starts_with("mkdir -p '/w/sim/lib'\nln -sfn '/b/release/libfgpu_sim_cuda.so' '/w/sim/lib/libcuda.so.1'\n"), "{out}");
         assert!(out.contains("ln -sfn '/b/release/libfgpu_sim_nvml.so' '/w/sim/lib/libnvidia-ml.so.1'\n"), "{out}");
+    }
+
+    #[test]
+    fn the_product_and_mig_mode_are_exported() {
+        let mut a = args("/x");
+        a.product = Some("a100-80gb".into());
+        a.mig = Some(crate::args::parse_mig("0,1").unwrap());
+        let out = script(Path::new("/w/sim"), Path::new("/b/release"), &a).unwrap();
+        assert!(out.ends_with("export FGPU_SIM_PRODUCT='a100-80gb'\nexport FGPU_SIM_MIG='0,1'\n"), "{out}");
+        assert_eq!(crate::args::parse_mig("all").as_deref(), Ok("all"));
+        assert!(crate::args::parse_mig("0,9").unwrap_err().contains("0,9"));
+        assert!(crate::args::parse_mig("on").is_err());
     }
 
     #[test]

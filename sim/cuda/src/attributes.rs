@@ -1,5 +1,6 @@
-//! cuDeviceGetAttribute values of the simulated device (compute capability 9.0, an
-//! H100-like part). Attribute numbers are those of `CUdevice_attribute` in cuda.h.
+//! cuDeviceGetAttribute values of the simulated device (an H100-like part; the product's
+//! compute capability, and the multiprocessors of the GPU or MIG device). Attribute numbers
+//! are those of `CUdevice_attribute` in cuda.h.
 
 use fgpu_sim_state::SimState;
 
@@ -7,31 +8,33 @@ use fgpu_sim_state::SimState;
 /// CUDA 13 numbers more).
 pub(crate) const ATTRIBUTE_MAX: i32 = 144;
 
-pub fn value(state: &SimState, phys: usize, attr: i32) -> Option<i32> {
+/// Attribute `attr` of the device on GPU `phys` with `multiprocessors` (a MIG device has
+/// its compute instance's).
+pub fn value(state: &SimState, phys: usize, multiprocessors: u32, attr: i32) -> Option<i32> {
     if !(1..ATTRIBUTE_MAX).contains(&attr) {
         return None;
     }
     let pci = state.device_pci(phys);
     Some(match attr {
-        1 => 1024,       // MAX_THREADS_PER_BLOCK
-        2 | 3 => 1024,   // MAX_BLOCK_DIM_X / Y
-        4 => 64,         // MAX_BLOCK_DIM_Z
-        5 => i32::MAX,   // MAX_GRID_DIM_X
-        6 | 7 => 65535,  // MAX_GRID_DIM_Y / Z
-        8 => 49152,      // MAX_SHARED_MEMORY_PER_BLOCK
-        9 => 65536,      // TOTAL_CONSTANT_MEMORY
-        10 => 32,        // WARP_SIZE
-        11 => i32::MAX,  // MAX_PITCH
-        12 => 65536,     // MAX_REGISTERS_PER_BLOCK
-        13 => 1_980_000, // CLOCK_RATE (kHz)
-        14 => 512,       // TEXTURE_ALIGNMENT
-        15 => 1,         // GPU_OVERLAP
-        16 => 132,       // MULTIPROCESSOR_COUNT
-        17 => 0,         // KERNEL_EXEC_TIMEOUT
-        18 => 0,         // INTEGRATED
-        19 => 1,         // CAN_MAP_HOST_MEMORY
-        20 => 0,         // COMPUTE_MODE (default)
-        21 => 131072,    // MAXIMUM_TEXTURE1D_WIDTH
+        1 => 1024,                    // MAX_THREADS_PER_BLOCK
+        2 | 3 => 1024,                // MAX_BLOCK_DIM_X / Y
+        4 => 64,                      // MAX_BLOCK_DIM_Z
+        5 => i32::MAX,                // MAX_GRID_DIM_X
+        6 | 7 => 65535,               // MAX_GRID_DIM_Y / Z
+        8 => 49152,                   // MAX_SHARED_MEMORY_PER_BLOCK
+        9 => 65536,                   // TOTAL_CONSTANT_MEMORY
+        10 => 32,                     // WARP_SIZE
+        11 => i32::MAX,               // MAX_PITCH
+        12 => 65536,                  // MAX_REGISTERS_PER_BLOCK
+        13 => 1_980_000,              // CLOCK_RATE (kHz)
+        14 => 512,                    // TEXTURE_ALIGNMENT
+        15 => 1,                      // GPU_OVERLAP
+        16 => multiprocessors as i32, // MULTIPROCESSOR_COUNT
+        17 => 0,                      // KERNEL_EXEC_TIMEOUT
+        18 => 0,                      // INTEGRATED
+        19 => 1,                      // CAN_MAP_HOST_MEMORY
+        20 => 0,                      // COMPUTE_MODE (default)
+        21 => 131072,                 // MAXIMUM_TEXTURE1D_WIDTH
         22 => 131072,
         23 => 65536,
         24..=26 => 16384,
@@ -77,8 +80,8 @@ pub fn value(state: &SimState, phys: usize, attr: i32) -> Option<i32> {
         72 => 2_097_120,
         73 => 32768,
         74 => 32768,
-        75 => 9, // COMPUTE_CAPABILITY_MAJOR
-        76 => 0, // COMPUTE_CAPABILITY_MINOR
+        75 => state.product().compute_capability().0 as i32,
+        76 => state.product().compute_capability().1 as i32,
         77 => 32768,
         78 => 1,           // STREAM_PRIORITIES_SUPPORTED
         79 | 80 => 1,      // GLOBAL / LOCAL_L1_CACHE_SUPPORTED

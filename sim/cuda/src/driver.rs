@@ -6,7 +6,7 @@ use crate::errors::*;
 use crate::va::VaSpace;
 use fgpu_sim_state::pool::{round_up, PoolModel};
 use fgpu_sim_state::timeline::Delivery;
-use fgpu_sim_state::{now_ns, SimState, TimelineContext, TimelineError, Work};
+use fgpu_sim_state::{now_ns, MigDevice, SimState, TimelineContext, TimelineError, Work};
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -202,6 +202,8 @@ pub struct Driver {
     pub slot: usize,
     /// CUdevice ordinal -> physical device index in the state file (CUDA_VISIBLE_DEVICES).
     pub visible: Vec<usize>,
+    /// CUdevice ordinal -> the MIG device it is, if it is one.
+    pub mig: Vec<Option<MigDevice>>,
     pub inner: Mutex<Inner>,
 }
 
@@ -352,36 +354,77 @@ pub fn state_only() -> Option<SimState> {
     *S.get_or_init(|| SimState::open_default().ok())
 }
 
-/// Parses CUDA_VISIBLE_DEVICES the way the driver does: indices or `GPU-` UUID prefixes,
-/// comma separated; the list stops at the first invalid or repeated entry.
-pub fn visible_devices(state: &SimState, var: Option<&str>) -> Vec<usize> {
+/// One device CUDA enumerates: a whole GPU, or a MIG device (a compute instance).
+#[derive(Debug, Clone)]
+pub struct CudaDevice {
+    /// The GPU's index in the state file.
+    pub phys: usize,
+    pub mig: Option<MigDevice>,
+}
+
+/// What one `CUDA_VISIBLE_DEVICES` entry names: a GPU (by index or `GPU-` UUID prefix),
+/// a MIG device (`MIG-` UUID prefix, R470+, or `MIG-GPU-<uuid>/<gi>/<ci>`, R450), or
+/// nothing valid.
+fn parse_visible_entry(state: &SimState, t: &str) -> Option<Vec<CudaDevice>> {
     let n = state.device_count();
-    let Some(v) = var else { return (0..n).collect() };
-    let mut out = Vec::new();
-    for tok in v.split(',') {
-        let t = tok.trim();
-        let idx = if let Ok(i) = t.parse::<i64>() {
-            if i < 0 || i as usize >= n {
-                None
-            } else {
-                Some(i as usize)
-            }
-        } else if t.len() > 4 && t[..4].eq_ignore_ascii_case("GPU-") {
-            let m: Vec<usize> = (0..n).filter(|&i| state.device_uuid_string(i).to_ascii_lowercase().starts_with(&t.to_ascii_lowercase())).collect();
-            if m.len() == 1 {
-                Some(m[0])
-            } else {
-                None
-            }
+    let gpu = |i: usize| -> Vec<CudaDevice> {
+        // A GPU in MIG mode stands for its MIG devices.
+        if state.mig_on(i) {
+            state.mig_devices(i).into_iter().map(|m| CudaDevice { phys: i, mig: Some(m) }).collect()
         } else {
-            None
-        };
-        match idx {
-            Some(i) if !out.contains(&i) => out.push(i),
-            _ => break,
+            vec![CudaDevice { phys: i, mig: None }]
+        }
+    };
+    let lower = t.to_ascii_lowercase();
+    if let Ok(i) = t.parse::<i64>() {
+        return (i >= 0 && (i as usize) < n).then(|| gpu(i as usize));
+    }
+    if let Some(rest) = lower.strip_prefix("mig-gpu-") {
+        let mut parts = rest.split('/');
+        let (uuid, gi, ci) = (parts.next()?, parts.next()?.parse::<u32>().ok()?, parts.next()?.parse::<u32>().ok()?);
+        let i = (0..n).find(|&i| state.device_uuid_string(i).to_ascii_lowercase() == format!("gpu-{uuid}"))?;
+        return state.mig_device(i, gi, ci).map(|m| vec![CudaDevice { phys: i, mig: Some(m) }]);
+    }
+    if lower.len() > 4 && lower.starts_with("mig-") {
+        return state.mig_device_by_uuid(t).map(|m| vec![CudaDevice { phys: m.device, mig: Some(m) }]);
+    }
+    if lower.len() > 4 && lower.starts_with("gpu-") {
+        let m: Vec<usize> = (0..n).filter(|&i| state.device_uuid_string(i).to_ascii_lowercase().starts_with(&lower)).collect();
+        return (m.len() == 1).then(|| gpu(m[0]));
+    }
+    None
+}
+
+/// The devices CUDA enumerates under `CUDA_VISIBLE_DEVICES` (unset: every GPU). Indices or
+/// UUID prefixes, comma separated; the list stops at the first invalid or repeated entry.
+/// MIG (the MIG user guide, "CUDA Device Enumeration"): a GPU in MIG mode stands for its
+/// MIG devices; CUDA enumerates a single MIG device, the first one, and no other GPU once
+/// one is.
+pub fn visible_devices(state: &SimState, var: Option<&str>) -> Vec<CudaDevice> {
+    let mut out: Vec<CudaDevice> = Vec::new();
+    let entries: Vec<Option<Vec<CudaDevice>>> = match var {
+        None => (0..state.device_count()).map(|i| parse_visible_entry(state, &i.to_string())).collect(),
+        Some(v) => v.split(',').map(|tok| parse_visible_entry(state, tok.trim())).collect(),
+    };
+    for entry in entries {
+        let Some(devices) = entry else { break };
+        let mut repeated = false;
+        for d in devices {
+            let same = |o: &CudaDevice| o.phys == d.phys && o.mig.as_ref().map(|m| m.index) == d.mig.as_ref().map(|m| m.index);
+            if out.iter().any(same) {
+                repeated = true;
+                break;
+            }
+            out.push(d);
+        }
+        if repeated {
+            break;
         }
     }
-    out
+    match out.iter().position(|d| d.mig.is_some()) {
+        Some(first) => vec![out.swap_remove(first)],
+        None => out,
+    }
 }
 
 /// cuInit.
@@ -399,11 +442,20 @@ pub fn init() -> CUresult {
             return Err(CUDA_ERROR_NO_DEVICE);
         }
         let state = SimState::open_default().map_err(|_| CUDA_ERROR_NO_DEVICE)?;
-        let visible = visible_devices(&state, std::env::var("CUDA_VISIBLE_DEVICES").ok().as_deref());
-        if visible.is_empty() {
+        let devices = visible_devices(&state, std::env::var("CUDA_VISIBLE_DEVICES").ok().as_deref());
+        if devices.is_empty() {
             return Err(CUDA_ERROR_NO_DEVICE);
         }
         let slot = state.register().map_err(|_| CUDA_ERROR_OPERATING_SYSTEM)?;
+        // A MIG device is the process's from here on: its memory counts against the GPU
+        // instance, which cannot be destroyed while the process lives.
+        for m in devices.iter().filter_map(|d| d.mig.as_ref()) {
+            if state.bind_mig_device(slot, m).is_err() {
+                return Err(CUDA_ERROR_NO_DEVICE);
+            }
+        }
+        let visible: Vec<usize> = devices.iter().map(|d| d.phys).collect();
+        let mig: Vec<Option<MigDevice>> = devices.into_iter().map(|d| d.mig).collect();
         // SAFETY: registering a plain extern "C" handler with no prepare/parent hooks.
         unsafe { libc::pthread_atfork(None, None, Some(atfork_child)) };
         let n = visible.len();
@@ -412,6 +464,7 @@ pub fn init() -> CUresult {
             state,
             slot,
             visible,
+            mig,
             inner: Mutex::new(Inner {
                 allocs: BTreeMap::new(),
                 va: VaSpace::new(va_base, va_end),
@@ -515,6 +568,30 @@ impl Driver {
     }
     pub fn ndev(&self) -> usize {
         self.visible.len()
+    }
+    /// The MIG device ordinal `dev` is, if it is one.
+    #[inline]
+    pub fn mig(&self, dev: usize) -> Option<&MigDevice> {
+        self.mig.get(dev).and_then(Option::as_ref)
+    }
+    /// The timeline ordinal `dev`'s kernels run on: its GPU's, or its compute instance's.
+    pub fn timeline_of(&self, dev: usize) -> usize {
+        self.mig(dev).map_or(self.phys(dev), MigDevice::timeline)
+    }
+    /// Memory of ordinal `dev`: its GPU's, or its GPU instance's.
+    pub fn total_mem(&self, dev: usize) -> u64 {
+        self.mig(dev).map_or_else(|| self.state.device_total(self.phys(dev)), MigDevice::memory)
+    }
+    /// Free memory of ordinal `dev` as `cuMemGetInfo` reports it.
+    pub fn free_mem(&self, dev: usize) -> u64 {
+        match self.mig(dev) {
+            Some(m) => self.state.gpu_instance_free(m.device, m.gpu_instance.id),
+            None => self.state.device_free(self.phys(dev)),
+        }
+    }
+    /// Multiprocessors of ordinal `dev`.
+    pub fn multiprocessors(&self, dev: usize) -> u32 {
+        self.mig(dev).map_or_else(|| self.state.product().sms(), MigDevice::sms)
     }
     pub fn check_dev(&self, dev: i32) -> Result<usize, CUresult> {
         if dev < 0 || dev as usize >= self.ndev() {
@@ -626,7 +703,7 @@ impl Inner {
         if let Some(tl) = self.timelines.get(&ctx) {
             return Ok(*tl);
         }
-        let tl = d.state.timeline_open(d.phys(dev), d.slot, ctx as u64).map_err(|e| match e {
+        let tl = d.state.timeline_open(d.timeline_of(dev), d.slot, ctx as u64).map_err(|e| match e {
             TimelineError::Full => CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES,
             TimelineError::Gone => CUDA_ERROR_UNKNOWN,
         })?;

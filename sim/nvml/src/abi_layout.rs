@@ -45,6 +45,90 @@ fn checks() -> Checks {
         sessions_count => "sessionsCount", average_fps => "averageFPS", average_latency => "averageLatency",
     }));
 
+    // Multi-Instance GPU management (api/mig.rs, api/mig_device.rs).
+    use crate::api::mig::*;
+    c.push(c_struct!(Nvml, GpuInstancePlacement => "nvmlGpuInstancePlacement_t" { start => "start", size => "size" }));
+    c.push(c_struct!(Nvml, ComputeInstancePlacement => "nvmlComputeInstancePlacement_t" { start => "start", size => "size" }));
+    c.push(c_struct!(Nvml, GpuInstanceProfileInfo => "nvmlGpuInstanceProfileInfo_t" {
+        id => "id", is_p2p_supported => "isP2pSupported", slice_count => "sliceCount", instance_count => "instanceCount",
+        multiprocessor_count => "multiprocessorCount", copy_engine_count => "copyEngineCount", decoder_count => "decoderCount",
+        encoder_count => "encoderCount", jpeg_count => "jpegCount", ofa_count => "ofaCount", memory_size_mb => "memorySizeMB",
+    }));
+    c.push(c_struct!(Nvml, GpuInstanceProfileInfoV2 => "nvmlGpuInstanceProfileInfo_v2_t" {
+        version => "version", id => "id", is_p2p_supported => "isP2pSupported", slice_count => "sliceCount", instance_count => "instanceCount",
+        multiprocessor_count => "multiprocessorCount", copy_engine_count => "copyEngineCount", decoder_count => "decoderCount",
+        encoder_count => "encoderCount", jpeg_count => "jpegCount", ofa_count => "ofaCount", memory_size_mb => "memorySizeMB", name => "name",
+    }));
+    c.push(c_struct!(Nvml, GpuInstanceProfileInfoV3 => "nvmlGpuInstanceProfileInfo_v3_t" {
+        version => "version", id => "id", slice_count => "sliceCount", instance_count => "instanceCount",
+        multiprocessor_count => "multiprocessorCount", copy_engine_count => "copyEngineCount", decoder_count => "decoderCount",
+        encoder_count => "encoderCount", jpeg_count => "jpegCount", ofa_count => "ofaCount", memory_size_mb => "memorySizeMB", name => "name",
+        capabilities => "capabilities",
+    }));
+    c.push(c_struct!(Nvml, GpuInstanceInfo => "nvmlGpuInstanceInfo_t" { device => "device", id => "id", profile_id => "profileId", placement => "placement" }));
+    c.push(c_struct!(Nvml, ComputeInstanceProfileInfo => "nvmlComputeInstanceProfileInfo_t" {
+        id => "id", slice_count => "sliceCount", instance_count => "instanceCount", multiprocessor_count => "multiprocessorCount",
+        shared_copy_engine_count => "sharedCopyEngineCount", shared_decoder_count => "sharedDecoderCount",
+        shared_encoder_count => "sharedEncoderCount", shared_jpeg_count => "sharedJpegCount", shared_ofa_count => "sharedOfaCount",
+    }));
+    c.push(c_struct!(Nvml, ComputeInstanceProfileInfoV2 => "nvmlComputeInstanceProfileInfo_v2_t" {
+        version => "version", id => "id", slice_count => "sliceCount", instance_count => "instanceCount", multiprocessor_count => "multiprocessorCount",
+        shared_copy_engine_count => "sharedCopyEngineCount", shared_decoder_count => "sharedDecoderCount",
+        shared_encoder_count => "sharedEncoderCount", shared_jpeg_count => "sharedJpegCount", shared_ofa_count => "sharedOfaCount", name => "name",
+    }));
+    c.push(c_struct!(Nvml, ComputeInstanceProfileInfoV3 => "nvmlComputeInstanceProfileInfo_v3_t" {
+        version => "version", id => "id", slice_count => "sliceCount", instance_count => "instanceCount", multiprocessor_count => "multiprocessorCount",
+        shared_copy_engine_count => "sharedCopyEngineCount", shared_decoder_count => "sharedDecoderCount",
+        shared_encoder_count => "sharedEncoderCount", shared_jpeg_count => "sharedJpegCount", shared_ofa_count => "sharedOfaCount", name => "name",
+        capabilities => "capabilities",
+    }));
+    c.push(c_struct!(Nvml, ComputeInstanceInfo => "nvmlComputeInstanceInfo_t" {
+        device => "device", gpu_instance => "gpuInstance", id => "id", profile_id => "profileId", placement => "placement",
+    }));
+    c.push(c_struct!(Nvml, crate::api::mig_device::DeviceAttributes => "nvmlDeviceAttributes_t" {
+        multiprocessor_count => "multiprocessorCount", shared_copy_engine_count => "sharedCopyEngineCount",
+        shared_decoder_count => "sharedDecoderCount", shared_encoder_count => "sharedEncoderCount", shared_jpeg_count => "sharedJpegCount",
+        shared_ofa_count => "sharedOfaCount", gpu_instance_slice_count => "gpuInstanceSliceCount",
+        compute_instance_slice_count => "computeInstanceSliceCount", memory_size_mb => "memorySizeMB",
+    }));
+    use fgpu_sim_state::mig as m;
+    for v in [
+        c_value!(Nvml, GI_PROFILE_INFO_V2 => "nvmlGpuInstanceProfileInfo_v2"),
+        c_value!(Nvml, GI_PROFILE_INFO_V3 => "nvmlGpuInstanceProfileInfo_v3"),
+        c_value!(Nvml, CI_PROFILE_INFO_V2 => "nvmlComputeInstanceProfileInfo_v2"),
+        c_value!(Nvml, CI_PROFILE_INFO_V3 => "nvmlComputeInstanceProfileInfo_v3"),
+        c_value!(Nvml, NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED),
+        c_value!(Nvml, m::GI_PROFILE_1_SLICE => "NVML_GPU_INSTANCE_PROFILE_1_SLICE"),
+        c_value!(Nvml, m::GI_PROFILE_2_SLICE => "NVML_GPU_INSTANCE_PROFILE_2_SLICE"),
+        c_value!(Nvml, m::GI_PROFILE_3_SLICE => "NVML_GPU_INSTANCE_PROFILE_3_SLICE"),
+        c_value!(Nvml, m::GI_PROFILE_4_SLICE => "NVML_GPU_INSTANCE_PROFILE_4_SLICE"),
+        c_value!(Nvml, m::GI_PROFILE_7_SLICE => "NVML_GPU_INSTANCE_PROFILE_7_SLICE"),
+        c_value!(Nvml, m::GI_PROFILE_8_SLICE => "NVML_GPU_INSTANCE_PROFILE_8_SLICE"),
+        c_value!(Nvml, m::GI_PROFILE_6_SLICE => "NVML_GPU_INSTANCE_PROFILE_6_SLICE"),
+        c_value!(Nvml, m::GI_PROFILE_1_SLICE_REV1 => "NVML_GPU_INSTANCE_PROFILE_1_SLICE_REV1"),
+        c_value!(Nvml, m::GI_PROFILE_2_SLICE_REV1 => "NVML_GPU_INSTANCE_PROFILE_2_SLICE_REV1"),
+        c_value!(Nvml, m::GI_PROFILE_1_SLICE_REV2 => "NVML_GPU_INSTANCE_PROFILE_1_SLICE_REV2"),
+        // The profile indices of the last CUDA 12 release; 12.2 had fewer, CUDA 13 more.
+        c_value!(Nvml, m::GI_PROFILE_COUNT => "NVML_GPU_INSTANCE_PROFILE_COUNT").pin("nvidia-nvml-dev-cu12==12.9.79"),
+        c_value!(Nvml, m::CI_PROFILE_1_SLICE => "NVML_COMPUTE_INSTANCE_PROFILE_1_SLICE"),
+        c_value!(Nvml, m::CI_PROFILE_2_SLICE => "NVML_COMPUTE_INSTANCE_PROFILE_2_SLICE"),
+        c_value!(Nvml, m::CI_PROFILE_3_SLICE => "NVML_COMPUTE_INSTANCE_PROFILE_3_SLICE"),
+        c_value!(Nvml, m::CI_PROFILE_4_SLICE => "NVML_COMPUTE_INSTANCE_PROFILE_4_SLICE"),
+        c_value!(Nvml, m::CI_PROFILE_7_SLICE => "NVML_COMPUTE_INSTANCE_PROFILE_7_SLICE"),
+        c_value!(Nvml, m::CI_PROFILE_8_SLICE => "NVML_COMPUTE_INSTANCE_PROFILE_8_SLICE"),
+        c_value!(Nvml, m::CI_PROFILE_6_SLICE => "NVML_COMPUTE_INSTANCE_PROFILE_6_SLICE"),
+        c_value!(Nvml, m::CI_PROFILE_1_SLICE_REV1 => "NVML_COMPUTE_INSTANCE_PROFILE_1_SLICE_REV1"),
+        c_value!(Nvml, m::CI_PROFILE_COUNT => "NVML_COMPUTE_INSTANCE_PROFILE_COUNT").pin("nvidia-nvml-dev-cu12==12.9.79"),
+        c_value!(Nvml, m::ARCH_AMPERE => "NVML_DEVICE_ARCH_AMPERE"),
+        c_value!(Nvml, m::ARCH_HOPPER => "NVML_DEVICE_ARCH_HOPPER"),
+        c_value!(Nvml, crate::boundary::NVML_ERROR_NO_PERMISSION),
+        c_value!(Nvml, crate::boundary::NVML_ERROR_RESET_REQUIRED),
+        c_value!(Nvml, crate::boundary::NVML_ERROR_IN_USE),
+        c_value!(Nvml, crate::boundary::NVML_ERROR_INSUFFICIENT_RESOURCES),
+    ] {
+        c.value(v);
+    }
+
     for v in [
         c_value!(Nvml, crate::boundary::NVML_SUCCESS),
         c_value!(Nvml, crate::boundary::NVML_ERROR_UNINITIALIZED),

@@ -15,14 +15,25 @@ pub(crate) const NVML_ERROR_UNINITIALIZED: NvmlReturn = 1;
 pub(crate) const NVML_ERROR_INVALID_ARGUMENT: NvmlReturn = 2;
 pub(crate) const NVML_ERROR_NOT_SUPPORTED: NvmlReturn = 3;
 pub(crate) const NVML_ERROR_NOT_FOUND: NvmlReturn = 6;
+pub(crate) const NVML_ERROR_NO_PERMISSION: NvmlReturn = 4;
 pub(crate) const NVML_ERROR_INSUFFICIENT_SIZE: NvmlReturn = 7;
 pub(crate) const NVML_ERROR_DRIVER_NOT_LOADED: NvmlReturn = 9;
+pub(crate) const NVML_ERROR_RESET_REQUIRED: NvmlReturn = 16;
+pub(crate) const NVML_ERROR_IN_USE: NvmlReturn = 19;
+pub(crate) const NVML_ERROR_INSUFFICIENT_RESOURCES: NvmlReturn = 23;
 pub(crate) const NVML_ERROR_ARGUMENT_VERSION_MISMATCH: NvmlReturn = 25;
 pub(crate) const NVML_ERROR_UNKNOWN: NvmlReturn = 999;
 
 pub(crate) static INIT_COUNT: AtomicU32 = AtomicU32::new(0);
 /// Device handles are the addresses of these words.
 pub(crate) static HANDLES: [u64; fgpu_sim_state::MAX_DEVICES] = [0; fgpu_sim_state::MAX_DEVICES];
+/// GPU instance IDs of a GPU (0..=14) and compute instance IDs of a GPU instance (0..8).
+pub(crate) const GI_IDS: usize = 15;
+pub(crate) const CI_IDS: usize = 8;
+/// MIG device handles (`nvmlDevice_t` of a MIG device): the address of the word of (GPU,
+/// GPU instance ID, compute instance ID). A handle whose compute instance was destroyed is
+/// invalid, and names the next one made with the same IDs (NVML: "Handles may be reused").
+pub(crate) static MIG_HANDLES: [[[u64; CI_IDS]; GI_IDS]; fgpu_sim_state::MAX_DEVICES] = [[[0; CI_IDS]; GI_IDS]; fgpu_sim_state::MAX_DEVICES];
 
 pub(crate) fn state() -> Option<SimState> {
     // The state file is opened once and never closed (see fgpu-sim-state).
@@ -77,19 +88,49 @@ pub(crate) fn ready() -> Result<SimState, NvmlReturn> {
     state().ok_or(NVML_ERROR_UNINITIALIZED)
 }
 
-/// The device index behind a handle.
-pub(crate) fn dev(h: NvmlDevice) -> Result<(SimState, usize), NvmlReturn> {
+/// Index of the word `p` points at in `table` (a static array of `len` u64), if it does.
+pub(crate) fn word_index(p: usize, table: *const u64, len: usize) -> Option<usize> {
+    let base = table as usize;
+    (p >= base && (p - base).is_multiple_of(8) && (p - base) / 8 < len).then(|| (p - base) / 8)
+}
+
+/// What a device handle names.
+pub(crate) enum Target {
+    Gpu(usize),
+    Mig(Box<fgpu_sim_state::MigDevice>),
+}
+
+/// The GPU or MIG device behind a handle (`NVML_ERROR_INVALID_ARGUMENT` for neither, or a
+/// MIG handle whose compute instance is gone).
+pub(crate) fn target(h: NvmlDevice) -> Result<(SimState, Target), NvmlReturn> {
     let s = ready()?;
-    let base = HANDLES.as_ptr() as usize;
-    let p = h as usize;
-    if p < base || !(p - base).is_multiple_of(8) || (p - base) / 8 >= s.device_count() {
-        return Err(NVML_ERROR_INVALID_ARGUMENT);
+    if let Some(i) = word_index(h as usize, HANDLES.as_ptr(), fgpu_sim_state::MAX_DEVICES) {
+        return if i < s.device_count() { Ok((s, Target::Gpu(i))) } else { Err(NVML_ERROR_INVALID_ARGUMENT) };
     }
-    Ok((s, (p - base) / 8))
+    let k = word_index(h as usize, MIG_HANDLES.as_ptr() as *const u64, fgpu_sim_state::MAX_DEVICES * GI_IDS * CI_IDS).ok_or(NVML_ERROR_INVALID_ARGUMENT)?;
+    let (d, gi, ci) = (k / (GI_IDS * CI_IDS), (k / CI_IDS) % GI_IDS, k % CI_IDS);
+    match s.mig_device(d, gi as u32, ci as u32) {
+        Some(m) => Ok((s, Target::Mig(Box::new(m)))),
+        None => Err(NVML_ERROR_INVALID_ARGUMENT),
+    }
+}
+
+/// The GPU behind a handle. A MIG device handle is a valid handle of a device that does
+/// not answer the query: `NVML_ERROR_NOT_SUPPORTED`.
+pub(crate) fn dev(h: NvmlDevice) -> Result<(SimState, usize), NvmlReturn> {
+    match target(h)? {
+        (s, Target::Gpu(i)) => Ok((s, i)),
+        (_, Target::Mig(_)) => Err(NVML_ERROR_NOT_SUPPORTED),
+    }
 }
 
 pub(crate) fn handle_of(i: usize) -> NvmlDevice {
     &HANDLES[i] as *const u64
+}
+
+/// The handle of MIG device `m`.
+pub(crate) fn mig_handle_of(m: &fgpu_sim_state::MigDevice) -> NvmlDevice {
+    &MIG_HANDLES[m.device][m.gpu_instance.id as usize][m.compute_instance.id as usize] as *const u64
 }
 
 pub(crate) use tri;

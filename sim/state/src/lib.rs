@@ -22,6 +22,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod duration;
+pub mod mig;
 pub mod pool;
 pub mod size;
 pub mod timeline;
@@ -34,8 +35,9 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Mutex;
 
 pub use duration::parse_duration;
+pub use mig::{ComputeInstance, GpuInstance, MigDevice, MigError, Product};
 pub use size::parse_size;
-pub use timeline::{now_ns, BusyWindow, ContextBusy, TimelineContext, TimelineError, UtilisationPeriod, Work};
+pub use timeline::{now_ns, BusyWindow, ContextBusy, ProcessSample, ProcessUtilisation, TimelineContext, TimelineError, UtilisationPeriod, Work};
 
 /// Most simulated devices.
 pub const MAX_DEVICES: usize = 8;
@@ -50,17 +52,22 @@ pub const DRIVER_RESERVED: u64 = 32 << 20;
 pub const PROC_PID_INIT_INO: u64 = 0xEFFF_FFFC;
 
 const MAGIC: u64 = u64::from_le_bytes(*b"FGPUSIM1");
-const LAYOUT_VERSION: u32 = 3;
+const LAYOUT_VERSION: u32 = 4;
 const HEADER_SIZE: usize = 256;
 const DEVICE_SIZE: usize = 256;
 const SLOT_SIZE: usize = 256;
 const DEVICES_OFF: usize = HEADER_SIZE;
 const SLOTS_OFF: usize = 4096;
-/// Where the per-device timelines start (see [`timeline`]).
-const TIMELINE_OFF: usize = SLOTS_OFF + MAX_PROCESSES * SLOT_SIZE;
-/// Total size of the state file (sparse: a device's timeline pages are touched only when
-/// it runs work).
-pub const FILE_SIZE: usize = TIMELINE_OFF + MAX_DEVICES * timeline::DEVICE_TIMELINE_SIZE;
+/// Where each GPU's MIG record starts (see [`mig`]).
+const MIG_OFF: usize = SLOTS_OFF + MAX_PROCESSES * SLOT_SIZE;
+/// Where the timelines start (see [`timeline`]): one per GPU and one per compute instance
+/// lane ([`mig::LANES`] per GPU, [`timeline_index`]).
+const TIMELINE_OFF: usize = (MIG_OFF + MAX_DEVICES * mig::MIG_REC_SIZE).div_ceil(4096) * 4096;
+/// Timelines in the state file.
+pub const MAX_TIMELINES: usize = MAX_DEVICES * mig::LANES;
+/// Total size of the state file (sparse: a timeline's pages are touched only when its
+/// device runs work).
+pub const FILE_SIZE: usize = TIMELINE_OFF + MAX_TIMELINES * timeline::DEVICE_TIMELINE_SIZE;
 /// How long a process of a nested PID namespace waits at registration for its host PID
 /// while a watcher runs ([`SimState::register`]).
 pub const HOST_PID_WAIT_NS: u64 = 2_000_000_000;
@@ -99,7 +106,12 @@ struct Header {
     host_watch_ns: AtomicU64,
     /// How long the driver keeps a dead process's memory after its death is first seen, ns.
     exit_free_delay_ns: u64,
-    _reserved: [u64; 20],
+    /// The simulated product ([`Product`] as its code).
+    product: u32,
+    _pad2: u32,
+    /// Random at creation: makes MIG UUIDs differ between state files.
+    mig_nonce: u64,
+    _reserved: [u64; 18],
 }
 
 #[repr(C)]
@@ -135,13 +147,24 @@ struct SlotRec {
     /// CLOCK_MONOTONIC (ns) when the process was first seen dead (0: not yet), for
     /// `FGPU_SIM_EXIT_FREE_DELAY`.
     died_ns: AtomicU64,
-    _pad: [u8; 112],
+    /// Per GPU, the MIG device the process is bound to (`mig::unbinding`), 0 if none.
+    mig: [AtomicU32; MAX_DEVICES],
+    _pad: [u8; 80],
 }
 
 const _: () = assert!(std::mem::size_of::<Header>() == HEADER_SIZE);
 const _: () = assert!(std::mem::size_of::<DeviceRec>() == DEVICE_SIZE);
 const _: () = assert!(std::mem::size_of::<SlotRec>() == SLOT_SIZE);
 const _: () = assert!(DEVICES_OFF + MAX_DEVICES * DEVICE_SIZE <= SLOTS_OFF);
+const _: () = assert!(timeline_index(MAX_DEVICES - 1, mig::LANES - 1) < MAX_TIMELINES);
+// The timelines' lock bytes lie below the MIG locks.
+const _: () = assert!(timeline::TIMELINE_LOCK_BYTE + MAX_TIMELINES as i64 <= mig::MIG_LOCK_BYTE);
+
+/// The timeline of lane `lane` of GPU `device` (lane 0 is the GPU's own, so a GPU's
+/// index is its lane-0 timeline; lanes 1..[`mig::LANES`] are its MIG devices').
+pub const fn timeline_index(device: usize, lane: usize) -> usize {
+    lane * MAX_DEVICES + device
+}
 
 fn pack(tag: u32, gen: u32, st: u64) -> u64 {
     ((tag as u64) << 32) | (((gen & 0x00FF_FFFF) as u64) << 8) | st
@@ -177,6 +200,12 @@ pub struct SimConfig {
     pub exit_free_delay_ns: u64,
     /// Which PIDs NVML gives a caller outside the host's PID namespace.
     pub nvml_pids: NvmlPidsMode,
+    /// Which GPU the simulator presents; a product other than [`Product::Generic`] fixes
+    /// the memory (`memory` is then its size).
+    pub product: Product,
+    /// GPUs in MIG mode when the state is created (bit `i` for GPU `i`): on Ampere the mode
+    /// its InfoROM kept, on Hopper one a boot script set (Hopper does not keep it).
+    pub mig: u32,
 }
 
 impl Default for SimConfig {
@@ -190,8 +219,30 @@ impl Default for SimConfig {
             sample_period_ns: timeline::SAMPLE_PERIOD_NS,
             exit_free_delay_ns: 0,
             nvml_pids: NvmlPidsMode::Caller,
+            product: Product::Generic,
+            mig: 0,
         }
     }
+}
+
+/// Parses `FGPU_SIM_MIG`: `all`, `none`, or comma-separated GPU indices (below
+/// `devices`), into a bit mask of GPUs.
+pub fn parse_mig_mask(v: &str, devices: u32) -> Option<u32> {
+    let v = v.trim();
+    match v {
+        "all" => return Some(((1u64 << devices) - 1) as u32),
+        "none" | "" => return Some(0),
+        _ => {}
+    }
+    let mut mask = 0u32;
+    for tok in v.split(',') {
+        let i: u32 = tok.trim().parse().ok()?;
+        if i >= devices {
+            return None;
+        }
+        mask |= 1 << i;
+    }
+    Some(mask)
 }
 
 /// Which PIDs the simulated NVML gives (`FGPU_SIM_NVML_PIDS`), modelled on the drivers
@@ -274,7 +325,8 @@ fn bad_env(name: &str, value: &str) -> io::Error {
 impl SimConfig {
     /// Reads `FGPU_SIM_DEVICES`, `FGPU_SIM_MEMORY`, `FGPU_SIM_CONTEXT_OVERHEAD`,
     /// `FGPU_SIM_DRIVER_VERSION`, `FGPU_SIM_TIMESLICE`, `FGPU_SIM_SAMPLE_PERIOD`,
-    /// `FGPU_SIM_NVML_PIDS`; unset or empty variables take the defaults.
+    /// `FGPU_SIM_NVML_PIDS`, `FGPU_SIM_PRODUCT`, `FGPU_SIM_MIG`; unset or empty variables
+    /// take the defaults.
     pub fn from_env() -> io::Result<SimConfig> {
         let mut c = SimConfig::default();
         let get = |n: &str| std::env::var(n).ok().filter(|v| !v.trim().is_empty());
@@ -306,6 +358,27 @@ impl SimConfig {
         }
         if let Some(v) = get("FGPU_SIM_NVML_PIDS") {
             c.nvml_pids = NvmlPidsMode::parse(&v).ok_or_else(|| bad_env("FGPU_SIM_NVML_PIDS", &v))?;
+        }
+        if let Some(v) = get("FGPU_SIM_PRODUCT") {
+            c.product = Product::parse(&v).ok_or_else(|| bad_env("FGPU_SIM_PRODUCT", &v))?;
+            if let Some(fixed) = c.product.memory() {
+                if get("FGPU_SIM_MEMORY").is_some() && c.memory != fixed {
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidInput,
+                        format!("FGPU_SIM_MEMORY conflicts with FGPU_SIM_PRODUCT={} ({} MiB): leave it unset", c.product.key(), fixed >> 20),
+                    ));
+                }
+                c.memory = fixed;
+            }
+        }
+        if let Some(v) = get("FGPU_SIM_MIG") {
+            c.mig = parse_mig_mask(&v, c.devices).ok_or_else(|| bad_env("FGPU_SIM_MIG", &v))?;
+            if c.mig != 0 && !c.product.has_mig() {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!("FGPU_SIM_MIG={v:?} needs FGPU_SIM_PRODUCT (a100-80gb, h100-80gb or h200-141gb)"),
+                ));
+            }
         }
         Ok(c)
     }
@@ -340,6 +413,9 @@ pub struct SimProcess {
     pub per_device_contexts: Vec<u32>,
     /// [`KIND_GRAPHICS`], [`KIND_MPS`].
     pub kinds: u32,
+    /// Per device, the MIG device (GPU instance ID, compute instance ID) the process is
+    /// bound to.
+    pub mig: Vec<Option<(u32, u32)>>,
 }
 
 struct Mapping {
@@ -404,6 +480,17 @@ fn splitmix(mut x: u64) -> u64 {
 /// Inode of a namespace link such as `/proc/self/ns/pid` (follows the link).
 fn ns_inode(path: &str) -> Option<u64> {
     std::fs::metadata(path).ok().map(|m| std::os::unix::fs::MetadataExt::ino(&m))
+}
+
+/// 64 random bits (`getrandom`), or the clocks and pid mixed where that fails.
+fn random_u64() -> u64 {
+    let mut v = 0u64;
+    // SAFETY: writing at most 8 bytes into a local u64.
+    let n = unsafe { libc::getrandom(&mut v as *mut u64 as *mut libc::c_void, 8, 0) };
+    if n == 8 {
+        return v;
+    }
+    splitmix(timeline::realtime_offset_ns() as u64 ^ now_ns().rotate_left(17) ^ ((getpid() as u64) << 32))
 }
 
 fn getpid() -> u32 {
@@ -495,6 +582,24 @@ pub fn device_uuid_bytes(index: u32) -> [u8; 16] {
     u
 }
 
+/// The simulator's stand-in for `/proc/driver/nvidia/capabilities/mig/config` of the state
+/// file at `state`: `STATE.mig-config`. Whoever can read it may create and destroy MIG
+/// instances (root always may), as read access to the real capability file grants that.
+pub fn mig_config_capability_path(state: &Path) -> PathBuf {
+    let mut p = state.as_os_str().to_owned();
+    p.push(".mig-config");
+    PathBuf::from(p)
+}
+
+/// Creates the capability file of a new state file: empty, readable by its creator only
+/// (the real one is `-r-------- root`).
+fn create_mig_config_capability(state: &Path) {
+    use std::os::unix::fs::OpenOptionsExt;
+    let path = mig_config_capability_path(state);
+    let _ = std::fs::remove_file(&path);
+    let _ = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o400).open(&path);
+}
+
 /// Formats 16 UUID bytes the way NVML does: `GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`.
 pub fn format_gpu_uuid(u: &[u8; 16]) -> String {
     let h: Vec<String> = u.iter().map(|b| format!("{b:02x}")).collect();
@@ -560,13 +665,17 @@ impl SimState {
         }
         flock(fd, libc::F_SETLKW, libc::F_WRLCK, INIT_LOCK_BYTE)?;
         let result = Self::map_and_init(fd, &st, cfg);
+        if let Ok((_, true)) = result {
+            create_mig_config_capability(path);
+        }
         let _ = flock(fd, libc::F_SETLK, libc::F_UNLCK, INIT_LOCK_BYTE);
-        let base = result?;
+        let (base, _) = result?;
         files.push(Mapping { dev: st.st_dev as u64, ino: st.st_ino as u64, fd, base: base as usize });
         Ok(SimState { base, fd })
     }
 
-    fn map_and_init(fd: i32, st: &libc::stat, cfg: Option<&SimConfig>) -> io::Result<*mut u8> {
+    /// Maps the file and initialises it if nobody has; `true` when this call initialised it.
+    fn map_and_init(fd: i32, st: &libc::stat, cfg: Option<&SimConfig>) -> io::Result<(*mut u8, bool)> {
         let fresh = (st.st_size as usize) < FILE_SIZE;
         if fresh {
             // Let processes of other users join (a simulated /dev/nvidia*).
@@ -591,7 +700,10 @@ impl SimState {
                 None => SimConfig::from_env(),
             };
             match cfg {
-                Ok(cfg) => s.initialise(&cfg),
+                Ok(cfg) => {
+                    s.initialise(&cfg);
+                    return Ok((base, true));
+                }
                 Err(e) => {
                     // SAFETY: unmapping the mapping made above, not shared with anyone yet.
                     unsafe { libc::munmap(p, FILE_SIZE) };
@@ -603,7 +715,7 @@ impl SimState {
             unsafe { libc::munmap(p, FILE_SIZE) };
             return Err(io::Error::new(io::ErrorKind::InvalidData, "not an fgpu simulator state file of this version"));
         }
-        Ok(base)
+        Ok((base, false))
     }
 
     /// Writes the header and device records. Called once, under the init lock, before the
@@ -616,27 +728,32 @@ impl SimState {
         h.device_count = cfg.devices.min(MAX_DEVICES as u32);
         h.driver_version = cfg.driver_version;
         h.context_overhead = cfg.context_overhead;
-        h.driver_reserved = DRIVER_RESERVED.min(cfg.memory / 2);
+        let memory = cfg.product.memory().unwrap_or(cfg.memory);
+        h.driver_reserved = DRIVER_RESERVED.min(memory / 2);
         h.file_size = FILE_SIZE as u64;
         h.timeslice_ns = cfg.timeslice_ns.max(1);
         h.sample_period_ns = cfg.sample_period_ns;
         h.exit_free_delay_ns = cfg.exit_free_delay_ns;
         h.nvml_pids = cfg.nvml_pids.code();
         h.realtime_offset_ns = timeline::realtime_offset_ns();
+        h.product = cfg.product.code();
+        h.mig_nonce = random_u64();
+        let (pci_device_id, pci_subsystem_id) = cfg.product.pci_ids();
         for i in 0..MAX_DEVICES {
             // SAFETY: device records lie inside the mapping; exclusive as above.
             let d = unsafe { &mut *(self.base.add(DEVICES_OFF + i * DEVICE_SIZE) as *mut DeviceRec) };
             d.used.store(0, Ordering::Relaxed);
-            d.total = cfg.memory;
+            d.total = memory;
             d.uuid = device_uuid_bytes(i as u32);
-            copy_str(&mut d.name, "NVIDIA Simulated GPU");
+            copy_str(&mut d.name, cfg.product.name());
             copy_str(&mut d.serial, &format!("{}", 1_650_924_000_000u64 + i as u64));
             d.pci_domain = 0;
             d.pci_bus = 0x18 + i as u32 * 0x10;
             d.pci_device = 0;
-            d.pci_device_id = 0x2330_10DE;
-            d.pci_subsystem_id = 0x16C1_10DE;
+            d.pci_device_id = pci_device_id;
+            d.pci_subsystem_id = pci_subsystem_id;
             d.minor_number = i as u32;
+            self.init_mig(i, cfg.product.has_mig() && cfg.mig & (1 << i) != 0);
         }
         self.header().magic.store(MAGIC, Ordering::Release);
     }
@@ -824,6 +941,7 @@ impl SimState {
                 per_device_used: (0..n).map(|d| slot.used[d].load(Ordering::Acquire)).collect(),
                 per_device_contexts: (0..n).map(|d| slot.contexts[d].load(Ordering::Acquire)).collect(),
                 kinds: slot.kinds.load(Ordering::Acquire),
+                mig: (0..n).map(|d| mig::unbinding(slot.mig[d].load(Ordering::Acquire))).collect(),
             });
         }
         out
@@ -934,8 +1052,12 @@ impl SimState {
             if slot.state.compare_exchange(st, rec, Ordering::AcqRel, Ordering::Acquire).is_ok() {
                 for d in 0..MAX_DEVICES {
                     let u = slot.used[d].swap(0, Ordering::AcqRel);
+                    let bound = mig::unbinding(slot.mig[d].swap(0, Ordering::AcqRel));
                     if u > 0 {
                         sat_sub(&self.dev(d).used, u);
+                        if let Some((gi, _)) = bound {
+                            sat_sub(self.gi_used_counter(d, gi), u);
+                        }
                     }
                     slot.contexts[d].store(0, Ordering::Release);
                 }
@@ -997,6 +1119,7 @@ impl SimState {
                 for d in 0..MAX_DEVICES {
                     slot.used[d].store(0, Ordering::Release);
                     slot.contexts[d].store(0, Ordering::Release);
+                    slot.mig[d].store(0, Ordering::Release);
                 }
                 if flock(self.fd, libc::F_SETLK, libc::F_WRLCK, Self::lock_byte(s)).is_err() {
                     let _ = slot.state.compare_exchange(claiming, pack(0, gen, ST_FREE), Ordering::AcqRel, Ordering::Acquire);
@@ -1022,14 +1145,22 @@ impl SimState {
         if dev >= self.device_count() {
             return false;
         }
-        let d = self.dev(dev);
-        let limit = self.device_usable(dev);
+        // A process bound to a MIG device takes from its GPU instance's memory; the GPU's
+        // counter follows (it is then the sum of its GPU instances').
+        let bound = mig::unbinding(self.slot(slot).mig[dev].load(Ordering::Acquire));
+        let (counter, limit) = match bound {
+            Some((gi, _)) => (self.gi_used_counter(dev, gi), self.gi_memory(dev, gi)),
+            None => (&self.dev(dev).used, self.device_usable(dev)),
+        };
         let mut reclaimed = false;
-        let mut cur = d.used.load(Ordering::Relaxed);
+        let mut cur = counter.load(Ordering::Relaxed);
         loop {
             match cur.checked_add(bytes) {
-                Some(next) if next <= limit => match d.used.compare_exchange_weak(cur, next, Ordering::AcqRel, Ordering::Relaxed) {
+                Some(next) if next <= limit => match counter.compare_exchange_weak(cur, next, Ordering::AcqRel, Ordering::Relaxed) {
                     Ok(_) => {
+                        if bound.is_some() {
+                            self.dev(dev).used.fetch_add(bytes, Ordering::AcqRel);
+                        }
                         self.slot(slot).used[dev].fetch_add(bytes, Ordering::AcqRel);
                         return true;
                     }
@@ -1043,7 +1174,7 @@ impl SimState {
                     if self.reclaim_dead() == 0 {
                         return false;
                     }
-                    cur = d.used.load(Ordering::Relaxed);
+                    cur = counter.load(Ordering::Relaxed);
                 }
             }
         }
@@ -1057,6 +1188,9 @@ impl SimState {
         }
         sat_sub(&self.slot(slot).used[dev], bytes);
         sat_sub(&self.dev(dev).used, bytes);
+        if let Some((gi, _)) = mig::unbinding(self.slot(slot).mig[dev].load(Ordering::Acquire)) {
+            sat_sub(self.gi_used_counter(dev, gi), bytes);
+        }
     }
 
     /// Records a CUDA context created (`+1`) or destroyed (`-1`) on `dev` by `slot`.

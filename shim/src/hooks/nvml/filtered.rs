@@ -40,21 +40,33 @@ fn fetch_all<T: Copy + Default>(real: impl Fn(*mut T, *mut c_uint) -> NvmlReturn
 }
 
 /// The entries of `all` whose PID stands for a ledger process ([`pid_map`]), each with the
-/// PID as the caller sees it.
-fn keep_ours<T: Copy>(active: &Active, device: NvmlDevice, keyed: Keyed, all: &[T], pid: impl Fn(&T) -> c_uint, with_pid: impl Fn(T, c_uint) -> T) -> Vec<T> {
+/// PID as the caller sees it, and the number of the ledger's processes the driver can name
+/// (at most one sample or accounting PID each).
+fn keep_ours<T: Copy>(
+    active: &Active,
+    device: NvmlDevice,
+    keyed: Keyed,
+    all: &[T],
+    pid: impl Fn(&T) -> c_uint,
+    with_pid: impl Fn(T, c_uint) -> T,
+) -> (Vec<T>, usize) {
     let map = active.pid_map(device, &active.snapshot(), keyed);
-    all.iter().filter_map(|e| map.iter().find(|(driver, _)| *driver == pid(e)).map(|(_, here)| with_pid(*e, *here))).collect()
+    let kept = all.iter().filter_map(|e| map.iter().find(|(driver, _)| *driver == pid(e)).map(|(_, here)| with_pid(*e, *here))).collect();
+    (kept, map.len())
 }
 
 /// Hands `kept` to the caller with NVML's size rules: `*count` is the caller's capacity on
 /// entry and the container's count on return; a NULL array or a short one gets
-/// `NVML_ERROR_INSUFFICIENT_SIZE` and nothing written. `none` is the answer when nothing is
-/// kept; with `zero_is_query` a capacity of 0 is a size query answered `NVML_SUCCESS` (the
-/// session lists' rule).
+/// `NVML_ERROR_INSUFFICIENT_SIZE`, nothing written, and the count to allocate: at least
+/// `bound`, what the count means in NVML's reference (for samples "the number of processes
+/// running", for accounting the processes accounted), so that the client's second call still
+/// fits when an entry arrives between its two calls (the two-call pattern). `none` is the
+/// answer when nothing is kept; with `zero_is_query` a capacity of 0 is a size query
+/// answered `NVML_SUCCESS` (the session lists' rule).
 ///
 /// # Safety
 /// `count` non-null and writable; `out` null or writable for `*count` entries.
-unsafe fn answer<T: Copy>(kept: &[T], count: *mut c_uint, out: *mut T, none: NvmlReturn, zero_is_query: bool) -> NvmlReturn {
+unsafe fn answer<T: Copy>(kept: &[T], bound: usize, count: *mut c_uint, out: *mut T, none: NvmlReturn, zero_is_query: bool) -> NvmlReturn {
     // SAFETY: count is non-null, per the contract.
     let capacity = unsafe { *count } as usize;
     // SAFETY: as above.
@@ -66,6 +78,8 @@ unsafe fn answer<T: Copy>(kept: &[T], count: *mut c_uint, out: *mut T, none: Nvm
         return NVML_SUCCESS;
     }
     if out.is_null() || capacity < kept.len() {
+        // SAFETY: as above.
+        unsafe { *count = kept.len().max(bound) as c_uint };
         return NVML_ERROR_INSUFFICIENT_SIZE;
     }
     // SAFETY: the caller's buffer holds `capacity` >= kept.len() entries.
@@ -93,19 +107,19 @@ pub unsafe extern "C" fn nvmlDeviceGetProcessUtilization(
         if count.is_null() {
             return real(samples, count);
         }
-        let kept = match process::mode() {
+        let (kept, bound) = match process::mode() {
             Mode::Off => return real(samples, count),
             // Fail closed: no samples.
-            Mode::Closed(_) => Vec::new(),
+            Mode::Closed(_) => (Vec::new(), 0),
             Mode::On(active) => match fetch_all(real) {
                 Ok(all) => keep_ours(active, device, Keyed::Samples, &all, |s| s.pid, |s, pid| NvmlProcessUtilizationSample { pid, ..s }),
-                Err(NVML_ERROR_NOT_FOUND) => Vec::new(),
+                Err(NVML_ERROR_NOT_FOUND) => (Vec::new(), 0),
                 Err(rc) => return rc,
             },
         };
         // No sample of ours: what the driver answers when it has none, NOT_FOUND.
         // SAFETY: count is non-null; samples per the caller's contract.
-        unsafe { answer(&kept, count, samples, NVML_ERROR_NOT_FOUND, false) }
+        unsafe { answer(&kept, bound, count, samples, NVML_ERROR_NOT_FOUND, false) }
     })
 }
 
@@ -129,7 +143,7 @@ pub unsafe extern "C" fn nvmlDeviceGetProcessesUtilizationInfo(device: NvmlDevic
             // A layout fgpu does not know: refused rather than passed through unfiltered.
             return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
         }
-        let kept = match process::mode() {
+        let (kept, bound) = match process::mode() {
             Mode::On(active) => {
                 let real = |p: *mut NvmlProcessUtilizationInfoV1, c: *mut c_uint| {
                     // SAFETY: fetch_all passes a pointer to its own live count.
@@ -142,14 +156,14 @@ pub unsafe extern "C" fn nvmlDeviceGetProcessesUtilizationInfo(device: NvmlDevic
                 };
                 match fetch_all(real) {
                     Ok(all) => keep_ours(active, device, Keyed::Samples, &all, |s| s.pid, |s, pid| NvmlProcessUtilizationInfoV1 { pid, ..s }),
-                    Err(NVML_ERROR_NOT_FOUND) => Vec::new(),
+                    Err(NVML_ERROR_NOT_FOUND) => (Vec::new(), 0),
                     Err(rc) => return rc,
                 }
             }
-            _ => Vec::new(),
+            _ => (Vec::new(), 0),
         };
         // SAFETY: the count field of the caller's struct; its array per the NVML contract.
-        unsafe { answer(&kept, std::ptr::addr_of_mut!((*info).process_samples_count), out, NVML_ERROR_NOT_FOUND, false) }
+        unsafe { answer(&kept, bound, std::ptr::addr_of_mut!((*info).process_samples_count), out, NVML_ERROR_NOT_FOUND, false) }
     })
 }
 
@@ -168,16 +182,16 @@ pub unsafe extern "C" fn nvmlDeviceGetAccountingPids(device: NvmlDevice, count: 
         if count.is_null() {
             return real(pids, count);
         }
-        let kept = match process::mode() {
+        let (kept, bound) = match process::mode() {
             Mode::Off => return real(pids, count),
-            Mode::Closed(_) => Vec::new(),
+            Mode::Closed(_) => (Vec::new(), 0),
             Mode::On(active) => match fetch_all(real) {
                 Ok(all) => keep_ours(active, device, Keyed::Raw, &all, |p| *p, |_, pid| pid),
                 Err(rc) => return rc,
             },
         };
         // SAFETY: count is non-null; pids per the caller's contract.
-        unsafe { answer(&kept, count, pids, NVML_SUCCESS, false) }
+        unsafe { answer(&kept, bound, count, pids, NVML_SUCCESS, false) }
     })
 }
 
@@ -252,12 +266,13 @@ unsafe fn session_list<T: Copy + Default>(
         Mode::Off => return real(count, out),
         Mode::Closed(_) => Vec::new(),
         Mode::On(active) => match fetch_all(|p, c| real(c, p)) {
-            Ok(all) => keep_ours(active, device, Keyed::Raw, &all, pid, with_pid),
+            Ok(all) => keep_ours(active, device, Keyed::Raw, &all, pid, with_pid).0,
             Err(rc) => return rc,
         },
     };
+    // A process can hold several sessions: the kept count is the bound.
     // SAFETY: count is non-null; out per the caller's contract.
-    unsafe { answer(&kept, count, out, NVML_SUCCESS, true) }
+    unsafe { answer(&kept, 0, count, out, NVML_SUCCESS, true) }
 }
 
 /// # Safety

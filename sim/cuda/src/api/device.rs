@@ -60,30 +60,42 @@ pub unsafe extern "C" fn cuDeviceGetName(name: *mut c_char, len: c_int, dev: CUd
         if name.is_null() || len <= 0 {
             return CUDA_ERROR_INVALID_VALUE;
         }
-        put_cstr(name, len as usize, &d.state.device_name(d.phys(dev)));
+        // A MIG device: "NVIDIA A100-SXM4-80GB MIG 3g.40gb" (its GPU's name, "MIG", its profile).
+        let text = match d.mig(dev) {
+            Some(m) => format!("{} MIG {}", d.state.device_name(m.device), m.profile_name()),
+            None => d.state.device_name(d.phys(dev)),
+        };
+        put_cstr(name, len as usize, &text);
         CUDA_SUCCESS
     })
 }
 
-fn get_uuid(uuid: *mut [u8; 16], dev: CUdevice) -> CUresult {
+/// `mig`: the device's own UUID, a MIG device's MIG UUID (`_v2`, CUDA 11.4+: "If the device
+/// is in MIG mode, returns its MIG UUID"); otherwise its GPU's (the first version, which
+/// predates MIG UUIDs).
+fn get_uuid(uuid: *mut [u8; 16], dev: CUdevice, mig: bool) -> CUresult {
     let d = tri!(driver());
     let dev = tri!(d.check_dev(dev));
     if uuid.is_null() {
         return CUDA_ERROR_INVALID_VALUE;
     }
-    put(uuid, d.state.device_uuid(d.phys(dev)));
+    let bytes = match d.mig(dev) {
+        Some(m) if mig => m.compute_instance.uuid,
+        _ => d.state.device_uuid(d.phys(dev)),
+    };
+    put(uuid, bytes);
     CUDA_SUCCESS
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn cuDeviceGetUuid(uuid: *mut [u8; 16], dev: CUdevice) -> CUresult {
-    guard(|| get_uuid(uuid, dev))
+    guard(|| get_uuid(uuid, dev, false))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn cuDeviceGetUuid_v2(uuid: *mut [u8; 16], dev: CUdevice) -> CUresult {
     variant(1);
-    guard(|| get_uuid(uuid, dev))
+    guard(|| get_uuid(uuid, dev, true))
 }
 
 #[no_mangle]
@@ -94,7 +106,7 @@ pub unsafe extern "C" fn cuDeviceTotalMem(bytes: *mut c_uint, dev: CUdevice) -> 
         if bytes.is_null() {
             return CUDA_ERROR_INVALID_VALUE;
         }
-        put(bytes, d.state.device_total(d.phys(dev)).min(u32::MAX as u64) as c_uint);
+        put(bytes, d.total_mem(dev).min(u32::MAX as u64) as c_uint);
         CUDA_SUCCESS
     })
 }
@@ -107,7 +119,7 @@ pub unsafe extern "C" fn cuDeviceTotalMem_v2(bytes: *mut usize, dev: CUdevice) -
         if bytes.is_null() {
             return CUDA_ERROR_INVALID_VALUE;
         }
-        put(bytes, d.state.device_total(d.phys(dev)) as usize);
+        put(bytes, d.total_mem(dev) as usize);
         CUDA_SUCCESS
     })
 }
@@ -120,7 +132,7 @@ pub unsafe extern "C" fn cuDeviceGetAttribute(pi: *mut c_int, attrib: c_int, dev
         if pi.is_null() {
             return CUDA_ERROR_INVALID_VALUE;
         }
-        match attributes::value(&d.state, d.phys(dev), attrib) {
+        match attributes::value(&d.state, d.phys(dev), d.multiprocessors(dev), attrib) {
             Some(v) => {
                 put(pi, v);
                 CUDA_SUCCESS
@@ -138,8 +150,9 @@ pub unsafe extern "C" fn cuDeviceComputeCapability(major: *mut c_int, minor: *mu
         if major.is_null() || minor.is_null() {
             return CUDA_ERROR_INVALID_VALUE;
         }
-        put(major, 9);
-        put(minor, 0);
+        let (ma, mi) = d.state.product().compute_capability();
+        put(major, ma as c_int);
+        put(minor, mi as c_int);
         CUDA_SUCCESS
     })
 }

@@ -536,7 +536,7 @@ fn add_kernel_node(ph: *mut CUgraphNode, graph: CUgraph, params: *const CudaKern
     // only the v1 fields are read unless `v2`.
     let p = unsafe { &*params };
     let (func, ctx) = if v2 { (if p.func != 0 { p.func } else { p.kern }, p.ctx) } else { (p.func, 0) };
-    let blocks = tri!(launch_blocks([p.grid_dim_x, p.grid_dim_y, p.grid_dim_z], [p.block_dim_x, p.block_dim_y, p.block_dim_z], p.shared_mem_bytes, false));
+    let blocks = tri!(launch_blocks([p.grid_dim_x, p.grid_dim_y, p.grid_dim_z], [p.block_dim_x, p.block_dim_y, p.block_dim_z], p.shared_mem_bytes, None));
     add_node(ph, graph, |g, _| {
         let (ctx, dev) = if ctx != 0 { (ctx, g.ctx_ready(d, ctx, CUDA_ERROR_INVALID_CONTEXT)?) } else { g.current(d)? };
         let ns = g.launch_ns_per_block(d, func, ctx, dev)?.saturating_mul(blocks);

@@ -53,10 +53,11 @@ const MAX_SHARED_PER_BLOCK: c_uint = 227 << 10;
 /// Blocks a multiprocessor can hold at once, and the threads it can hold.
 const MAX_BLOCKS_PER_SM: u64 = 32;
 const MAX_THREADS_PER_SM: u64 = 2048;
-const MULTIPROCESSORS: u64 = 132;
 
-/// Checks a launch's shape like the real driver and returns the number of blocks.
-pub(super) fn launch_blocks(grid: [c_uint; 3], block: [c_uint; 3], shared: c_uint, cooperative: bool) -> Result<u64, CUresult> {
+/// Checks a launch's shape like the real driver and returns the number of blocks. A
+/// cooperative launch (`Some(multiprocessors)` of the device) must fit on the device's
+/// multiprocessors at once.
+pub(super) fn launch_blocks(grid: [c_uint; 3], block: [c_uint; 3], shared: c_uint, cooperative: Option<u32>) -> Result<u64, CUresult> {
     if grid.contains(&0) || block.contains(&0) {
         return Err(CUDA_ERROR_INVALID_VALUE);
     }
@@ -71,10 +72,10 @@ pub(super) fn launch_blocks(grid: [c_uint; 3], block: [c_uint; 3], shared: c_uin
         return Err(CUDA_ERROR_INVALID_VALUE);
     }
     let blocks = grid[0] as u64 * grid[1] as u64 * grid[2] as u64;
-    if cooperative {
+    if let Some(multiprocessors) = cooperative {
         // Every block must be resident at once.
         let per_sm = MAX_BLOCKS_PER_SM.min(MAX_THREADS_PER_SM / threads).max(1);
-        if blocks > per_sm * MULTIPROCESSORS {
+        if blocks > per_sm * multiprocessors as u64 {
             return Err(CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE);
         }
     }
@@ -84,10 +85,13 @@ pub(super) fn launch_blocks(grid: [c_uint; 3], block: [c_uint; 3], shared: c_uin
 /// One launch, from any entry point. `ptds`: stream 0 is the per-thread default stream.
 fn launch(f: CUfunction, grid: [c_uint; 3], block: [c_uint; 3], shared: c_uint, s: CUstream, ptds: bool, cooperative: bool) -> CUresult {
     let d = tri!(driver());
-    let blocks = tri!(launch_blocks(grid, block, shared, cooperative));
+    let blocks = tri!(launch_blocks(grid, block, shared, None));
     let (tl, key, ns) = {
         let mut g = d.lock();
         let (ctx, dev) = tri!(stream_ctx(&mut g, d, s));
+        if cooperative {
+            tri!(launch_blocks(grid, block, shared, Some(d.multiprocessors(dev))));
+        }
         let ns = tri!(g.launch_ns_per_block(d, f, ctx, dev)).saturating_mul(blocks);
         if let Some(c) = g.captures.get(&s) {
             // Captured into the graph instead of run.

@@ -105,9 +105,14 @@ pub unsafe extern "C" fn cuMemFree(dptr: c_uint) -> CUresult {
     guard(|| mem_free(dptr as u64))
 }
 
+/// (free, total) of the current context's device: a GPU's usable memory less every
+/// process's use, or a MIG device's GPU instance memory less its processes' use.
 fn mem_info() -> Result<(u64, u64), CUresult> {
     let d = driver()?;
     let (_, dev) = d.lock().current(d)?;
+    if d.mig(dev).is_some() {
+        return Ok((d.free_mem(dev), d.total_mem(dev)));
+    }
     let p = d.phys(dev);
     let total = d.state.device_total(p);
     let mut used = d.state.device_used_counter(p);

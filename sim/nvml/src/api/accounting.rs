@@ -20,13 +20,18 @@ pub struct NvmlAccountingStats {
 /// its raw host PID (the driver records `pClient->ProcID` when the device is allocated and
 /// looks stats up by it, whatever the caller's namespace: `gpuacctGetAcctPids`,
 /// `gpuacctGetProcAcctInfo`). The simulator keeps no record of processes that have exited.
-fn accounted(s: &SimState, i: usize) -> Vec<(u32, u64)> {
+fn accounted(s: &SimState, i: usize) -> Result<Vec<(u32, u64)>, NvmlReturn> {
+    // "On MIG-enabled GPUs, accounting mode would be set to DISABLED": the lists answer as
+    // with accounting off.
+    if s.mig_on(i) {
+        return Err(NVML_ERROR_NOT_SUPPORTED);
+    }
     s.reclaim_dead();
-    s.processes()
+    Ok(s.processes()
         .into_iter()
         .filter(|p| p.host_pid != 0 && (p.per_device_contexts.get(i).copied().unwrap_or(0) > 0 || p.per_device_used.get(i).copied().unwrap_or(0) > 0))
         .map(|p| (p.host_pid, p.per_device_used.get(i).copied().unwrap_or(0)))
-        .collect()
+        .collect())
 }
 
 #[no_mangle]
@@ -37,7 +42,7 @@ pub unsafe extern "C" fn nvmlDeviceGetAccountingPids(h: NvmlDevice, count: *mut 
         if count.is_null() {
             return NVML_ERROR_INVALID_ARGUMENT;
         }
-        let found = accounted(&s, i);
+        let found = tri!(accounted(&s, i));
         // SAFETY: count is non-NULL (checked above) and points to an unsigned int.
         let cap = unsafe { count.read_unaligned() } as usize;
         put(count, found.len() as c_uint);
@@ -61,7 +66,7 @@ pub unsafe extern "C" fn nvmlDeviceGetAccountingStats(h: NvmlDevice, pid: c_uint
         if stats.is_null() {
             return NVML_ERROR_INVALID_ARGUMENT;
         }
-        match accounted(&s, i).into_iter().find(|(p, _)| *p == pid) {
+        match tri!(accounted(&s, i)).into_iter().find(|(p, _)| *p == pid) {
             Some((_, used)) => {
                 put(
                     stats,

@@ -55,9 +55,14 @@ pub unsafe extern "C" fn nvmlDeviceGetHandleByUUID(uuid: *const c_char, h: *mut 
     guard(|| {
         let s = tri!(ready());
         let (Some(u), false) = (c_string(uuid), h.is_null()) else { return NVML_ERROR_INVALID_ARGUMENT };
-        match (0..s.device_count()).find(|&i| s.device_uuid_string(i).eq_ignore_ascii_case(u.trim())) {
-            Some(i) => {
-                put(h, handle_of(i));
+        if let Some(i) = (0..s.device_count()).find(|&i| s.device_uuid_string(i).eq_ignore_ascii_case(u.trim())) {
+            put(h, handle_of(i));
+            return NVML_SUCCESS;
+        }
+        // "The UUID of the target GPU or MIG instance": a MIG device's whole UUID.
+        match s.mig_device_by_uuid(&u).filter(|m| m.uuid_string().eq_ignore_ascii_case(u.trim())) {
+            Some(m) => {
+                put(h, mig_handle_of(&m));
                 NVML_SUCCESS
             }
             None => NVML_ERROR_NOT_FOUND,
@@ -99,31 +104,48 @@ pub unsafe extern "C" fn nvmlDeviceGetHandleByPciBusId_v2(bus_id: *const c_char,
     guard(|| by_pci(bus_id, h))
 }
 
+/// A GPU's index, or a MIG device's index under its GPU ("unique within a device").
 #[no_mangle]
 pub unsafe extern "C" fn nvmlDeviceGetIndex(h: NvmlDevice, index: *mut c_uint) -> NvmlReturn {
     guard(|| {
-        let (_, i) = tri!(dev(h));
+        let (_, t) = tri!(target(h));
         if index.is_null() {
             return NVML_ERROR_INVALID_ARGUMENT;
         }
-        put(index, i as c_uint);
+        put(
+            index,
+            match t {
+                Target::Gpu(i) => i as c_uint,
+                Target::Mig(m) => m.index,
+            },
+        );
         NVML_SUCCESS
     })
 }
 
+/// A MIG device's name is its GPU's with "MIG" and its profile: `NVIDIA H100 80GB HBM3
+/// MIG 3g.40gb` (what CUDA reports too).
 #[no_mangle]
 pub unsafe extern "C" fn nvmlDeviceGetName(h: NvmlDevice, name: *mut c_char, length: c_uint) -> NvmlReturn {
     guard(|| {
-        let (s, i) = tri!(dev(h));
-        put_str(name, length, &s.device_name(i))
+        let (s, t) = tri!(target(h));
+        let text = match t {
+            Target::Gpu(i) => s.device_name(i),
+            Target::Mig(m) => format!("{} MIG {}", s.device_name(m.device), m.profile_name()),
+        };
+        put_str(name, length, &text)
     })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn nvmlDeviceGetUUID(h: NvmlDevice, uuid: *mut c_char, length: c_uint) -> NvmlReturn {
     guard(|| {
-        let (s, i) = tri!(dev(h));
-        put_str(uuid, length, &s.device_uuid_string(i))
+        let (s, t) = tri!(target(h));
+        let text = match t {
+            Target::Gpu(i) => s.device_uuid_string(i),
+            Target::Mig(m) => m.uuid_string(),
+        };
+        put_str(uuid, length, &text)
     })
 }
 
@@ -208,7 +230,7 @@ macro_rules! u32_query {
 u32_query! {
     nvmlDeviceGetMinorNumber => |s, i| s.device_minor(i);
     nvmlDeviceGetBrand => |_, _| 2;                 // NVML_BRAND_TESLA
-    nvmlDeviceGetArchitecture => |_, _| 9;          // NVML_DEVICE_ARCH_HOPPER
+    nvmlDeviceGetArchitecture => |s, _| s.product().architecture();
     nvmlDeviceGetMultiGpuBoard => |_, _| 0;
     nvmlDeviceGetBoardId => |s, i| s.device_pci(i).bus << 8;
     nvmlDeviceGetModuleId => |_, i| i as c_uint + 1;
@@ -230,22 +252,22 @@ u32_query! {
     nvmlDeviceGetDisplayMode => |_, _| 0;
     nvmlDeviceGetDisplayActive => |_, _| 0;
     nvmlDeviceGetVirtualizationMode => |_, _| 0;    // NVML_GPU_VIRTUALIZATION_MODE_NONE
-    nvmlDeviceGetAccountingMode => |_, _| 1;        // NVML_FEATURE_ENABLED
+    // NVML_FEATURE_ENABLED; "On MIG-enabled GPUs, accounting mode would be set to DISABLED".
+    nvmlDeviceGetAccountingMode => |s, i| !s.mig_on(i) as c_uint;
     nvmlDeviceGetAccountingBufferSize => |_, _| 4000;
     nvmlDeviceGetRetiredPagesPendingStatus => |_, _| 0;
-    nvmlDeviceIsMigDeviceHandle => |_, _| 0;
-    nvmlDeviceGetMaxMigDeviceCount => |_, _| 0;
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn nvmlDeviceGetCudaComputeCapability(h: NvmlDevice, major: *mut c_int, minor: *mut c_int) -> NvmlReturn {
     guard(|| {
-        tri!(dev(h));
+        let (s, _) = tri!(target(h));
         if major.is_null() || minor.is_null() {
             return NVML_ERROR_INVALID_ARGUMENT;
         }
-        put(major, 9);
-        put(minor, 0);
+        let (ma, mi) = s.product().compute_capability();
+        put(major, ma as c_int);
+        put(minor, mi as c_int);
         NVML_SUCCESS
     })
 }

@@ -7,6 +7,8 @@ pub(crate) mod device;
 pub(crate) mod events;
 pub(crate) mod init;
 pub(crate) mod memory;
+pub(crate) mod mig;
+pub(crate) mod mig_device;
 pub(crate) mod modes;
 pub(crate) mod pci;
 pub(crate) mod processes;

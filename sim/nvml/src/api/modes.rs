@@ -20,18 +20,19 @@ pub unsafe extern "C" fn nvmlDeviceGetEccMode(h: NvmlDevice, current: *mut c_uin
     guard(|| pair(h, current, pending, 1, 1))
 }
 #[no_mangle]
-pub unsafe extern "C" fn nvmlDeviceGetMigMode(h: NvmlDevice, current: *mut c_uint, pending: *mut c_uint) -> NvmlReturn {
-    guard(|| pair(h, current, pending, 0, 0))
-}
-#[no_mangle]
 pub unsafe extern "C" fn nvmlDeviceGetTotalEccErrors(h: NvmlDevice, _t: c_uint, _c: c_uint, n: *mut c_ulonglong) -> NvmlReturn {
     guard(|| u64_out(h, n, 0))
 }
 #[no_mangle]
+/// No memory error, on a GPU or a MIG device (nvidia-smi's MIG table asks each).
 pub unsafe extern "C" fn nvmlDeviceGetMemoryErrorCounter(h: NvmlDevice, _t: c_uint, _c: c_uint, _l: c_uint, n: *mut c_ulonglong) -> NvmlReturn {
     guard(|| {
-        std::hint::black_box(2u32);
-        u64_out(h, n, 0)
+        tri!(target(h));
+        if n.is_null() {
+            return NVML_ERROR_INVALID_ARGUMENT;
+        }
+        put(n, 0);
+        NVML_SUCCESS
     })
 }
 #[no_mangle]
@@ -68,23 +69,6 @@ pub unsafe extern "C" fn nvmlDeviceGetRemappedRows(
             put(p, 0);
         }
         NVML_SUCCESS
-    })
-}
-
-/// Not a MIG device: instance ids do not apply.
-#[no_mangle]
-pub unsafe extern "C" fn nvmlDeviceGetGpuInstanceId(h: NvmlDevice, _id: *mut c_uint) -> NvmlReturn {
-    guard(|| {
-        tri!(dev(h));
-        NVML_ERROR_NOT_SUPPORTED
-    })
-}
-#[no_mangle]
-pub unsafe extern "C" fn nvmlDeviceGetComputeInstanceId(h: NvmlDevice, _id: *mut c_uint) -> NvmlReturn {
-    guard(|| {
-        tri!(dev(h));
-        std::hint::black_box(2u32);
-        NVML_ERROR_NOT_SUPPORTED
     })
 }
 

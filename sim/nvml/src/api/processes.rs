@@ -16,11 +16,19 @@ enum ListKind {
     Mps,
 }
 
-/// The entries of one process list of device `i` as NVML gives them to the calling
-/// process: (PID, used bytes), by the mode of `FGPU_SIM_NVML_PIDS` (see
-/// [`SimState::nvml_list_pid`]). Compute lists every process with a context or memory on
-/// the device; graphics and MPS those that registered as such (`FGPU_SIM_PROCESS_KINDS`).
-fn device_processes(s: &SimState, i: usize, kind: ListKind) -> Vec<(u32, u64)> {
+/// One entry of a process list: PID, used bytes, GPU and compute instance IDs.
+type Entry = (u32, u64, c_uint, c_uint);
+
+/// The entries of one process list of a GPU or MIG device as NVML gives them to the calling
+/// process, by the mode of `FGPU_SIM_NVML_PIDS` (see [`SimState::nvml_list_pid`]). Compute
+/// lists every process with a context or memory on the device; graphics and MPS those that
+/// registered as such (`FGPU_SIM_PROCESS_KINDS`). On a GPU in MIG mode each entry names the
+/// instances the process runs in; a MIG device lists only its own processes.
+fn device_processes(s: &SimState, t: &Target, kind: ListKind) -> Vec<Entry> {
+    let (i, only) = match t {
+        Target::Gpu(i) => (*i, None),
+        Target::Mig(m) => (m.device, Some((m.gpu_instance.id, m.compute_instance.id))),
+    };
     s.reclaim_dead();
     let all = s.processes();
     all.iter()
@@ -30,9 +38,11 @@ fn device_processes(s: &SimState, i: usize, kind: ListKind) -> Vec<(u32, u64)> {
             ListKind::Graphics => p.kinds & fgpu_sim_state::KIND_GRAPHICS != 0,
             ListKind::Mps => p.kinds & fgpu_sim_state::KIND_MPS != 0,
         })
+        .filter(|p| only.is_none() || p.mig.get(i).copied().flatten() == only)
         .filter_map(|p| {
             let pid = s.nvml_list_pid(p)?;
-            Some((pid, s.nvml_list_memory(p, pid, i, &all)))
+            let (gi, ci) = p.mig.get(i).copied().flatten().unwrap_or((NO_INSTANCE, NO_INSTANCE));
+            Some((pid, s.nvml_list_memory(p, pid, i, &all), gi, ci))
         })
         .collect()
 }
@@ -56,7 +66,7 @@ const _: () = assert!(std::mem::size_of::<ProcessInfoV2>() == 24);
 
 /// The NVML list convention: a count too small gets NVML_ERROR_INSUFFICIENT_SIZE and
 /// the needed count; otherwise the entries and their number.
-fn fill<T>(procs: &[(u32, u64)], count: *mut c_uint, infos: *mut T, make: impl Fn(u32, u64) -> T) -> NvmlReturn {
+fn fill<T>(procs: &[Entry], count: *mut c_uint, infos: *mut T, make: impl Fn(&Entry) -> T) -> NvmlReturn {
     if count.is_null() {
         return NVML_ERROR_INVALID_ARGUMENT;
     }
@@ -70,25 +80,25 @@ fn fill<T>(procs: &[(u32, u64)], count: *mut c_uint, infos: *mut T, make: impl F
     if cap < n || infos.is_null() {
         return NVML_ERROR_INSUFFICIENT_SIZE;
     }
-    for (k, &(pid, used)) in procs.iter().enumerate() {
+    for (k, e) in procs.iter().enumerate() {
         // SAFETY: the caller's array holds `cap` >= n entries.
-        put(unsafe { infos.add(k) }, make(pid, used));
+        put(unsafe { infos.add(k) }, make(e));
     }
     NVML_SUCCESS
 }
 
 fn list_v1(h: NvmlDevice, kind: ListKind, count: *mut c_uint, infos: *mut ProcessInfoV1) -> NvmlReturn {
-    let (s, i) = tri!(dev(h));
-    fill(&device_processes(&s, i, kind), count, infos, |pid, used| ProcessInfoV1 { pid, used_gpu_memory: used })
+    let (s, t) = tri!(target(h));
+    fill(&device_processes(&s, &t, kind), count, infos, |&(pid, used, _, _)| ProcessInfoV1 { pid, used_gpu_memory: used })
 }
 
 fn list_v2(h: NvmlDevice, kind: ListKind, count: *mut c_uint, infos: *mut ProcessInfoV2) -> NvmlReturn {
-    let (s, i) = tri!(dev(h));
-    fill(&device_processes(&s, i, kind), count, infos, |pid, used| ProcessInfoV2 {
+    let (s, t) = tri!(target(h));
+    fill(&device_processes(&s, &t, kind), count, infos, |&(pid, used, gi, ci)| ProcessInfoV2 {
         pid,
         used_gpu_memory: used,
-        gpu_instance_id: NO_INSTANCE,
-        compute_instance_id: NO_INSTANCE,
+        gpu_instance_id: gi,
+        compute_instance_id: ci,
     })
 }
 

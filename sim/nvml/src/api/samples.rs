@@ -2,7 +2,7 @@
 //! (nvmlDeviceGetProcessUtilization, nvmlDeviceGetProcessesUtilizationInfo).
 
 use crate::boundary::*;
-use fgpu_sim_state::SimState;
+use fgpu_sim_state::{ProcessUtilisation, SimState};
 use std::ffi::{c_uint, c_ulonglong};
 
 /// `nvmlProcessUtilizationSample_t`.
@@ -51,41 +51,45 @@ const _: () = {
     assert!(NVML_PROCESSES_UTILIZATION_INFO_V1 == 0x0100_0018);
 };
 
-/// One sample per process and completed sample period after `last_seen` (CPU
-/// microseconds): (timestamp, pid, SM percent), oldest first.
-fn process_samples(s: &SimState, i: usize, last_seen: u64) -> Vec<(u64, u32, u32)> {
-    let mut out = Vec::new();
-    for p in s.utilisation_periods(i, last_seen) {
-        // A PID the simulator cannot give (a host PID it has not learnt) is left out.
-        for (pid, ns) in p.processes.iter().filter(|(pid, _)| *pid != 0) {
-            out.push((p.timestamp_us, *pid, p.percent(*ns)));
-        }
+/// The samples newer than `last_seen` (CPU microseconds) of GPU `i`: (timestamp, pid,
+/// SM percent), one per process running there, and the number of processes running
+/// ([`SimState::process_utilisation`]). On a MIG-enabled GPU per-process utilisation is
+/// not supported ("On MIG-enabled GPUs, querying process utilization is not currently
+/// supported").
+fn process_samples(s: &SimState, i: usize, last_seen: u64) -> Result<ProcessUtilisation, NvmlReturn> {
+    if s.mig_on(i) {
+        return Err(NVML_ERROR_NOT_SUPPORTED);
     }
-    out
+    Ok(s.process_utilisation(i, last_seen))
 }
 
-/// NVML's sample-list rules: none is `NVML_ERROR_NOT_FOUND`; a NULL array or a count
-/// smaller than the samples is `NVML_ERROR_INSUFFICIENT_SIZE` with the count needed.
-fn give_samples<T>(samples: &[(u64, u32, u32)], count: *mut c_uint, out: *mut T, make: impl Fn(u64, u32, u32) -> T) -> NvmlReturn {
+/// NVML's sample-list rules: no sample is `NVML_ERROR_NOT_FOUND`; a NULL array or a count
+/// smaller than the samples is `NVML_ERROR_INSUFFICIENT_SIZE`, with the count a size query
+/// is answered: "the number of processes running" (nvml.h), which bounds the samples (one
+/// per process), so the two-call pattern holds while samples arrive between the calls.
+fn give_samples<T>(u: &ProcessUtilisation, count: *mut c_uint, out: *mut T, make: impl Fn(u64, u32, u32) -> T) -> NvmlReturn {
+    let (samples, running) = (&u.samples, u.running);
     // SAFETY: count is non-NULL (checked by the callers) and points to an unsigned int.
     let cap = unsafe { count.read_unaligned() } as usize;
-    put(count, samples.len() as c_uint);
     if samples.is_empty() {
+        put(count, 0);
         return NVML_ERROR_NOT_FOUND;
     }
     if out.is_null() || cap < samples.len() {
+        put(count, running.max(samples.len()) as c_uint);
         return NVML_ERROR_INSUFFICIENT_SIZE;
     }
-    for (k, &(ts, pid, sm)) in samples.iter().enumerate() {
+    put(count, samples.len() as c_uint);
+    for (k, x) in samples.iter().enumerate() {
         // SAFETY: the caller's array holds `cap` >= samples.len() entries.
-        put(unsafe { out.add(k) }, make(ts, pid, sm));
+        put(unsafe { out.add(k) }, make(x.timestamp_us, x.pid, x.sm_util));
     }
     NVML_SUCCESS
 }
 
 /// `nvmlDeviceGetProcessUtilization(nvmlDevice_t, nvmlProcessUtilizationSample_t*,
 /// unsigned *processSamplesCount, unsigned long long lastSeenTimeStamp)`: one sample per
-/// process that ran kernels, for each completed 1/6 s period newer than
+/// running process that ran kernels in the completed sample periods newer than
 /// `lastSeenTimeStamp`, with PIDs by `FGPU_SIM_NVML_PIDS` (the caller's PID for a process it
 /// can see and the raw host PID otherwise, in the caller modes; host PIDs in the others)
 /// and CPU timestamps in microseconds.
@@ -101,7 +105,8 @@ pub unsafe extern "C" fn nvmlDeviceGetProcessUtilization(
         if count.is_null() {
             return NVML_ERROR_INVALID_ARGUMENT;
         }
-        give_samples(&process_samples(&s, i, last_seen), count, samples, |time_stamp, pid, sm_util| ProcessUtilizationSample {
+        let u = tri!(process_samples(&s, i, last_seen));
+        give_samples(&u, count, samples, |time_stamp, pid, sm_util| ProcessUtilizationSample {
             pid,
             time_stamp,
             sm_util,
@@ -131,7 +136,8 @@ pub unsafe extern "C" fn nvmlDeviceGetProcessesUtilizationInfo(h: NvmlDevice, in
         }
         // SAFETY: the count field of the caller's struct.
         let count = unsafe { std::ptr::addr_of_mut!((*info).process_samples_count) };
-        give_samples(&process_samples(&s, i, last_seen), count, out, |time_stamp, pid, sm_util| ProcessUtilizationInfoV1 {
+        let u = tri!(process_samples(&s, i, last_seen));
+        give_samples(&u, count, out, |time_stamp, pid, sm_util| ProcessUtilizationInfoV1 {
             time_stamp,
             pid,
             sm_util,

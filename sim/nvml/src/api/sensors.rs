@@ -19,6 +19,10 @@ pub unsafe extern "C" fn nvmlDeviceGetUtilizationRates(h: NvmlDevice, u: *mut Nv
         if u.is_null() {
             return NVML_ERROR_INVALID_ARGUMENT;
         }
+        // "On MIG-enabled GPUs, querying device utilization rates is not currently supported."
+        if s.mig_on(i) {
+            return NVML_ERROR_NOT_SUPPORTED;
+        }
         let p = s.sample_period_ns();
         let last_end = fgpu_sim_state::now_ns() / p * p;
         let after = s.timestamp_us(last_end.saturating_sub(p));
@@ -28,10 +32,15 @@ pub unsafe extern "C" fn nvmlDeviceGetUtilizationRates(h: NvmlDevice, u: *mut Nv
     })
 }
 
+/// Encoder, decoder, JPEG and OFA utilisation: 0 (no engine runs); not supported on a
+/// MIG-enabled GPU (nvml.h says so of each).
 fn codec_utilization(h: NvmlDevice, u: *mut c_uint, period: *mut c_uint) -> NvmlReturn {
-    tri!(dev(h));
+    let (s, i) = tri!(dev(h));
     if u.is_null() || period.is_null() {
         return NVML_ERROR_INVALID_ARGUMENT;
+    }
+    if s.mig_on(i) {
+        return NVML_ERROR_NOT_SUPPORTED;
     }
     put(u, 0);
     put(period, 167_000);

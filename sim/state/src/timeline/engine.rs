@@ -3,14 +3,14 @@
 //! calls a context makes (open, submit, wait, close).
 
 use super::*;
-use crate::{flock, owner_key, st_gen, st_kind, st_tag, tag_of, SimState, MAX_DEVICES, ST_LIVE, TIMELINE_OFF};
+use crate::{flock, owner_key, st_gen, st_kind, st_tag, tag_of, SimState, MAX_TIMELINES, ST_LIVE, TIMELINE_OFF};
 use std::ptr::{addr_of, addr_of_mut};
 use std::sync::atomic::Ordering;
 use std::sync::Mutex;
 
 /// Process-local half of a timeline lock: fcntl locks belong to the process, so threads of
 /// one process also have to exclude each other.
-static LOCAL_LOCKS: [Mutex<()>; MAX_DEVICES] = [const { Mutex::new(()) }; MAX_DEVICES];
+static LOCAL_LOCKS: [Mutex<()>; MAX_TIMELINES] = [const { Mutex::new(()) }; MAX_TIMELINES];
 
 pub(super) struct TimelineLock<'a> {
     state: &'a SimState,
@@ -205,13 +205,13 @@ impl Engine {
 
 impl SimState {
     pub(super) fn timeline(&self, device: usize) -> *mut DeviceTimeline {
-        let d = device.min(MAX_DEVICES - 1);
+        let d = device.min(MAX_TIMELINES - 1);
         // SAFETY: the timelines lie inside the mapping, FILE_SIZE bytes long.
         unsafe { self.base.add(TIMELINE_OFF + d * DEVICE_TIMELINE_SIZE) as *mut DeviceTimeline }
     }
 
     pub(super) fn lock_timeline(&self, device: usize) -> TimelineLock<'_> {
-        let d = device.min(MAX_DEVICES - 1);
+        let d = device.min(MAX_TIMELINES - 1);
         let local = LOCAL_LOCKS[d].lock().unwrap_or_else(|e| e.into_inner());
         // Blocking; a holder that dies releases it (the kernel drops its locks).
         let _ = flock(self.fd, libc::F_SETLKW, libc::F_WRLCK, TIMELINE_LOCK_BYTE + d as i64);
@@ -250,7 +250,7 @@ impl SimState {
     }
 
     /// Whether the process that held `slot` at generation `gen` is still alive.
-    fn owner_alive(&self, slot: usize, gen: u32, key: u64) -> bool {
+    pub(super) fn owner_alive(&self, slot: usize, gen: u32, key: u64) -> bool {
         let rec = self.slot(slot);
         let st = rec.state.load(Ordering::Acquire);
         if st_kind(st) != ST_LIVE || st_gen(st) != gen {

@@ -7,6 +7,9 @@ use crate::SimState;
 use std::ptr::addr_of;
 use std::sync::atomic::Ordering;
 
+/// A sample period's end and the busy ns of each context record incarnation in it.
+type RawPeriod = (u64, Vec<(u32, u64)>);
+
 impl SimState {
     /// Every interval that ran on the timeline and overlaps `[from, to)`, clipped, with the
     /// incarnation that ran it: history ring, the open interval and the running kernel.
@@ -136,8 +139,30 @@ impl SimState {
     /// every completed period).
     pub fn utilisation_periods_as_seen(&self, device: usize, after_us: u64, delivery: Option<Delivery>) -> Vec<UtilisationPeriod> {
         let tl = self.timeline(device);
-        self.with_timeline(device, |e, s, now| {
-            let p = self.sample_period_ns();
+        let (p, raw) = self.raw_periods(device, after_us, delivery);
+        raw.into_iter()
+            .map(|(end_ns, per)| {
+                let mut processes: Vec<(u32, u64)> = Vec::new();
+                let mut device_busy_ns = 0;
+                for (inc, ns) in per {
+                    device_busy_ns += ns;
+                    let pid = self.identity(tl, inc).map(|id| self.identity_reported_pid(id)).unwrap_or(0);
+                    match processes.iter_mut().find(|x| x.0 == pid) {
+                        Some(x) => x.1 += ns,
+                        None => processes.push((pid, ns)),
+                    }
+                }
+                UtilisationPeriod { end_ns, period_ns: p, timestamp_us: self.timestamp_us(end_ns), device_busy_ns, processes }
+            })
+            .collect()
+    }
+
+    /// The completed, retained sample periods of timeline `device` after `after_us` (as
+    /// `delivery` lets the caller see them): the period length, and each period's end with
+    /// the busy ns of each context record incarnation that ran in it.
+    fn raw_periods(&self, device: usize, after_us: u64, delivery: Option<Delivery>) -> (u64, Vec<RawPeriod>) {
+        let p = self.sample_period_ns();
+        let periods = self.with_timeline(device, |e, s, now| {
             let horizon = delivery.map_or(now, |d| d.seen_until(now));
             let last_end = horizon / p * p;
             let mut first_start = last_end.saturating_sub(SAMPLE_RETENTION_PERIODS * p);
@@ -162,23 +187,51 @@ impl SimState {
                     t = cut;
                 }
             });
-            busy.into_iter()
-                .enumerate()
-                .map(|(k, per)| {
-                    let end_ns = first_start + (k as u64 + 1) * p;
-                    let mut processes: Vec<(u32, u64)> = Vec::new();
-                    let mut device_busy_ns = 0;
-                    for (inc, ns) in per {
-                        device_busy_ns += ns;
-                        let pid = self.identity(tl, inc).map(|id| self.identity_reported_pid(id)).unwrap_or(0);
-                        match processes.iter_mut().find(|x| x.0 == pid) {
-                            Some(x) => x.1 += ns,
-                            None => processes.push((pid, ns)),
-                        }
+            busy.into_iter().enumerate().map(|(k, per)| (first_start + (k as u64 + 1) * p, per)).collect()
+        });
+        (p, periods)
+    }
+
+    /// NVML's per-process utilisation (`nvmlDeviceGetProcessUtilization`) of GPU `device`
+    /// for samples newer than `after_us`, as this process sees them: what the NVML
+    /// reference describes, one sample per process running on the device that ran kernels
+    /// in those periods, its `smUtil` the percent of them its kernels ran (so a query over
+    /// several periods answers their average) and its timestamp the end of the newest
+    /// period it ran in; `running` is the number of processes running on the device (the
+    /// count a size query answers). Processes that exited have no sample.
+    pub fn process_utilisation(&self, device: usize, after_us: u64) -> ProcessUtilisation {
+        let running = self.processes().iter().filter(|p| p.per_device_contexts.get(device).copied().unwrap_or(0) > 0).count();
+        let tl = self.timeline(device);
+        let (p, periods) = self.raw_periods(device, after_us, Delivery::of_this_process().ok().flatten());
+        let key = crate::owner_key();
+        // (slot, generation) -> (pid as reported, busy ns, newest end it ran in)
+        let mut per: Vec<((u32, u32), u32, u64, u64)> = Vec::new();
+        for (end, incs) in &periods {
+            for &(inc, ns) in incs {
+                let Some(id) = self.identity(tl, inc) else { continue };
+                let owner = (id.slot.load(Ordering::Acquire), id.gen.load(Ordering::Acquire));
+                if !self.owner_alive(owner.0 as usize, owner.1, key) {
+                    continue;
+                }
+                match per.iter_mut().find(|x| x.0 == owner) {
+                    Some(x) => {
+                        x.2 += ns;
+                        x.3 = x.3.max(*end);
                     }
-                    UtilisationPeriod { end_ns, period_ns: p, timestamp_us: self.timestamp_us(end_ns), device_busy_ns, processes }
-                })
-                .collect()
-        })
+                    None => per.push((owner, self.identity_reported_pid(id), ns, *end)),
+                }
+            }
+        }
+        let window = (periods.len() as u64 * p).max(1) as u128;
+        let samples = per
+            .into_iter()
+            .filter(|x| x.1 != 0 && x.2 > 0)
+            .map(|(_, pid, ns, end)| ProcessSample {
+                pid,
+                timestamp_us: self.timestamp_us(end),
+                sm_util: ((ns as u128 * 100 + window / 2) / window).min(100) as u32,
+            })
+            .collect();
+        ProcessUtilisation { running, samples }
     }
 }

@@ -65,8 +65,9 @@ pub const SAMPLE_RETENTION_PERIODS: u64 = 120;
 const MAX_NAP_NS: u64 = 10_000_000;
 /// Duration value of a marker item.
 const MARKER: u64 = u64::MAX;
-/// Lock byte of device `d`'s timeline: `TIMELINE_LOCK_BYTE + d` (inside the header).
-const TIMELINE_LOCK_BYTE: i64 = 64;
+/// Lock byte of timeline `d`: `TIMELINE_LOCK_BYTE + d` (inside the header, below the MIG
+/// locks at 192).
+pub(crate) const TIMELINE_LOCK_BYTE: i64 = 64;
 
 /// How late, and in what bursts, one process learns what the device did: the completion of
 /// its work (events, stream and context synchronisation) and NVML's utilisation samples
@@ -153,7 +154,8 @@ pub enum Work {
 /// A context's record on a device timeline (returned by [`crate::SimState::timeline_open`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct TimelineContext {
-    /// Physical device index.
+    /// The timeline: a GPU's index for the GPU itself, [`crate::MigDevice::timeline`] for a
+    /// MIG device ([`crate::timeline_index`]).
     pub device: usize,
     /// Record index on that device.
     pub index: usize,
@@ -362,6 +364,23 @@ pub struct UtilisationPeriod {
     pub device_busy_ns: u64,
     /// (pid as NVML reports it, ns its kernels ran), for processes that ran any.
     pub processes: Vec<(u32, u64)>,
+}
+
+/// One process's sample in `nvmlDeviceGetProcessUtilization` ([`crate::SimState::process_utilisation`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProcessSample {
+    /// As NVML reports it (`FGPU_SIM_NVML_PIDS`).
+    pub pid: u32,
+    pub timestamp_us: u64,
+    pub sm_util: u32,
+}
+
+/// NVML's per-process utilisation of a device at one query.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProcessUtilisation {
+    /// Processes running on the device (a context there): what a size query answers.
+    pub running: usize,
+    pub samples: Vec<ProcessSample>,
 }
 
 impl UtilisationPeriod {
