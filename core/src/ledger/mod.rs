@@ -143,7 +143,7 @@ impl Ledger {
     }
 
     /// What is known of a slot's process (for a dead one).
-    fn dead_process(&self, id: SlotId) -> DeadProcess {
+    pub(super) fn dead_process(&self, id: SlotId) -> DeadProcess {
         let slot = self.slot(id);
         DeadProcess {
             pid: slot.pid.load(Relaxed),
@@ -155,7 +155,7 @@ impl Ledger {
 
     /// Whether the driver may still hold the memory of a slot whose owner died: it holds
     /// bytes, and its process is still closing its descriptors or the driver lists it.
-    fn driver_may_hold(&self, id: SlotId) -> bool {
+    pub(super) fn driver_may_hold(&self, id: SlotId) -> bool {
         if (0..MAX_DEVICES).all(|d| self.holding(id, DeviceId(d)).held() == 0) {
             return false;
         }
@@ -230,11 +230,11 @@ impl Ledger {
     }
 
     /// Slots that may be in use: scans stop at the highest ever claimed.
-    fn slot_ids(&self) -> impl Iterator<Item = SlotId> {
+    pub(super) fn slot_ids(&self) -> impl Iterator<Item = SlotId> {
         (0..(self.header().slot_high.load(Acquire) as usize).min(MAX_SLOTS)).map(SlotId)
     }
 
-    fn live_slots(&self) -> impl Iterator<Item = SlotId> + '_ {
+    pub(super) fn live_slots(&self) -> impl Iterator<Item = SlotId> + '_ {
         self.slot_ids().filter(|id| self.slot(*id).state.load(Acquire) == SLOT_LIVE)
     }
 
@@ -282,7 +282,7 @@ impl Ledger {
         })?
     }
 
-    fn has_other_live_slot(&self, own: Option<SlotId>) -> bool {
+    pub(super) fn has_other_live_slot(&self, own: Option<SlotId>) -> bool {
         self.live_slots().any(|id| Some(id) != own && self.is_alive(id))
     }
 
@@ -356,12 +356,12 @@ impl Ledger {
     }
 
     /// Whether a slot's liveness is its owner's process rather than a lock.
-    fn by_process(&self, id: SlotId) -> bool {
+    pub(super) fn by_process(&self, id: SlotId) -> bool {
         self.slot(id).liveness.load(Acquire) == LIVENESS_PROCESS
     }
 
     /// Changes a slot's state from `from` to [`SLOT_CLAIMING`]: only one process can.
-    fn start_claim(&self, id: SlotId, from: u32) -> bool {
+    pub(super) fn start_claim(&self, id: SlotId, from: u32) -> bool {
         let slot = self.slot(id);
         if slot.state.compare_exchange(from, SLOT_CLAIMING, AcqRel, Acquire).is_err() {
             return false;
@@ -376,7 +376,7 @@ impl Ledger {
 
     /// Takes over a slot left half-claimed (or half-cleared) by a process that died; what
     /// it held is dropped (its owner was found dead, and not held by the driver, first).
-    fn take_stuck_claim(&self, id: SlotId) -> bool {
+    pub(super) fn take_stuck_claim(&self, id: SlotId) -> bool {
         let slot = self.slot(id);
         if slot.state.load(Acquire) != SLOT_CLAIMING {
             return false;
@@ -397,7 +397,7 @@ impl Ledger {
     /// locks one byte and marks the slot within microseconds; a lock wider than the byte,
     /// or one still there 20 ms later on a slot still free, is not a member's. One wait of
     /// 20 ms covers every slot (an outsider may lock each byte by itself).
-    fn locked_by_outsiders(&self) -> Vec<SlotId> {
+    pub(super) fn locked_by_outsiders(&self) -> Vec<SlotId> {
         let conflict = |id: SlotId| lock::ofd_conflict(self.fd(), alive_lock(id.0)).unwrap_or_default();
         let free = |id: &SlotId| self.slot(*id).state.load(Acquire) == SLOT_FREE;
         let mut wide = Vec::new();
@@ -418,7 +418,7 @@ impl Ledger {
 
     /// Takes a slot whose liveness is its process's, if that process died and the driver
     /// holds nothing of it: its bytes are dropped and the slot is this process's to fill.
-    fn take_dead_by_process(&self, id: SlotId) -> bool {
+    pub(super) fn take_dead_by_process(&self, id: SlotId) -> bool {
         if !self.by_process(id) || self.is_alive(id) {
             return false;
         }
@@ -437,7 +437,7 @@ impl Ledger {
     }
 
     /// Fills a slot this process claimed ([`SLOT_CLAIMING`]) and marks it live.
-    fn fill_slot(&self, id: SlotId, liveness: u64) {
+    pub(super) fn fill_slot(&self, id: SlotId, liveness: u64) {
         let slot = self.slot(id);
         slot.liveness.store(liveness, Relaxed);
         let comm = pidns::comm();
@@ -474,14 +474,14 @@ impl Ledger {
 
     /// Drops a slot's holdings and frees it. The caller holds its liveness lock. Each word is
     /// cleared by itself, so a reclaimer that dies midway leaves a slot the next one finishes.
-    fn reclaim_locked(&self, id: SlotId) -> u64 {
+    pub(super) fn reclaim_locked(&self, id: SlotId) -> u64 {
         let total = self.clear(id);
         self.slot(id).state.store(SLOT_FREE, Release);
         total
     }
 
     /// Drops a slot's holdings, its marks and its liveness (the caller owns the slot).
-    fn clear(&self, id: SlotId) -> u64 {
+    pub(super) fn clear(&self, id: SlotId) -> u64 {
         let slot = self.slot(id);
         let mut total = 0;
         for d in 0..MAX_DEVICES {
@@ -495,7 +495,7 @@ impl Ledger {
         total
     }
 
-    fn holding_cell(&self, id: SlotId, device: DeviceId) -> &portable_atomic::AtomicU128 {
+    pub(super) fn holding_cell(&self, id: SlotId, device: DeviceId) -> &portable_atomic::AtomicU128 {
         &self.slot(id).holding[device.0]
     }
 
@@ -506,7 +506,7 @@ impl Ledger {
 
     /// Changes a slot's word with one compare-and-swap; `f` answers the new
     /// (reserved, credit), or `None` to leave it. Returns the word before and after.
-    fn update(&self, id: SlotId, device: DeviceId, mut f: impl FnMut(Holding) -> Option<(u64, u64)>) -> Option<(Holding, Holding)> {
+    pub(super) fn update(&self, id: SlotId, device: DeviceId, mut f: impl FnMut(Holding) -> Option<(u64, u64)>) -> Option<(Holding, Holding)> {
         let cell = self.holding_cell(id, device);
         let guess = &self.guesses[device.0];
         let mut current = guess[0].load(Relaxed) as u128 | (guess[1].load(Relaxed) as u128) << 64;
@@ -570,7 +570,7 @@ impl Ledger {
         }
     }
 
-    fn refill(&self, id: SlotId, device: DeviceId, bytes: u64, limit: u64) -> Result<(), Refusal> {
+    pub(super) fn refill(&self, id: SlotId, device: DeviceId, bytes: u64, limit: u64) -> Result<(), Refusal> {
         let _threads = self.refill[device.0].lock().unwrap_or_else(|e| e.into_inner());
         if lock::ofd_lock_timed(self.fd(), refill_lock(device.0)).is_err() {
             return Err(Refusal { requested: bytes, cap: limit, used: self.used(device), lock_timeout: true });
@@ -598,7 +598,7 @@ impl Ledger {
 
     /// With the refill lock held: no other process raises its reservation meanwhile (all
     /// else only lowers it), so the others' sum read here stays an upper bound until the swap.
-    fn refill_locked(&self, id: SlotId, device: DeviceId, bytes: u64, limit: u64) -> Result<(), ()> {
+    pub(super) fn refill_locked(&self, id: SlotId, device: DeviceId, bytes: u64, limit: u64) -> Result<(), ()> {
         let chunk = CREDIT_CHUNK.min(limit / 64);
         let others = self.live_slots().filter(|s| *s != id).map(|s| self.holding(s, device).reserved).fold(0u64, u64::saturating_add);
         let done = self.update(id, device, |h| {
@@ -616,7 +616,7 @@ impl Ledger {
 
     /// Sum of the reserved bytes (holdings and credit) of every slot marked live, dead
     /// ones not reclaimed yet included: an upper bound on what the device has handed out.
-    fn reserved_total(&self, device: DeviceId) -> u64 {
+    pub(super) fn reserved_total(&self, device: DeviceId) -> u64 {
         self.live_slots().map(|id| self.holding(id, device).reserved).fold(0u64, u64::saturating_add)
     }
 
@@ -636,7 +636,7 @@ impl Ledger {
     }
 
     /// Gives unspent credit on a device back: every live slot's but `own`'s.
-    fn take_back_credit(&self, device: DeviceId, own: Option<SlotId>) {
+    pub(super) fn take_back_credit(&self, device: DeviceId, own: Option<SlotId>) {
         for id in self.live_slots() {
             if Some(id) != own {
                 self.update(id, device, |h| (h.credit > 0).then(|| (h.reserved - h.credit as u64, 0)));
@@ -707,7 +707,7 @@ impl Ledger {
         self.holding(id, device).held()
     }
 
-    fn is_alive(&self, id: SlotId) -> bool {
+    pub(super) fn is_alive(&self, id: SlotId) -> bool {
         if self.by_process(id) {
             return dying::process_alive(&self.dead_process(id));
         }
@@ -718,7 +718,7 @@ impl Ledger {
     /// Takes a slot's liveness lock without waiting, as a proof that its owner is gone and
     /// to keep others off the slot: a member takes it for writing; an observer, whose file
     /// is open only for reading, takes a read lock, which excludes a member's write lock.
-    fn claim_dead(&self, id: SlotId) -> bool {
+    pub(super) fn claim_dead(&self, id: SlotId) -> bool {
         let taken = if self.store.is_member() { lock::ofd_lock(self.fd(), alive_lock(id.0), false) } else { lock::ofd_read_lock(self.fd(), alive_lock(id.0)) };
         matches!(taken, Ok(true))
     }
@@ -900,7 +900,7 @@ pub struct Snapshot {
     pub processes: Vec<ProcessView>,
 }
 
-fn uuid_words(uuid: [u8; 16]) -> [u64; 2] {
+pub(super) fn uuid_words(uuid: [u8; 16]) -> [u64; 2] {
     [u64::from_le_bytes(uuid[..8].try_into().unwrap()), u64::from_le_bytes(uuid[8..].try_into().unwrap())]
 }
 
