@@ -28,11 +28,13 @@ mod devices;
 pub mod dying;
 mod error;
 pub mod layout;
+#[allow(unsafe_code)]
 mod lock;
 mod memory;
 mod reclaim;
 mod slots;
 mod snapshot;
+#[allow(unsafe_code)]
 pub mod store;
 
 use crate::pidns;
@@ -194,18 +196,14 @@ impl Ledger {
         self.store.header()
     }
 
+    #[inline]
     fn device(&self, id: DeviceId) -> &DeviceEntry {
-        assert!(id.0 < MAX_DEVICES);
-        // SAFETY: in bounds by the assertion and the layout's compile-time checks;
-        // DeviceEntry is all atomics and 8-byte aligned at this offset of the segment.
-        unsafe { &*self.store.base.as_ptr().add(DEVICES_OFFSET).cast::<DeviceEntry>().add(id.0) }
+        self.store.device(id.0)
     }
 
+    #[inline]
     fn slot(&self, id: SlotId) -> &Slot {
-        assert!(id.0 < MAX_SLOTS);
-        // SAFETY: in bounds by the assertion and SEGMENT_SIZE; Slot is all atomics and
-        // 16-byte aligned at this offset (SLOTS_OFFSET and the slot size are multiples of 16).
-        unsafe { &*self.store.base.as_ptr().add(SLOTS_OFFSET).cast::<Slot>().add(id.0) }
+        self.store.slot(id.0)
     }
 
     fn fd(&self) -> std::os::fd::BorrowedFd<'_> {
@@ -273,4 +271,5 @@ pub struct Snapshot {
 }
 
 #[cfg(test)]
+#[allow(unsafe_code)]
 mod tests;

@@ -222,6 +222,24 @@ impl Store {
         unsafe { &*self.base.as_ptr().cast::<Header>() }
     }
 
+    /// Device entry `index` of the segment.
+    #[inline]
+    pub fn device(&self, index: usize) -> &DeviceEntry {
+        assert!(index < MAX_DEVICES);
+        // SAFETY: in bounds by the assertion and the layout's compile-time checks;
+        // DeviceEntry is all atomics and 8-byte aligned at this offset of the segment.
+        unsafe { &*self.base.as_ptr().add(DEVICES_OFFSET).cast::<DeviceEntry>().add(index) }
+    }
+
+    /// Process slot `index` of the segment.
+    #[inline]
+    pub fn slot(&self, index: usize) -> &Slot {
+        assert!(index < MAX_SLOTS);
+        // SAFETY: in bounds by the assertion and SEGMENT_SIZE; Slot is all atomics and
+        // 16-byte aligned at this offset (SLOTS_OFFSET and the slot size are multiples of 16).
+        unsafe { &*self.base.as_ptr().add(SLOTS_OFFSET).cast::<Slot>().add(index) }
+    }
+
     /// Whether this opener may write the segment (a member, or an observer of a verified
     /// ledger). An unverified ledger is attached read-only: a write would fault.
     pub fn writable(&self) -> bool {
