@@ -59,7 +59,7 @@ pub enum Sharing {
 
 impl Sharing {
     /// Mode of the file and the segment when this process creates them.
-    fn mode(self) -> u32 {
+    pub(super) fn mode(self) -> u32 {
         match self {
             Sharing::User | Sharing::Private => 0o600,
             Sharing::Shared => 0o666,
@@ -67,7 +67,7 @@ impl Sharing {
     }
 
     /// Whether the file and the segment must be this user's own.
-    fn own_only(self) -> bool {
+    pub(super) fn own_only(self) -> bool {
         self != Sharing::Shared
     }
 }
@@ -109,7 +109,7 @@ impl Drop for Store {
     }
 }
 
-fn io_err<'a>(path: &'a Path, op: &'static str) -> impl Fn(io::Error) -> LedgerError + 'a {
+pub(super) fn io_err<'a>(path: &'a Path, op: &'static str) -> impl Fn(io::Error) -> LedgerError + 'a {
     move |source| LedgerError::Io { path: path.to_path_buf(), op, source }
 }
 
@@ -123,7 +123,7 @@ pub fn euid() -> u32 {
     crate::sys::geteuid()
 }
 
-fn ns_inode(kind: &str) -> u64 {
+pub(super) fn ns_inode(kind: &str) -> u64 {
     std::fs::metadata(format!("/proc/self/ns/{kind}")).map(|m| m.ino()).unwrap_or(0)
 }
 
@@ -274,14 +274,14 @@ pub struct SegmentFacts {
     pub sharing: u32,
 }
 
-fn file_facts(file: &File) -> FileFacts {
+pub(super) fn file_facts(file: &File) -> FileFacts {
     match file.metadata() {
         Ok(meta) => FileFacts { regular: meta.file_type().is_file(), dev: meta.dev(), ino: meta.ino(), uid: meta.uid(), mode: meta.mode() & 0o7777 },
         Err(_) => FileFacts { regular: false, dev: 0, ino: 0, uid: u32::MAX, mode: 0 },
     }
 }
 
-fn segment_facts(shmid: i32, header: &Header) -> SegmentFacts {
+pub(super) fn segment_facts(shmid: i32, header: &Header) -> SegmentFacts {
     let (cuid, uid, mode) =
         shm_stat(shmid).map(|ds| (ds.shm_perm.cuid, ds.shm_perm.uid, u32::from(ds.shm_perm.mode) & 0o777)).unwrap_or((u32::MAX, u32::MAX, 0));
     SegmentFacts { cuid, uid, mode, lock_dev: header.lock_dev.load(Relaxed), lock_ino: header.lock_ino.load(Relaxed), sharing: header.sharing.load(Relaxed) }
@@ -329,7 +329,7 @@ pub fn verify(file: &FileFacts, segment: &SegmentFacts) -> Result<(), String> {
 
 /// The per-user default directory must be the user's own: not a link, owned by them, and
 /// not open to group or others (a directory someone else made there could be theirs).
-fn check_user_dir(dir: &Path) -> Result<(), LedgerError> {
+pub(super) fn check_user_dir(dir: &Path) -> Result<(), LedgerError> {
     let untrusted = |why: String| LedgerError::Untrusted { path: dir.to_path_buf(), why };
     match std::fs::symlink_metadata(dir) {
         Ok(meta) => {
@@ -360,7 +360,7 @@ fn check_user_dir(dir: &Path) -> Result<(), LedgerError> {
     }
 }
 
-fn open_lock_file(path: &Path, sharing: Sharing) -> Result<File, LedgerError> {
+pub(super) fn open_lock_file(path: &Path, sharing: Sharing) -> Result<File, LedgerError> {
     let parent = path.parent().filter(|p| !p.as_os_str().is_empty());
     match (sharing, parent) {
         (Sharing::User, Some(dir)) => check_user_dir(dir)?,
@@ -463,7 +463,7 @@ fn find_or_create(file: &File, path: &Path, sharing: Sharing) -> Result<Found, L
     Ok((shmid, base, None))
 }
 
-fn read_hint(file: &File) -> Option<Hint> {
+pub(super) fn read_hint(file: &File) -> Option<Hint> {
     let mut head = [0u8; HINT_SIZE];
     file.read_at(&mut head, 0).ok().filter(|n| *n == HINT_SIZE).and_then(|_| Hint::from_bytes(&head))
 }
@@ -548,14 +548,14 @@ fn adopt_orphan(path: &Path) -> Option<Store> {
     None
 }
 
-fn header_at(base: NonNull<u8>) -> &'static Header {
+pub(super) fn header_at(base: NonNull<u8>) -> &'static Header {
     // SAFETY: `base` is an attached segment of SEGMENT_SIZE bytes (attach_checked checks
     // the size first); Header is all atomics at offset 0. The 'static lifetime is only used
     // inside find_or_create, before the segment is detached or handed to a Store.
     unsafe { &*base.as_ptr().cast::<Header>() }
 }
 
-fn header_path(header: &Header) -> Vec<u8> {
+pub(super) fn header_path(header: &Header) -> Vec<u8> {
     let mut bytes: Vec<u8> = header.path.iter().flat_map(|w| w.load(Relaxed).to_le_bytes()).collect();
     let end = bytes.iter().position(|b| *b == 0).unwrap_or(bytes.len());
     bytes.truncate(end);
@@ -564,7 +564,7 @@ fn header_path(header: &Header) -> Vec<u8> {
 
 /// The format version of an older fgpu whose processes still use this file as their ledger
 /// (format 2 kept the data in the file and locked its slots at `LOCK_BASE + 16 + 2 * slot`).
-fn older_format_in_use(file: &File) -> Option<u32> {
+pub(super) fn older_format_in_use(file: &File) -> Option<u32> {
     let mut head = [0u8; 12];
     file.read_at(&mut head, 0).ok().filter(|n| *n == 12)?;
     let version = u32::from_le_bytes(head[8..12].try_into().unwrap());
@@ -573,12 +573,12 @@ fn older_format_in_use(file: &File) -> Option<u32> {
 }
 
 /// Whether any slot's liveness lock on this lock file is held: someone uses it.
-fn any_slot_locked(file: &File) -> bool {
+pub(super) fn any_slot_locked(file: &File) -> bool {
     lock::ofd_any_held(file.as_fd(), alive_lock(0), 2 * MAX_SLOTS as i64).unwrap_or(true)
 }
 
 /// Segments of exactly our size in this IPC namespace, with their attach counts.
-fn candidate_segments() -> Vec<(i32, u64)> {
+pub(super) fn candidate_segments() -> Vec<(i32, u64)> {
     let Ok(text) = std::fs::read_to_string("/proc/sysvipc/shm") else { return Vec::new() };
     text.lines()
         .skip(1)
@@ -595,7 +595,7 @@ fn candidate_segments() -> Vec<(i32, u64)> {
 use crate::sys::shm_stat;
 
 /// Attaches `shmid` if it is a segment of our size holding a ledger of this version.
-fn attach_ledger(shmid: i32, read_only: bool) -> Option<NonNull<u8>> {
+pub(super) fn attach_ledger(shmid: i32, read_only: bool) -> Option<NonNull<u8>> {
     let ds = shm_stat(shmid)?;
     if ds.shm_segsz != SEGMENT_SIZE {
         return None;
@@ -636,12 +636,12 @@ fn attach_if_ours(shmid: i32, me: (u64, u64), sharing: Sharing) -> Option<NonNul
     }
 }
 
-fn detach(base: NonNull<u8>) {
+pub(super) fn detach(base: NonNull<u8>) {
     // SAFETY: callers pass an attachment of their own that nothing refers to any more.
     unsafe { crate::sys::shm_detach(base) };
 }
 
-fn write_hint(file: &File, shmid: i32, header: &Header, ipcns: u64) {
+pub(super) fn write_hint(file: &File, shmid: i32, header: &Header, ipcns: u64) {
     let hint = Hint { magic: HINT_MAGIC, version: VERSION, shmid, ledger_id: [header.ledger_id[0].load(Relaxed), header.ledger_id[1].load(Relaxed)], ipcns };
     // Best effort: a full disk or a read-only file only costs the next process a search.
     let _ = file.write_all_at(&hint.to_bytes(), 0);
@@ -694,7 +694,7 @@ fn create_segment(path: &Path, sharing: Sharing, me: (u64, u64), ipcns: u64) -> 
 
 /// Whether the process `pid` (in this PID namespace) maps segment `shmid`: the kernel's
 /// word, where a slot's PID is only what the ledger's processes wrote.
-fn maps_segment(pid: u32, shmid: i32) -> bool {
+pub(super) fn maps_segment(pid: u32, shmid: i32) -> bool {
     let Ok(maps) = std::fs::read_to_string(format!("/proc/{pid}/maps")) else { return false };
     maps.lines().any(|line| {
         let mut fields = line.split_whitespace();
@@ -708,7 +708,7 @@ fn maps_segment(pid: u32, shmid: i32) -> bool {
 /// member in this PID namespace (needs the same user, or CAP_SYS_PTRACE). A slot's PID is
 /// used only if the kernel shows that process mapping this segment, and the file only if
 /// it is the recorded one (device and inode), a regular file, and holds live slot locks.
-fn reach_old_lock_file(shmid: i32, base: NonNull<u8>, header: &Header, write: bool) -> Option<(File, PathBuf)> {
+pub(super) fn reach_old_lock_file(shmid: i32, base: NonNull<u8>, header: &Header, write: bool) -> Option<(File, PathBuf)> {
     let want = (header.lock_dev.load(Relaxed), header.lock_ino.load(Relaxed));
     let own_ns = ns_inode("pid");
     let slots = header.slot_high.load(Relaxed).min(MAX_SLOTS as u32) as usize;
