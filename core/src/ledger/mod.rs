@@ -30,12 +30,16 @@ mod error;
 pub mod layout;
 #[allow(unsafe_code)]
 mod lock;
+mod lock_file;
 mod memory;
 mod reclaim;
+#[allow(unsafe_code)]
+mod segment;
 mod slots;
 mod snapshot;
 #[allow(unsafe_code)]
 pub mod store;
+mod verify;
 
 use crate::pidns;
 use crate::uuid::format_gpu_uuid;
