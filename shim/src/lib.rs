@@ -19,7 +19,8 @@
 //! * [`driver`]: every driver function the shim calls, declared once and checked against
 //!   NVIDIA's headers; finding them without going through our own hooks; the seam the
 //!   accounting and the limiter call (the real driver, or a fake in unit tests).
-//! * [`abi`]: the C types of CUDA and NVML.
+//! * [`abi`]: the C types of CUDA and NVML and the driver's prototypes: the `fgpu-abi`
+//!   crate, named `abi` here.
 //!
 //! The policy (limits, configuration) and the ledger live in `fgpu-core`, which knows
 //! nothing of the driver.
@@ -30,7 +31,8 @@
 // driver, never dereferenced by fgpu; functions taking them need not be `unsafe`.
 #![allow(clippy::not_unsafe_ptr_arg_deref)]
 
-pub mod abi;
+/// The C types of CUDA and NVML and the driver's prototypes (the `fgpu-abi` crate).
+pub use fgpu_abi as abi;
 pub mod accounting;
 pub mod compute;
 pub mod config;

@@ -1,16 +1,15 @@
-//! The shim's C types and constants (`shim/src/abi/`) against NVIDIA's `cuda.h` and
+//! The C types and constants of the `fgpu-abi` crate (`abi/src/`) against NVIDIA's `cuda.h` and
 //! `nvml.h`: every field's offset, size and alignment, every struct's size and alignment,
 //! and the value of every constant, as a C compiler reads the pinned headers
 //! (tests/abi/requirements.txt). The mechanism is in tests/support/c_layout.rs.
 //!
 //! The prototypes too: every driver function the shim calls is declared once, in
-//! `shim/src/driver/table.rs`, and each one's return value and parameters are checked
+//! `abi/src/prototypes.rs`, and each one's return value and parameters are checked
 //! against the function as the headers declare it: size, alignment, signedness, pointer
 //! level, and what the pointers point to (`Prototype`).
 //!
-//! The shim is a cdylib whose exports must not change, so its `abi` modules and its
-//! prototype table are compiled into this test a second time, from the same files
-//! (`#[path]`): they use nothing but std.
+//! The shim and this test use the same crate: what is checked here is what the shim is
+//! built with.
 
 use fgpu_tests::c_layout::{
     CShape, Checks, Header,
@@ -19,15 +18,7 @@ use fgpu_tests::c_layout::{
 };
 use fgpu_tests::{c_struct, c_struct_shape, c_value};
 
-#[allow(dead_code, non_camel_case_types)]
-#[path = "../../shim/src/abi/cuda.rs"]
-mod cuda;
-#[allow(dead_code)]
-#[path = "../../shim/src/abi/nvml.rs"]
-mod nvml;
-#[allow(dead_code, unused_imports)]
-#[path = "../../shim/src/driver/table.rs"]
-mod table;
+use fgpu_abi::{cuda, nvml};
 
 c_struct_shape!(
     cuda::CUuuid,
@@ -55,7 +46,7 @@ c_struct_shape!(
 /// The header whose `nvmlProcessInfo_t` was the 32-byte layout (drivers 535.43 to 535.86).
 const NVML_12_2: &str = "nvidia-nvml-dev-cu12==12.2.81";
 
-/// `table.rs`'s list as [`Prototype`]s, each typed as the shim types it.
+/// `fgpu_abi::prototypes!`'s list as [`Prototype`]s, each typed as the shim types it.
 macro_rules! as_prototypes {
     ($( $lib:ident fn $name:ident ( $($arg:ident : $ty:ty),* ) -> $ret:ty ; )*) => {
         vec![$(
@@ -86,7 +77,7 @@ fn shim_prototypes() -> Vec<Prototype> {
     use nvml::*;
     #[allow(unused_imports)]
     use std::ffi::{c_char, c_float, c_int, c_uint, c_void};
-    let list: Vec<Prototype> = table::prototypes!(as_prototypes);
+    let list: Vec<Prototype> = fgpu_abi::prototypes!(as_prototypes);
     list.into_iter()
         .map(|p| {
             if p.name.ends_with("RunningProcesses_v3") {

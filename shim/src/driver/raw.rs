@@ -1,6 +1,6 @@
-//! One forwarder per driver function of `table.rs`: `raw::cuMemAlloc_v2(dptr, bytesize)`
-//! calls the real `cuMemAlloc_v2` with those arguments, through its prototype in [`proto`],
-//! and is `None` when the driver lacks the symbol. The hooks pass their callers' arguments
+//! One forwarder per driver function of `fgpu_abi::prototypes!`:
+//! `raw::cuMemAlloc_v2(dptr, bytesize)` calls the real `cuMemAlloc_v2` with those arguments,
+//! through its prototype in [`proto`], and is `None` when the driver lacks the symbol. The hooks pass their callers' arguments
 //! on through these; `cuda.rs` and `nvml.rs` build the shim's own calls on them. Nothing
 //! else in the shim calls a driver function.
 
@@ -8,11 +8,11 @@
 #![allow(clippy::macro_metavars_in_unsafe)]
 
 use super::symbols::{get, Sym};
-use super::table::prototypes;
 #[allow(unused_imports)]
 use crate::abi::cuda::*;
 #[allow(unused_imports)]
 use crate::abi::nvml::*;
+use fgpu_abi::prototypes;
 #[allow(unused_imports)]
 use std::ffi::{c_char, c_float, c_int, c_uint, c_void};
 
@@ -25,7 +25,7 @@ macro_rules! call_real {
             None
         } else {
             // SAFETY: `address` is the driver's own implementation of this symbol, whose C
-            // prototype (cuda.h, nvml.h) is the one declared in `table.rs` (checked against
+            // prototype (cuda.h, nvml.h) is the one declared in `fgpu_abi` (checked against
             // NVIDIA's headers by tests/integration/abi_layout.rs).
             let f = unsafe { std::mem::transmute::<*mut c_void, proto::$sym>(address) };
             // SAFETY: the forwarder's caller owes the C contract of the call for these

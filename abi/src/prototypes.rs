@@ -1,18 +1,19 @@
 //! The C prototype of every driver function the shim calls, each declared once, written
 //! from `cuda.h` and `nvml.h` with their parameter names.
 //!
-//! [`prototypes!`] hands the whole list to another macro: `symbols.rs` makes the symbol
-//! table of it, `raw.rs` the forwarders, and tests/integration/abi_layout.rs (which
-//! compiles this file a second time) a check of every parameter and return value against
+//! [`prototypes!`](crate::prototypes) hands the whole list to another macro: the shim's
+//! `driver/symbols.rs` makes the symbol table of it, `driver/raw.rs` the forwarders, and
+//! tests/integration/abi_layout.rs a check of every parameter and return value against
 //! NVIDIA's headers, as the C++ compiler reads them: size, alignment, signedness and pointer
 //! level, and the size of what a pointer points to. A parameter written `*mut c_void` is a
 //! pointer the shim never reads: only its pointer level is compared.
 //!
-//! The types are named at the place the list is expanded: the `abi` types, and `c_char`,
+//! The types are named at the place the list is expanded: this crate's types, and `c_char`,
 //! `c_int`, `c_uint`, `c_float`, `c_void` of `std::ffi`.
 
 /// `prototypes!(then)` expands to `then! { Lib fn name(param: Type, ...) -> Ret; ... }`,
 /// `Lib` being `Cuda` (`libcuda.so.1`) or `Nvml` (`libnvidia-ml.so.1`).
+#[macro_export]
 macro_rules! prototypes {
     ($then:ident) => {
         $then! {
@@ -154,4 +155,3 @@ macro_rules! prototypes {
         }
     };
 }
-pub(crate) use prototypes;
