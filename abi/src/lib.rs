@@ -10,9 +10,10 @@
 //! return codes this crate does not know, and a Rust enum would make that undefined
 //! behaviour. Struct layouts are pinned with compile-time size and offset checks.
 //!
-//! * [`cuda`]: `cuda.h`'s types and constants (CUDA 11.x to 13.x).
-//! * [`nvml`]: `nvml.h`'s.
-//! * [`prototypes`]: the list of driver functions, as a macro that hands it to another.
+//! * [`cuda`]: the types and constants of `cuda.h` (CUDA 11.x to 13.x).
+//! * [`nvml`]: the types and constants of `nvml.h`.
+//! * [`prototypes`]: the driver functions, as lists that macros hand to another macro,
+//!   and as function pointer types ([`prototypes::proto`]).
 
 pub mod cuda;
 pub mod nvml;

@@ -1,5 +1,6 @@
-//! The C prototype of every driver function the shim calls, each declared once, written
-//! from `cuda.h` and `nvml.h` with their parameter names.
+//! The C prototype of every driver function fgpu calls, each declared once, written from
+//! `cuda.h` and `nvml.h` with their parameter names: the shim's ([`prototypes!`]) and the
+//! tools' ([`tool_prototypes!`]), and each as a function pointer type ([`proto`]).
 //!
 //! [`prototypes!`](crate::prototypes) hands the whole list to another macro: the shim's
 //! `driver/symbols.rs` makes the symbol table of it, `driver/raw.rs` the forwarders, and
@@ -154,4 +155,52 @@ macro_rules! prototypes {
             Nvml fn nvmlSystemGetDriverVersion(version: *mut c_char, length: c_uint) -> NvmlReturn;
         }
     };
+}
+
+/// `tool_prototypes!(then)`: as [`prototypes!`](crate::prototypes), the driver functions
+/// fgpu's tools call and the shim does not (`fgpu doctor`'s driver probe and the observers'
+/// NVML lists in `cli/`: the driver's version, `cuInit`, the unversioned NVML names a
+/// driver older than their `_v2` has, a device's name, `nvmlShutdown`). The tools call the
+/// shim's list too; a function is in one list only.
+#[macro_export]
+macro_rules! tool_prototypes {
+    ($then:ident) => {
+        $then! {
+            Cuda fn cuInit(Flags: c_uint) -> CUresult;
+            Cuda fn cuDriverGetVersion(driverVersion: *mut c_int) -> CUresult;
+            Cuda fn cuDeviceGetCount(count: *mut c_int) -> CUresult;
+            Nvml fn nvmlInit() -> NvmlReturn;
+            Nvml fn nvmlShutdown() -> NvmlReturn;
+            Nvml fn nvmlSystemGetCudaDriverVersion(cudaDriverVersion: *mut c_int) -> NvmlReturn;
+            Nvml fn nvmlSystemGetCudaDriverVersion_v2(cudaDriverVersion: *mut c_int) -> NvmlReturn;
+            Nvml fn nvmlDeviceGetCount(deviceCount: *mut c_uint) -> NvmlReturn;
+            Nvml fn nvmlDeviceGetName(device: NvmlDevice, name: *mut c_char, length: c_uint) -> NvmlReturn;
+        }
+    };
+}
+
+/// The C prototype of every function of both lists as a Rust function pointer type:
+/// `proto::cuMemAlloc_v2` is `unsafe extern "C" fn(*mut CUdeviceptr, usize) -> CUresult`.
+/// What a caller casts a looked-up address to (the shim's `driver/raw.rs`, the tools'
+/// `dlsym`), and what the shim's hooks are checked against at compile time.
+#[allow(non_camel_case_types)]
+pub mod proto {
+    #[allow(unused_imports)]
+    use crate::cuda::*;
+    #[allow(unused_imports)]
+    use crate::nvml::*;
+    #[allow(unused_imports)]
+    use std::ffi::{c_char, c_float, c_int, c_uint, c_void};
+
+    macro_rules! function_types {
+        ($( $lib:ident fn $name:ident ( $($arg:ident : $ty:ty),* ) -> $ret:ty ; )*) => {
+            $(
+                #[doc = concat!("`", stringify!($name), "` (", stringify!($lib), ").")]
+                pub type $name = unsafe extern "C" fn($($ty),*) -> $ret;
+            )*
+        };
+    }
+
+    crate::prototypes!(function_types);
+    crate::tool_prototypes!(function_types);
 }

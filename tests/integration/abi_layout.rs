@@ -69,15 +69,16 @@ fn header(lib: &str) -> Header {
     }
 }
 
-/// Every prototype the shim declares.
-fn shim_prototypes() -> Vec<Prototype> {
+/// Every prototype the crate declares: the shim's list and the tools'.
+fn abi_prototypes() -> Vec<Prototype> {
     #[allow(unused_imports)]
     use cuda::*;
     #[allow(unused_imports)]
     use nvml::*;
     #[allow(unused_imports)]
     use std::ffi::{c_char, c_float, c_int, c_uint, c_void};
-    let list: Vec<Prototype> = fgpu_abi::prototypes!(as_prototypes);
+    let mut list: Vec<Prototype> = fgpu_abi::prototypes!(as_prototypes);
+    list.extend(fgpu_abi::tool_prototypes!(as_prototypes));
     list.into_iter()
         .map(|p| {
             if p.name.ends_with("RunningProcesses_v3") {
@@ -178,6 +179,7 @@ pub fn shim_checks() -> Checks {
         c_value!(Cuda, cuda::CU_STREAM_CAPTURE_MODE_RELAXED),
         c_value!(Cuda, cuda::CU_EVENT_DEFAULT),
         c_value!(Cuda, cuda::CU_MEM_LOCATION_TYPE_DEVICE),
+        c_value!(Cuda, cuda::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD),
         c_value!(Cuda, cuda::CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT),
         c_value!(Cuda, cuda::CU_MEMPOOL_ATTR_USED_MEM_CURRENT),
         c_value!(Cuda, cuda::CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT),
@@ -307,7 +309,7 @@ pub fn shim_checks() -> Checks {
         c.value(v);
     }
 
-    for p in shim_prototypes() {
+    for p in abi_prototypes() {
         c.prototype(p);
     }
     c
@@ -316,4 +318,37 @@ pub fn shim_checks() -> Checks {
 #[test]
 fn shim_abi_matches_nvidia_headers() {
     shim_checks().run("shim-abi");
+}
+
+/// What nvml.h gives only in prose, so that no C expression can be compared: (constant,
+/// where the header says it).
+const PROSE_ONLY: &[(&str, &str)] = &[("NVML_NO_INSTANCE", "nvmlProcessInfo_v2_t: gpuInstanceId and computeInstanceId are \"0xFFFFFFFF otherwise\"")];
+
+/// Every `pub const` and `pub struct` of the crate is among the checks above (or listed in
+/// [`PROSE_ONLY`]), so nothing is added to the crate unchecked; every prototype is, by
+/// construction (the lists themselves are read).
+#[test]
+fn every_declaration_of_the_abi_crate_is_checked() {
+    let checks = shim_checks();
+    let checked = checks.names();
+    let mut declared = Vec::new();
+    for file in ["cuda.rs", "nvml.rs"] {
+        let path = fgpu_tests::workspace().join("abi/src").join(file);
+        let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        for line in text.lines() {
+            let Some(rest) = line.strip_prefix("pub const ").or_else(|| line.strip_prefix("pub struct ")) else { continue };
+            let name: String = rest.chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
+            declared.push((file, name));
+        }
+    }
+    assert!(declared.len() > 60, "the scan found only {} declarations: {declared:?}", declared.len());
+    let unchecked: Vec<String> = declared
+        .iter()
+        .filter(|(_, name)| !checked.contains(&name.as_str()) && !PROSE_ONLY.iter().any(|(n, _)| n == name))
+        .map(|(file, name)| format!("{file}: {name}"))
+        .collect();
+    assert!(unchecked.is_empty(), "declared in abi/src but checked against no header: {unchecked:?}");
+    for (name, _) in PROSE_ONLY {
+        assert!(declared.iter().any(|(_, n)| n == name), "{name} is no longer declared: drop it from PROSE_ONLY");
+    }
 }

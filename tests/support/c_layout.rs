@@ -245,6 +245,14 @@ impl Checks {
         self.prototypes.push(p);
     }
 
+    /// The Rust name (its last path segment) of every struct and constant checked, and
+    /// every prototype's: what a test compares with all that a crate declares.
+    pub fn names(&self) -> Vec<&str> {
+        let structs = self.structs.iter().map(|s| last_segment(&s.rust));
+        let values = self.values.iter().map(|v| last_segment(&v.rust));
+        structs.chain(values).chain(self.prototypes.iter().map(|p| p.name)).collect()
+    }
+
     /// Runs every check against the pinned headers; panics listing every disagreement.
     /// Returns what was checked, one line per check and header (also printed), or `None`
     /// when the headers are not fetched (outside CI only).

@@ -1,8 +1,9 @@
 //! One forwarder per driver function of `fgpu_abi::prototypes!`:
 //! `raw::cuMemAlloc_v2(dptr, bytesize)` calls the real `cuMemAlloc_v2` with those arguments,
-//! through its prototype in [`proto`], and is `None` when the driver lacks the symbol. The hooks pass their callers' arguments
-//! on through these; `cuda.rs` and `nvml.rs` build the shim's own calls on them. Nothing
-//! else in the shim calls a driver function.
+//! through its prototype in [`proto`] (`fgpu_abi`'s), and is `None` when the driver lacks
+//! the symbol. The hooks pass their callers' arguments on through these; `cuda.rs` and
+//! `nvml.rs` build the shim's own calls on them. Nothing else in the shim calls a driver
+//! function.
 
 // The forwarders pass their own plain parameters into the FFI call's unsafe block.
 #![allow(clippy::macro_metavars_in_unsafe)]
@@ -13,6 +14,7 @@ use crate::abi::cuda::*;
 #[allow(unused_imports)]
 use crate::abi::nvml::*;
 use fgpu_abi::prototypes;
+pub use fgpu_abi::prototypes::proto;
 #[allow(unused_imports)]
 use std::ffi::{c_char, c_float, c_int, c_uint, c_void};
 
@@ -37,14 +39,6 @@ macro_rules! call_real {
 
 macro_rules! forwarders {
     ($( $lib:ident fn $name:ident ( $($arg:ident : $ty:ty),* ) -> $ret:ty ; )*) => {
-        /// The C prototype of each driver function, as a Rust function pointer type.
-        #[allow(non_camel_case_types)]
-        pub mod proto {
-            #[allow(unused_imports)]
-            use super::*;
-            $( pub type $name = unsafe extern "C" fn($($ty),*) -> $ret; )*
-        }
-
         $(
             #[doc = concat!("The real `", stringify!($name), "`; `None` when the driver lacks it.")]
             ///
