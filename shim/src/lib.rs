@@ -35,10 +35,8 @@
 pub use fgpu_abi as abi;
 pub mod accounting;
 pub mod compute;
-pub mod config;
 pub mod driver;
-pub mod fork;
 pub mod hooks;
-pub mod host_pid;
+pub mod process;
 #[cfg(test)]
 mod testing;

@@ -2,9 +2,9 @@
 //! read from made-up environment variables, and an [`Active`] process over both, whose
 //! driver is the fake (`driver/fake.rs`).
 
-use crate::accounting::account::Account;
-use crate::accounting::process::Active;
+use crate::accounting::active::Active;
 use crate::driver::fake::{self, State, FAKE};
+use crate::process::account::Account;
 use fgpu_core::config::{Config, ConfigError, ConfigFile, Sources};
 use fgpu_core::ledger::Ledger;
 use std::collections::HashMap;

@@ -5,12 +5,12 @@
 //! A free takes its record out before the driver frees, so a concurrent allocation that
 //! reuses the address is never mistaken for it.
 
-use super::devices::Dev;
-use super::process::Active;
+use super::active::Active;
 use super::records::allocs::Alloc;
 use crate::abi::cuda::*;
 use crate::driver::instance::driver;
 use crate::driver::seam::CudaDriver;
+use crate::process::devices::Dev;
 use std::ffi::c_void;
 
 /// Bytes reserved in the ledger for a call in flight: given back when dropped unless

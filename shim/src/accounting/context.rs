@@ -7,12 +7,12 @@
 //! usage where its host PID is known, else the device's usage before and after,
 //! `nvml_look.rs`), and it is returned when the context is destroyed.
 
-use super::devices::Dev;
+use super::active::Active;
 use super::nvml_look;
-use super::process::Active;
 use crate::abi::cuda::*;
 use crate::driver::instance::driver;
 use crate::driver::seam::CudaDriver;
+use crate::process::devices::Dev;
 use fgpu_core::log::Level;
 use fgpu_core::log_at;
 

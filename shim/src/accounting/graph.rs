@@ -7,7 +7,7 @@
 //! fact: its launch is not refused, its memory is counted once the call returns, and a
 //! warning says so if that passes the cap. No lock is held across a launch or upload.
 
-use super::process::Active;
+use super::active::Active;
 use super::records::graph_book::graph_needs;
 use crate::abi::cuda::*;
 

@@ -3,8 +3,8 @@
 //! which of them (by which PIDs NVML gives here, `fgpu_core::nvmlpids`). The NVML hooks
 //! (`hooks/nvml/`) write these answers in the caller's layouts.
 
+use super::active::Active;
 use super::nvml_look;
-use super::process::Active;
 use crate::abi::nvml::NvmlDevice;
 use crate::driver::instance::driver;
 use crate::driver::seam::NvmlDriver;

@@ -12,15 +12,13 @@
 //!   arrays), [`context`], [`pool`], [`graph`], [`vmm`], and [`listing`] (what NVML shows
 //!   of the ledger's processes).
 
-pub mod account;
+pub mod active;
 pub mod alloc;
 pub mod context;
-pub mod devices;
 pub mod graph;
 pub mod listing;
 pub mod nvml_look;
 pub mod pool;
-pub mod process;
 pub mod records;
 pub mod vmm;
 

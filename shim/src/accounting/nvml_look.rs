@@ -1,11 +1,11 @@
 //! What NVML's compute list says of this process: which PIDs NVML gives here (looked at
 //! while it is not known, `host_pid.rs`), and how much memory a context just created takes.
 
-use super::account::Account;
-use super::devices::Dev;
 use crate::abi::nvml::NvmlDevice;
 use crate::driver::instance::driver;
 use crate::driver::seam::NvmlDriver;
+use crate::process::account::Account;
+use crate::process::devices::Dev;
 use fgpu_core::ledger::{DeviceId, SlotId, Snapshot};
 use fgpu_core::nvmlpids::{Entry, Look, Member, Own, Verdict};
 

@@ -5,7 +5,7 @@
 //! (`records/pools.rs`). No lock is held across the allocation itself: streams of one
 //! process allocate in parallel.
 
-use super::process::Active;
+use super::active::Active;
 use crate::abi::cuda::*;
 use crate::driver::instance::driver;
 use crate::driver::seam::CudaDriver;

@@ -4,9 +4,9 @@
 //! registered with, over every combination of the process's cap, the ledger's and the
 //! device's size. The ledger's own figures are the ground truth.
 
-use super::devices::Dev;
-use super::process::Active;
+use super::active::Active;
 use crate::abi::cuda::*;
+use crate::process::devices::Dev;
 use crate::testing::{Process, GIB, MIB};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, Ordering};

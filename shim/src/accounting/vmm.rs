@@ -6,7 +6,7 @@
 //! table: what it did is recorded once it has answered, so threads map and unmap in
 //! parallel.
 
-use super::process::Active;
+use super::active::Active;
 use crate::abi::cuda::*;
 
 impl Active {

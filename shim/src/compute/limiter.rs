@@ -6,11 +6,12 @@
 use super::chunks::{Registry, Settled};
 use super::share::DevShare;
 use crate::abi::cuda::CUdevice;
-use crate::accounting::account::Account;
-use crate::accounting::devices::{Dev, MAX_ORDINALS};
-use crate::accounting::process::{self, Active, Mode};
+use crate::accounting::active::Active;
 use crate::driver::instance::driver;
 use crate::driver::seam::relaxed;
+use crate::process::account::Account;
+use crate::process::devices::{Dev, MAX_ORDINALS};
+use crate::process::{self, Mode};
 use fgpu_core::ledger::SlotId;
 use fgpu_core::log::monotonic_ns;
 use parking_lot::Mutex;
@@ -78,7 +79,7 @@ fn build() -> Option<&'static Limiter> {
         }
     };
     let slot = active.account().slot()?;
-    crate::fork::on_child(after_fork_in_child);
+    crate::process::fork::on_child(after_fork_in_child);
     let limiter: &'static Limiter = Box::leak(Box::new(Limiter {
         active,
         account: active.account(),

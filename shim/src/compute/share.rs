@@ -5,8 +5,8 @@
 //! `fgpu_core::compute`).
 
 use crate::abi::cuda::CUdevice;
-use crate::accounting::account::Account;
-use crate::accounting::devices::Dev;
+use crate::process::account::Account;
+use crate::process::devices::Dev;
 use fgpu_core::compute::{self as policy, admit_threshold, charge_keeping_rest, format_share, overdrawn, Carry};
 use fgpu_core::ledger::{DeviceId, Ledger, SlotId};
 use fgpu_core::log::Level;

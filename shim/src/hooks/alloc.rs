@@ -5,8 +5,8 @@
 //! the caller's arguments and the driver's answer.
 
 use crate::abi::cuda::*;
-use crate::accounting::process::{self, Mode};
 use crate::driver::raw;
+use crate::process::{self, Mode};
 use std::ffi::c_uint;
 
 /// A counted allocation on the current device (`Active::counted_alloc`): `allocate`

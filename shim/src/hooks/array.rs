@@ -4,8 +4,8 @@
 //! (CUDA 11.6+; older drivers keep the computed size).
 
 use crate::abi::cuda::*;
-use crate::accounting::process::{self, Mode};
 use crate::driver::raw;
+use crate::process::{self, Mode};
 use std::ffi::{c_uint, c_void};
 
 /// Bytes of one level of an array: width x max(height,1) x max(depth,1) x channels x element.

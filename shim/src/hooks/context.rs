@@ -4,8 +4,8 @@
 //! first, so that it never touches its markers in them again.
 
 use crate::abi::cuda::*;
-use crate::accounting::process::{self, Mode};
 use crate::driver::raw;
+use crate::process::{self, Mode};
 use std::ffi::{c_int, c_uint, c_void};
 
 /// Shared body of the `cuCtxCreate` variants.

@@ -23,8 +23,8 @@
 //! warning says so if that passes the cap.
 
 use crate::abi::cuda::*;
-use crate::accounting::process::{self, Mode};
 use crate::driver::raw;
+use crate::process::{self, Mode};
 use std::ffi::c_char;
 
 /// A launch or upload of `exec`.

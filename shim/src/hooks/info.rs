@@ -3,8 +3,8 @@
 //! than it is), and free memory as what is left of it (never more than the device really has).
 
 use crate::abi::cuda::*;
-use crate::accounting::process::{self, Mode};
 use crate::driver::raw;
+use crate::process::{self, Mode};
 use std::ffi::c_uint;
 
 /// Runs the real `cuMemGetInfo` and rewrites its answer.

@@ -6,8 +6,8 @@
 //! device's usage before and after the load is.
 
 use crate::abi::cuda::*;
-use crate::accounting::process::{self, Mode};
 use crate::driver::raw;
+use crate::process::{self, Mode};
 use std::ffi::{c_char, c_uint, c_void};
 
 /// Runs a load, then counts what it took (`accounting/records/untracked.rs`).

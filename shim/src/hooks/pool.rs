@@ -18,8 +18,8 @@
 //! `accounting/records/pools.rs`).
 
 use crate::abi::cuda::*;
-use crate::accounting::process::{self, Mode};
 use crate::driver::raw;
+use crate::process::{self, Mode};
 
 /// Shared body of the stream-ordered allocations. `pool` is `None` for the device's current pool.
 fn pool_alloc(bytesize: usize, pool: Option<CUmemoryPool>, real: impl FnOnce() -> CUresult) -> CUresult {

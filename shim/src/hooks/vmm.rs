@@ -5,8 +5,8 @@
 //! are not device memory.
 
 use crate::abi::cuda::*;
-use crate::accounting::process::{self, Mode};
 use crate::driver::raw;
+use crate::process::{self, Mode};
 
 /// # Safety
 /// `cuMemCreate` contract: `handle` writable, `prop` readable.

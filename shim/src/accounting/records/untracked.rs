@@ -28,12 +28,12 @@
 //! says so, with the remedy.
 
 use crate::abi::cuda::{CUdevice, CUresult, CUDA_SUCCESS};
-use crate::accounting::account::Account;
-use crate::accounting::devices::Dev;
 use crate::accounting::nvml_look;
 use crate::accounting::records::contexts::Contexts;
 use crate::driver::instance::driver;
 use crate::driver::seam::NvmlDriver;
+use crate::process::account::Account;
+use crate::process::devices::Dev;
 use fgpu_core::ledger::SlotId;
 use fgpu_core::log::{self, Level};
 use fgpu_core::log_at;

@@ -5,9 +5,10 @@
 //! empty.
 
 use crate::abi::nvml::*;
+use crate::accounting::active::Active;
 use crate::accounting::listing::Keyed;
-use crate::accounting::process::{self, Active, Mode};
 use crate::driver::raw;
+use crate::process::{self, Mode};
 use std::ffi::c_uint;
 
 /// The driver's whole list, read into our own buffer: a size query, then the call, again

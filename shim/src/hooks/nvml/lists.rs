@@ -5,10 +5,10 @@
 
 use crate::abi::nvml::*;
 use crate::accounting::listing::{ledger_processes, Keyed, Listed};
-use crate::accounting::process::{self, Mode};
 use crate::driver::instance::driver;
 use crate::driver::raw;
 use crate::driver::seam::NvmlDriver;
+use crate::process::{self, Mode};
 use std::ffi::c_uint;
 
 #[derive(Clone, Copy, PartialEq)]

@@ -4,8 +4,8 @@
 //! not the container, so total = used + free holds in both layouts.
 
 use crate::abi::nvml::*;
-use crate::accounting::process::{self, Mode};
 use crate::driver::raw;
+use crate::process::{self, Mode};
 
 /// How a memory answer from the driver is to be rewritten.
 enum MemoryAnswer {

@@ -3,10 +3,10 @@
 //! cap, giving back, settling a reservation to what the driver took.
 
 use super::devices::{self, Dev, Devices};
+use super::nvml_pid::HostPid;
 use crate::abi::cuda::*;
 use crate::driver::instance::driver;
 use crate::driver::seam::CudaDriver;
-use crate::host_pid::HostPid;
 use fgpu_core::config::Config;
 use fgpu_core::ledger::{Ledger, SlotId};
 use fgpu_core::limit::format_bytes;

@@ -5,22 +5,19 @@
 //! kind of memory). The flows that change the records are `impl Active` blocks of their
 //! own files (`alloc.rs`, `context.rs`, `pool.rs`, `graph.rs`, `vmm.rs`, `listing.rs`).
 
-use super::account::Account;
-use super::devices::Dev;
-use super::records::allocs::AllocMap;
-use super::records::arrays::Arrays;
-use super::records::contexts::Contexts;
-use super::records::graph_book::GraphBook;
-use super::records::pools::Pools;
-use super::records::untracked::Untracked;
-use super::records::vmm_handles::VmmHandles;
-use crate::abi::cuda::*;
+pub mod account;
+pub mod config;
+pub mod devices;
+pub mod fork;
+pub mod nvml_pid;
+
+use crate::accounting::active::Active;
 use crate::driver::instance::driver;
 use crate::driver::seam::NvmlDriver;
+use account::Account;
 use fgpu_core::ledger::Ledger;
 use fgpu_core::log::{self, Level};
 use fgpu_core::log_at;
-use fgpu_core::view::MemoryView;
 use parking_lot::Mutex;
 use std::ptr::null_mut;
 use std::sync::atomic::{AtomicI32, AtomicPtr, Ordering};
@@ -34,20 +31,6 @@ pub enum Mode {
     On(Active),
     /// The configuration or the ledger is broken: device memory is refused (fail closed).
     Closed(String),
-}
-
-/// A capped process: its account in the ledger, and what it has counted there, one record
-/// per kind of memory, each behind its own lock.
-pub struct Active {
-    pub(super) account: Account,
-    /// Live allocations by device pointer (`cuMemAlloc*`).
-    pub(super) allocs: AllocMap,
-    pub(super) arrays: Arrays,
-    pub(super) contexts: Contexts,
-    pub(super) pools: Pools,
-    pub(super) graphs: GraphBook,
-    pub(super) vmm: VmmHandles,
-    pub(super) untracked: Untracked,
 }
 
 static MODE: AtomicPtr<Mode> = AtomicPtr::new(null_mut());
@@ -77,16 +60,16 @@ fn init_slow() -> &'static Mode {
     }
     let mode: &'static Mode = Box::leak(Box::new(build()));
     if let Mode::On(active) = mode {
-        LEDGER_FD.store(active.account.ledger.raw_fd(), Ordering::Relaxed);
-        LEDGER_MAP.store(active.account.ledger.mapping().0, Ordering::Relaxed);
+        LEDGER_FD.store(active.account().ledger.raw_fd(), Ordering::Relaxed);
+        LEDGER_MAP.store(active.account().ledger.mapping().0, Ordering::Relaxed);
     }
-    crate::fork::on_child(after_fork_in_child);
+    fork::on_child(after_fork_in_child);
     MODE.store(mode as *const Mode as *mut Mode, Ordering::Release);
     mode
 }
 
 fn build() -> Mode {
-    let config = match crate::config::load() {
+    let config = match config::load() {
         Ok(config) => config,
         Err(e) => {
             let message = format!("{e}; GPU memory allocations in this process are refused until this is fixed");
@@ -130,7 +113,7 @@ fn nvml_still_lists(dead: &fgpu_core::ledger::DeadProcess) -> bool {
     use fgpu_core::nvmlpids::NvmlPids;
     let Mode::On(active) = mode() else { return false };
     let same_ns = dead.pidns == fgpu_core::pidns::own_pidns();
-    let behaviour = if fgpu_core::pidns::in_host_pidns() { NvmlPids::HostNamespace } else { active.account.host_pid.behaviour() };
+    let behaviour = if fgpu_core::pidns::in_host_pidns() { NvmlPids::HostNamespace } else { active.account().host_pid.behaviour() };
     let pid = match behaviour {
         NvmlPids::HostNamespace if same_ns => dead.pid,
         NvmlPids::HostNamespace | NvmlPids::Host if dead.host_pid != 0 => dead.host_pid,
@@ -167,86 +150,5 @@ fn after_fork_in_child() {
     if INIT.is_locked() {
         // SAFETY: the thread that held INIT does not exist in the child; nobody will unlock it.
         unsafe { INIT.force_unlock() };
-    }
-}
-
-impl Active {
-    pub fn new(account: Account) -> Active {
-        Active {
-            account,
-            allocs: AllocMap::default(),
-            arrays: Arrays::default(),
-            contexts: Contexts::default(),
-            pools: Pools::default(),
-            graphs: GraphBook::default(),
-            vmm: VmmHandles::default(),
-            untracked: Untracked::default(),
-        }
-    }
-
-    /// This process's account in its ledger.
-    pub fn account(&self) -> &Account {
-        &self.account
-    }
-
-    /// Reserves `bytes` on `dev` against the cap before the driver is asked; what NVML
-    /// shows this process holding beyond its count is counted first (`untracked.rs`).
-    pub fn reserve(&self, dev: &Dev, bytes: u64, call: &str) -> Result<(), CUresult> {
-        let slot = self.account.slot().ok_or(CUDA_ERROR_OUT_OF_MEMORY)?;
-        self.untracked.before_reserving(&self.account, &self.contexts, bytes);
-        self.account.reserve_in_ledger(slot, dev, bytes, call)
-    }
-
-    /// Counts, at most every half second, what NVML shows this process holding beyond the
-    /// ledger's count (`untracked.rs`).
-    pub fn count_untracked(&self) {
-        self.untracked.count(&self.account, &self.contexts);
-    }
-
-    /// Runs a module or library load through `load` and counts what it took
-    /// (`records/untracked.rs`).
-    pub fn around_load(&self, load: impl FnOnce() -> CUresult) -> CUresult {
-        self.untracked.around_load(&self.account, &self.contexts, load)
-    }
-
-    /// The (free, total) a program is told of `dev` (`fgpu_core::view`), given the driver's
-    /// real free memory.
-    pub fn memory_view(&self, dev: &Dev, real_free: u64) -> (u64, u64) {
-        // A process that died must be gone from `used` at once (the driver freed its memory).
-        self.account.ledger.reclaim_dead(self.account.slot_if_joined());
-        self.count_untracked();
-        let used = self.account.container_used(dev);
-        let view = MemoryView { cap: dev.limit, total: dev.shown };
-        (view.free(used, Some(real_free)), view.total)
-    }
-
-    /// The handles of the contexts this process made with `cuCtxCreate*`.
-    pub fn created_contexts(&self) -> Vec<usize> {
-        self.contexts.created_handles()
-    }
-
-    /// The PID NVML's utilisation samples name this process by, once known (the compute
-    /// sampler's). While it is not, a look at NVML's lists is taken now and then.
-    /// Where the driver gives PIDs as this namespace sees them, a process of the ledger that
-    /// this namespace cannot see keeps its raw host PID in the samples: if that equals this
-    /// process's PID, the samples under it could be either's, and none is taken as this
-    /// process's (its events measure it instead).
-    pub fn sampled_pid(&self) -> Option<u32> {
-        let account = &self.account;
-        if account.slot_if_joined().is_some() {
-            let _ = account.own_host_pid();
-        }
-        if account.host_pid.needs_a_look() {
-            self.count_untracked();
-        }
-        let pid = account.host_pid.nvml_pid()?;
-        if account.host_pid.behaviour().lists_in_caller_namespace() {
-            let own = account.slot_if_joined();
-            let snapshot = account.ledger.snapshot(own);
-            if snapshot.processes.iter().any(|p| p.alive && Some(p.slot) != own && p.pid_here.is_none() && p.host_pid == Some(pid)) {
-                return None;
-            }
-        }
-        Some(pid)
     }
 }
