@@ -31,8 +31,7 @@
 // driver, never dereferenced by fgpu; functions taking them need not be `unsafe`.
 #![allow(clippy::not_unsafe_ptr_arg_deref)]
 
-/// The C types of CUDA and NVML and the driver's prototypes (the `fgpu-abi` crate).
-pub use fgpu_abi as abi;
+pub mod abi;
 pub mod accounting;
 pub mod compute;
 pub mod driver;
