@@ -1,5 +1,6 @@
 //! A capped process's accounting ([`Active`]): its account in the ledger
-//! (`crate::process`) and what it has counted there, one record per kind of memory. The
+//! (`crate::process::account`) and what it has counted there, one record per kind of
+//! memory. The
 //! flows that change the records are `impl Active` blocks of their own files (`alloc.rs`,
 //! `context.rs`, `pool.rs`, `graph.rs`, `vmm.rs`, `listing.rs`).
 
@@ -18,7 +19,7 @@ use fgpu_core::view::MemoryView;
 /// A capped process: its account in the ledger, and what it has counted there, one record
 /// per kind of memory, each behind its own lock.
 pub struct Active {
-    pub(super) account: Account,
+    pub(super) account: &'static Account,
     /// Live allocations by device pointer (`cuMemAlloc*`).
     pub(super) allocs: AllocMap,
     pub(super) arrays: Arrays,
@@ -30,7 +31,7 @@ pub struct Active {
 }
 
 impl Active {
-    pub fn new(account: Account) -> Active {
+    pub fn new(account: &'static Account) -> Active {
         Active {
             account,
             allocs: AllocMap::default(),
@@ -44,35 +45,35 @@ impl Active {
     }
 
     /// This process's account in its ledger.
-    pub fn account(&self) -> &Account {
-        &self.account
+    pub fn account(&self) -> &'static Account {
+        self.account
     }
 
     /// Reserves `bytes` on `dev` against the cap before the driver is asked; what NVML
     /// shows this process holding beyond its count is counted first (`untracked.rs`).
     pub fn reserve(&self, dev: &Dev, bytes: u64, call: &str) -> Result<(), CUresult> {
         let slot = self.account.slot().ok_or(CUDA_ERROR_OUT_OF_MEMORY)?;
-        self.untracked.before_reserving(&self.account, &self.contexts, bytes);
+        self.untracked.before_reserving(self.account, &self.contexts, bytes);
         self.account.reserve_in_ledger(slot, dev, bytes, call)
     }
 
     /// Counts, at most every half second, what NVML shows this process holding beyond the
     /// ledger's count (`untracked.rs`).
     pub fn count_untracked(&self) {
-        self.untracked.count(&self.account, &self.contexts);
+        self.untracked.count(self.account, &self.contexts);
     }
 
     /// Runs a module or library load through `load` and counts what it took
     /// (`records/untracked.rs`).
     pub fn around_load(&self, load: impl FnOnce() -> CUresult) -> CUresult {
-        self.untracked.around_load(&self.account, &self.contexts, load)
+        self.untracked.around_load(self.account, &self.contexts, load)
     }
 
     /// The (free, total) a program is told of `dev` (`fgpu_core::view`), given the driver's
     /// real free memory.
     pub fn memory_view(&self, dev: &Dev, real_free: u64) -> (u64, u64) {
         // A process that died must be gone from `used` at once (the driver freed its memory).
-        self.account.ledger.reclaim_dead(self.account.slot_if_joined());
+        self.account.ledger().reclaim_dead(self.account.slot_if_joined());
         self.count_untracked();
         let used = self.account.container_used(dev);
         let view = MemoryView { cap: dev.limit, total: dev.shown };
@@ -82,30 +83,5 @@ impl Active {
     /// The handles of the contexts this process made with `cuCtxCreate*`.
     pub fn created_contexts(&self) -> Vec<usize> {
         self.contexts.created_handles()
-    }
-
-    /// The PID NVML's utilisation samples name this process by, once known (the compute
-    /// sampler's). While it is not, a look at NVML's lists is taken now and then.
-    /// Where the driver gives PIDs as this namespace sees them, a process of the ledger that
-    /// this namespace cannot see keeps its raw host PID in the samples: if that equals this
-    /// process's PID, the samples under it could be either's, and none is taken as this
-    /// process's (its events measure it instead).
-    pub fn sampled_pid(&self) -> Option<u32> {
-        let account = &self.account;
-        if account.slot_if_joined().is_some() {
-            let _ = account.own_host_pid();
-        }
-        if account.host_pid.needs_a_look() {
-            self.count_untracked();
-        }
-        let pid = account.host_pid.nvml_pid()?;
-        if account.host_pid.behaviour().lists_in_caller_namespace() {
-            let own = account.slot_if_joined();
-            let snapshot = account.ledger.snapshot(own);
-            if snapshot.processes.iter().any(|p| p.alive && Some(p.slot) != own && p.pid_here.is_none() && p.host_pid == Some(pid)) {
-                return None;
-            }
-        }
-        Some(pid)
     }
 }

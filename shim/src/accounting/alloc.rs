@@ -87,7 +87,7 @@ impl Active {
                     self.account.release(dev, alloc.bytes);
                 }
             }
-            (CUDA_SUCCESS, None) => self.pools.refresh(&self.account),
+            (CUDA_SUCCESS, None) => self.pools.refresh(self.account),
             (_, Some(alloc)) => self.allocs.insert(ptr, alloc),
             (_, None) => {}
         }

@@ -22,7 +22,7 @@ const MAX_PLAUSIBLE: u64 = 16 << 30;
 
 impl Active {
     fn context_estimate(&self, dev: &Dev) -> u64 {
-        match self.account.ledger.context_hint(dev.id) {
+        match self.account.ledger().context_hint(dev.id) {
             0 => FIRST_ESTIMATE,
             hint => hint,
         }
@@ -34,16 +34,16 @@ impl Active {
             let estimate = self.context_estimate(dev);
             let reservation = self.reservation(dev, estimate, call)?;
             fgpu_core::crash_point!("context.reserved");
-            let before = nvml_look::before_context(&self.account, dev);
+            let before = nvml_look::before_context(self.account, dev);
             let rc = create();
             fgpu_core::crash_point!("context.created");
             if rc != CUDA_SUCCESS {
                 return Err(rc);
             }
-            let measured = nvml_look::context_size(&self.account, dev, estimate, before).filter(|m| *m > 0 && *m <= MAX_PLAUSIBLE);
+            let measured = nvml_look::context_size(self.account, dev, estimate, before).filter(|m| *m > 0 && *m <= MAX_PLAUSIBLE);
             let actual = measured.unwrap_or(estimate);
             if let Some(m) = measured {
-                self.account.ledger.set_context_hint(dev.id, m);
+                self.account.ledger().set_context_hint(dev.id, m);
             }
             log_at!(
                 Level::Debug,
@@ -82,7 +82,7 @@ impl Active {
         if rc == CUDA_SUCCESS {
             if let Some((ordinal, bytes)) = self.contexts.destroyed(ctx) {
                 self.account.forget_context(ordinal, bytes);
-                self.untracked.forget_if_no_context(&self.account, &self.contexts, ordinal);
+                self.untracked.forget_if_no_context(self.account, &self.contexts, ordinal);
             }
         }
         rc
@@ -116,7 +116,7 @@ impl Active {
             if let Some(bytes) = primary.remove(ordinal) {
                 self.account.forget_context(ordinal, bytes);
                 drop(primary);
-                self.untracked.forget_if_no_context(&self.account, &self.contexts, ordinal);
+                self.untracked.forget_if_no_context(self.account, &self.contexts, ordinal);
             }
         }
         rc

@@ -29,7 +29,7 @@ impl Active {
             fgpu_core::crash_point!("pool.reserved");
             let rc = alloc();
             fgpu_core::crash_point!("pool.allocated");
-            self.pools.finish(&self.account, pool, in_flight);
+            self.pools.finish(self.account, pool, in_flight);
             rc
         })
     }
@@ -38,8 +38,8 @@ impl Active {
     /// graph pool is read again, and (at most every half second) NVML's figure for this
     /// process compared with its count.
     pub fn after_sync(&self) {
-        self.pools.refresh(&self.account);
-        self.graphs.refresh(&self.account);
+        self.pools.refresh(self.account);
+        self.graphs.refresh(self.account);
         self.count_untracked();
     }
 

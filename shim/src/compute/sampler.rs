@@ -91,7 +91,7 @@ fn tick(limiter: &'static Limiter) {
 fn revoke_if_overdrawn(limiter: &Limiter) {
     let now = monotonic_ns();
     for share in limiter.shares() {
-        if share.overdrawn(&limiter.account.ledger, now) {
+        if share.overdrawn(limiter.ledger(), now) {
             limiter.registry.lock().revoke_open(share.ordinal);
         }
     }
@@ -101,7 +101,7 @@ fn revoke_if_overdrawn(limiter: &Limiter) {
 /// where the driver gives PIDs as its namespace sees them, its host PID where the driver
 /// gives host PIDs).
 fn host_pid(limiter: &Limiter) -> Option<u32> {
-    limiter.active.sampled_pid()
+    limiter.account.sampled_pid()
 }
 
 /// Asks NVML about one device when due; charges and records what it measured.
@@ -119,7 +119,7 @@ fn poll(limiter: &Limiter, share: &DevShare, now: u64) {
     };
     let Some((handle, after)) = ask else {
         // Events measure (or it is not time yet): the display window still moves.
-        limiter.account.ledger.compute_record(limiter.slot, share.id, 0, now);
+        limiter.ledger().compute_record(limiter.slot, share.id, 0, now);
         return;
     };
     let answer = driver().nvml_process_samples(handle as NvmlDevice, after);
@@ -166,8 +166,8 @@ fn poll(limiter: &Limiter, share: &DevShare, now: u64) {
         state.next_poll = expected.max(now + NVML_RETRY_NS);
         used
     };
-    share.charge(&limiter.account.ledger, used, now);
-    limiter.account.ledger.compute_record(limiter.slot, share.id, used, now);
+    share.charge(limiter.ledger(), used, now);
+    limiter.ledger().compute_record(limiter.slot, share.id, used, now);
 }
 
 /// Sets NVML up for a device if this process's host PID is known.

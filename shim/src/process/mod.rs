@@ -1,70 +1,77 @@
-//! This process under fgpu: whether it is capped ([`Mode`]), built on the first CUDA or
-//! NVML call that needs it (never in a constructor, so a process that does not use the GPU
-//! never reads a file or creates one), started over in a forked child, and, when capped,
-//! everything it has counted ([`Active`]: its account in the ledger and one record per
-//! kind of memory). The flows that change the records are `impl Active` blocks of their
-//! own files (`alloc.rs`, `context.rs`, `pool.rs`, `graph.rs`, `vmm.rs`, `listing.rs`).
+//! This process under fgpu, the layer under the accounting and the compute limiter: its
+//! mode ([`Mode`]: capped, not, or closed by a broken configuration), decided once from
+//! the configuration and the ledger and built on the first call that needs it
+//! (`lifecycle.rs`, which also starts it over in a forked child), and, when capped, its
+//! account in the ledger ([`Account`]: the configuration, the ledger, the slot, the
+//! devices and the PIDs NVML knows it by). The layers above read it through functions.
+//!
+//! * [`lifecycle`]: built once, leaked, forgotten in a forked child ([`PerProcess`]).
+//! * [`fork`]: the one fork handler, in which each [`PerProcess`] is forgotten.
+//! * [`config`]: the configuration as the shim takes it.
+//! * [`account`]: the account, and the moves of its count in the ledger.
+//! * [`devices`]: the devices used, registered on first use.
+//! * [`nvml_pid`]: which PID NVML knows this process by.
 
 pub mod account;
 pub mod config;
 pub mod devices;
 pub mod fork;
+pub mod lifecycle;
 pub mod nvml_pid;
 
-use crate::accounting::active::Active;
 use crate::driver::instance::driver;
 use crate::driver::seam::NvmlDriver;
 use account::Account;
 use fgpu_core::ledger::Ledger;
 use fgpu_core::log::{self, Level};
 use fgpu_core::log_at;
-use parking_lot::Mutex;
+use lifecycle::PerProcess;
 use std::ptr::null_mut;
 use std::sync::atomic::{AtomicI32, AtomicPtr, Ordering};
 
-/// What the shim does in this process (one per process, leaked: the size of `On` is moot).
-#[allow(clippy::large_enum_variant)]
-pub enum Mode {
+/// What the shim does in this process. `On` holds what a capped process carries: here its
+/// [`Account`]; in the accounting's mode (`crate::accounting::mode`), its records too.
+pub enum Mode<On = Account> {
     /// No cap is configured: every call passes straight through.
     Off,
     /// Capped and counted.
-    On(Active),
+    On(On),
     /// The configuration or the ledger is broken: device memory is refused (fail closed).
     Closed(String),
 }
 
-static MODE: AtomicPtr<Mode> = AtomicPtr::new(null_mut());
-static INIT: Mutex<()> = Mutex::new(());
+impl<T: 'static> Mode<T> {
+    /// The same mode, with what a capped process carries made by `on` from this one's.
+    pub fn map<U>(&'static self, on: impl FnOnce(&'static T) -> U) -> Mode<U> {
+        match self {
+            Mode::Off => Mode::Off,
+            Mode::On(carried) => Mode::On(on(carried)),
+            Mode::Closed(why) => Mode::Closed(why.clone()),
+        }
+    }
+}
+
+static MODE: PerProcess<Mode> = PerProcess::new();
 /// The ledger descriptor and segment, so a forked child can drop its inherited copies.
 static LEDGER_FD: AtomicI32 = AtomicI32::new(-1);
 static LEDGER_MAP: AtomicPtr<u8> = AtomicPtr::new(null_mut());
 
-/// The state of this process, built on first use.
+/// The mode of this process, built on first use.
 #[inline]
 pub fn mode() -> &'static Mode {
-    let current = MODE.load(Ordering::Acquire);
-    if !current.is_null() {
-        // SAFETY: MODE only ever holds pointers from Box::leak, never freed.
-        return unsafe { &*current };
+    match MODE.get() {
+        Some(mode) => mode,
+        None => MODE.get_or_build(build_and_note_the_ledger, after_fork_in_child),
     }
-    init_slow()
 }
 
-#[cold]
-fn init_slow() -> &'static Mode {
-    let _guard = INIT.lock();
-    let current = MODE.load(Ordering::Acquire);
-    if !current.is_null() {
-        // SAFETY: as in `mode`.
-        return unsafe { &*current };
+/// [`build`], noting where the ledger's descriptor and segment are for a forked child.
+fn build_and_note_the_ledger() -> Mode {
+    let mode = build();
+    if let Mode::On(account) = &mode {
+        LEDGER_FD.store(account.ledger().raw_fd(), Ordering::Relaxed);
+        LEDGER_MAP.store(account.ledger().mapping().0, Ordering::Relaxed);
     }
-    let mode: &'static Mode = Box::leak(Box::new(build()));
-    if let Mode::On(active) = mode {
-        LEDGER_FD.store(active.account().ledger.raw_fd(), Ordering::Relaxed);
-        LEDGER_MAP.store(active.account().ledger.mapping().0, Ordering::Relaxed);
-    }
-    fork::on_child(after_fork_in_child);
-    MODE.store(mode as *const Mode as *mut Mode, Ordering::Release);
     mode
 }
 
@@ -94,7 +101,7 @@ fn build() -> Mode {
         Ok(ledger) => {
             ledger.set_still_held(Box::new(nvml_still_lists));
             log_at!(Level::Debug, "ledger {} opened", config.ledger.display());
-            Mode::On(Active::new(Account::new(config, ledger)))
+            Mode::On(Account::new(config, ledger))
         }
         Err(e) => {
             let message = format!("{e}; GPU memory allocations in this process are refused until this is fixed");
@@ -111,9 +118,9 @@ fn build() -> Mode {
 /// it was in this namespace (`fgpu_core::nvmlpids`).
 fn nvml_still_lists(dead: &fgpu_core::ledger::DeadProcess) -> bool {
     use fgpu_core::nvmlpids::NvmlPids;
-    let Mode::On(active) = mode() else { return false };
+    let Mode::On(account) = mode() else { return false };
     let same_ns = dead.pidns == fgpu_core::pidns::own_pidns();
-    let behaviour = if fgpu_core::pidns::in_host_pidns() { NvmlPids::HostNamespace } else { active.account().host_pid.behaviour() };
+    let behaviour = if fgpu_core::pidns::in_host_pidns() { NvmlPids::HostNamespace } else { account.host_pid().behaviour() };
     let pid = match behaviour {
         NvmlPids::HostNamespace if same_ns => dead.pid,
         NvmlPids::HostNamespace | NvmlPids::Host if dead.host_pid != 0 => dead.host_pid,
@@ -133,7 +140,7 @@ fn nvml_still_lists(dead: &fgpu_core::ledger::DeadProcess) -> bool {
 /// (either one keeps the parent's liveness lock alive) and start over on the child's first
 /// CUDA call. Only async-signal-safe calls here.
 fn after_fork_in_child() {
-    MODE.store(null_mut(), Ordering::Release);
+    MODE.forget_in_child();
     let fd = LEDGER_FD.swap(-1, Ordering::Relaxed);
     if fd >= 0 {
         // SAFETY: closes the child's copy of the ledger descriptor; the leaked parent state
@@ -146,9 +153,5 @@ fn after_fork_in_child() {
         // call, safe after fork); nothing in the child uses the parent's state (MODE was
         // reset above) and so nothing reads through it again.
         unsafe { libc::shmdt(map.cast()) };
-    }
-    if INIT.is_locked() {
-        // SAFETY: the thread that held INIT does not exist in the child; nobody will unlock it.
-        unsafe { INIT.force_unlock() };
     }
 }
