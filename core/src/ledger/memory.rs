@@ -49,7 +49,8 @@ impl Ledger {
         }
     }
 
-    /// Reserves `bytes` on a device for an allocation, keeping the device's total within
+    /// The ledger's reserve step: reserves `bytes` on a device for an allocation (the
+    /// shim's `Account::take_or_refuse` calls it), keeping the device's total within
     /// `limit` (the smaller of the ledger's cap and the process's own). Served from this
     /// process's credit when it has enough (one compare-and-swap on its own slot); else the
     /// request and a fresh chunk of credit are reserved under the device's refill lock.

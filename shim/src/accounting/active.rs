@@ -49,12 +49,13 @@ impl Active {
         self.account
     }
 
-    /// Reserves `bytes` on `dev` against the cap before the driver is asked; what NVML
-    /// shows this process holding beyond its count is counted first (`untracked.rs`).
-    pub fn reserve(&self, dev: &Dev, bytes: u64, call: &str) -> Result<(), CUresult> {
+    /// The accounting's step before a driver call that takes memory: counts `bytes` on
+    /// `dev` against the cap (through the account, [`Account::take_or_refuse`]), after what
+    /// NVML shows this process holding beyond its count (`untracked.rs`).
+    pub fn count_ahead(&self, dev: &Dev, bytes: u64, call: &str) -> Result<(), CUresult> {
         let slot = self.account.slot().ok_or(CUDA_ERROR_OUT_OF_MEMORY)?;
         self.untracked.before_reserving(self.account, &self.contexts, bytes);
-        self.account.reserve_in_ledger(slot, dev, bytes, call)
+        self.account.take_or_refuse(slot, dev, bytes, call)
     }
 
     /// Counts, at most every half second, what NVML shows this process holding beyond the

@@ -32,7 +32,7 @@ impl Active {
     fn counted_creation(&self, dev: &Dev, call: &str, create: impl FnOnce() -> CUresult) -> Result<u64, CUresult> {
         self.untracked.settling(|| {
             let estimate = self.context_estimate(dev);
-            let reservation = self.reservation(dev, estimate, call)?;
+            let provisional = self.provisional(dev, estimate, call)?;
             fgpu_core::crash_point!("context.reserved");
             let before = nvml_look::before_context(self.account, dev);
             let rc = create();
@@ -52,7 +52,7 @@ impl Active {
                 actual,
                 if measured.is_some() { "measured" } else { "estimated" }
             );
-            reservation.settle(actual);
+            provisional.settle(actual);
             self.account.add_context(dev, actual as i64);
             Ok(actual)
         })

@@ -23,7 +23,7 @@ impl Active {
                 }
                 return rc;
             };
-            let taken = match self.graphs.begin(self.account, needs, call, |dev, growth| self.reserve(dev, growth, call)) {
+            let taken = match self.graphs.begin(self.account, needs, call, |dev, growth| self.count_ahead(dev, growth, call)) {
                 Ok(taken) => taken,
                 Err(rc) => return rc,
             };

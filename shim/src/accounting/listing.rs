@@ -127,7 +127,7 @@ impl Active {
         const LOOK_EVERY_NS: u64 = 200_000_000;
         static LAST_LOOK: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let account = &self.account;
-        let behaviour = account.host_pid().behaviour();
+        let behaviour = account.nvml_pid().behaviour();
         if behaviour != NvmlPids::Unknown {
             return behaviour;
         }
@@ -144,7 +144,7 @@ impl Active {
             self.contexts.holds_on(dev.ordinal).then(|| account.ledger().slot_used(slot, id))
         });
         nvml_look::identify(account, id, &entries, own);
-        account.host_pid().behaviour()
+        account.nvml_pid().behaviour()
     }
 }
 

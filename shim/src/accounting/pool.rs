@@ -22,7 +22,7 @@ impl Active {
             return alloc();
         };
         self.untracked.settling(|| {
-            let in_flight = match self.pools.begin(dev, pool, bytes, |growth| self.reserve(dev, growth, "cuMemAllocAsync")) {
+            let in_flight = match self.pools.begin(dev, pool, bytes, |growth| self.count_ahead(dev, growth, "cuMemAllocAsync")) {
                 Ok(in_flight) => in_flight,
                 Err(rc) => return rc,
             };

@@ -10,7 +10,7 @@
 //! period the process's kernels ran, keyed by the PID NVML knows the process by: its own
 //! PID where the driver gives PIDs as the caller's namespace sees them (current drivers,
 //! and any process in the host's namespace), its host PID where the driver gives host
-//! PIDs (`host_pid.rs` finds out which). Where that PID is known, NVML measures it: every
+//! PIDs (`process/nvml_pid.rs` finds out which). Where that PID is known, NVML measures it: every
 //! chunk's estimate is refunded once NVML has answered for the time the chunk was seen
 //! done, and NVML's figure is charged instead. Where it is not (host PIDs in a container
 //! whose host PID nothing has told yet) or NVML has no per-process samples for the device,
@@ -97,7 +97,7 @@ fn revoke_if_overdrawn(limiter: &Limiter) {
     }
 }
 
-/// The PID NVML's samples name this process by, once known (`host_pid.rs`: its own PID
+/// The PID NVML's samples name this process by, once known (`process/nvml_pid.rs`: its own PID
 /// where the driver gives PIDs as its namespace sees them, its host PID where the driver
 /// gives host PIDs).
 fn host_pid(limiter: &Limiter) -> Option<u32> {

@@ -120,7 +120,7 @@ fn nvml_still_lists(dead: &fgpu_core::ledger::DeadProcess) -> bool {
     use fgpu_core::nvmlpids::NvmlPids;
     let Mode::On(account) = mode() else { return false };
     let same_ns = dead.pidns == fgpu_core::pidns::own_pidns();
-    let behaviour = if fgpu_core::pidns::in_host_pidns() { NvmlPids::HostNamespace } else { account.host_pid().behaviour() };
+    let behaviour = if fgpu_core::pidns::in_host_pidns() { NvmlPids::HostNamespace } else { account.nvml_pid().behaviour() };
     let pid = match behaviour {
         NvmlPids::HostNamespace if same_ns => dead.pid,
         NvmlPids::HostNamespace | NvmlPids::Host if dead.host_pid != 0 => dead.host_pid,
