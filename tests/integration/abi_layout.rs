@@ -16,32 +16,9 @@ use fgpu_tests::c_layout::{
     Header::{Cuda, Nvml},
     Prototype,
 };
-use fgpu_tests::{c_struct, c_struct_shape, c_value};
+use fgpu_tests::{c_struct, c_value};
 
 use fgpu_abi::{cuda, nvml};
-
-c_struct_shape!(
-    cuda::CUuuid,
-    cuda::CUmemAllocationProp,
-    cuda::CudaArrayDescriptor,
-    cuda::CudaArrayDescriptorV1,
-    cuda::CudaArray3dDescriptor,
-    cuda::CudaArray3dDescriptorV1,
-    cuda::CudaArrayMemoryRequirements,
-    cuda::CudaMemAllocNodeParams,
-    cuda::CudaGraphInstantiateParams,
-    cuda::CUlaunchConfig,
-    nvml::NvmlMemory,
-    nvml::NvmlMemoryV2,
-    nvml::NvmlProcessInfoV1,
-    nvml::NvmlProcessInfoV2,
-    nvml::NvmlProcessUtilizationSample,
-    nvml::NvmlProcessDetailList,
-    nvml::NvmlProcessesUtilizationInfo,
-    nvml::NvmlEncoderSessionInfo,
-    nvml::NvmlFbcSessionInfo,
-    nvml::NvmlAccountingStatsV2,
-);
 
 /// The header whose `nvmlProcessInfo_t` was the 32-byte layout (drivers 535.43 to 535.86).
 const NVML_12_2: &str = "nvidia-nvml-dev-cu12==12.2.81";

@@ -559,6 +559,31 @@ macro_rules! c_struct_shape {
     )* };
 }
 
+// The structs of `fgpu-abi` that its prototypes point to (implemented here, beside the
+// trait: the layout test is a crate of its own, and the structs are another's).
+c_struct_shape!(
+    fgpu_abi::cuda::CUuuid,
+    fgpu_abi::cuda::CUmemAllocationProp,
+    fgpu_abi::cuda::CudaArrayDescriptor,
+    fgpu_abi::cuda::CudaArrayDescriptorV1,
+    fgpu_abi::cuda::CudaArray3dDescriptor,
+    fgpu_abi::cuda::CudaArray3dDescriptorV1,
+    fgpu_abi::cuda::CudaArrayMemoryRequirements,
+    fgpu_abi::cuda::CudaMemAllocNodeParams,
+    fgpu_abi::cuda::CudaGraphInstantiateParams,
+    fgpu_abi::cuda::CUlaunchConfig,
+    fgpu_abi::nvml::NvmlMemory,
+    fgpu_abi::nvml::NvmlMemoryV2,
+    fgpu_abi::nvml::NvmlProcessInfoV1,
+    fgpu_abi::nvml::NvmlProcessInfoV2,
+    fgpu_abi::nvml::NvmlProcessUtilizationSample,
+    fgpu_abi::nvml::NvmlProcessDetailList,
+    fgpu_abi::nvml::NvmlProcessesUtilizationInfo,
+    fgpu_abi::nvml::NvmlEncoderSessionInfo,
+    fgpu_abi::nvml::NvmlFbcSessionInfo,
+    fgpu_abi::nvml::NvmlAccountingStatsV2,
+);
+
 /// A C function as a Rust declaration types it, to be checked against the headers.
 #[derive(Clone, Debug)]
 pub struct Prototype {

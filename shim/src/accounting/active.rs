@@ -52,6 +52,7 @@ impl Active {
     /// The accounting's step before a driver call that takes memory: counts `bytes` on
     /// `dev` against the cap (through the account, [`Account::take_or_refuse`]), after what
     /// NVML shows this process holding beyond its count (`untracked.rs`).
+    #[inline]
     pub fn count_ahead(&self, dev: &Dev, bytes: u64, call: &str) -> Result<(), CUresult> {
         let slot = self.account.slot().ok_or(CUDA_ERROR_OUT_OF_MEMORY)?;
         self.untracked.before_reserving(self.account, &self.contexts, bytes);

@@ -46,6 +46,7 @@ impl Drop for Provisional<'_> {
 impl Active {
     /// Counts `bytes` on `dev` ahead of a driver call ([`Active::count_ahead`]), given back
     /// unless settled.
+    #[inline]
     pub fn provisional<'a>(&'a self, dev: &'a Dev, bytes: u64, call: &str) -> Result<Provisional<'a>, CUresult> {
         self.count_ahead(dev, bytes, call)?;
         Ok(Provisional { active: self, dev, bytes })
@@ -53,6 +54,7 @@ impl Active {
 
     /// Reserves `bytes` on `dev`, runs `allocate` (the driver's result and, on success, the
     /// pointer and the bytes actually taken), and records the allocation.
+    #[inline]
     pub fn counted_alloc(&self, dev: &Dev, call: &str, bytes: u64, allocate: impl FnOnce() -> (CUresult, u64, u64)) -> CUresult {
         let provisional = match self.provisional(dev, bytes, call) {
             Ok(provisional) => provisional,
@@ -80,6 +82,7 @@ impl Active {
 
     /// Frees through `free`, then gives back what the allocation held. A free of memory
     /// no counted call made (a stream-ordered allocation's) re-reads the pools instead.
+    #[inline]
     pub fn counted_free(&self, ptr: u64, free: impl FnOnce() -> CUresult) -> CUresult {
         let record = self.allocs.remove(ptr);
         let rc = free();
