@@ -11,8 +11,8 @@
 //! * [`resolve`]: opening a path another process named, inside that process's root.
 //! * [`view`]: what a process sees of a device: the cap it is held to, total and free.
 //! * [`sys`]: every system call the crate makes, as safe functions. Unsafe code is allowed
-//!   only there, in the ledger's mapping of its shared memory (`ledger/mod.rs`,
-//!   `ledger/store.rs`) and in its byte-range locks (`ledger/lock.rs`).
+//!   only there, in the ledger's mapping of its shared memory (`ledger/store.rs`) and in
+//!   its byte-range locks (`ledger/lock.rs`).
 
 #![deny(unsafe_code)]
 
@@ -28,7 +28,6 @@ macro_rules! crash_point {
     ($name:literal) => {};
 }
 pub mod hostpid;
-#[allow(unsafe_code)]
 pub mod ledger;
 pub mod limit;
 pub mod log;

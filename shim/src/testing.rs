@@ -2,13 +2,14 @@
 //! read from made-up environment variables, and an [`Active`] process over both, whose
 //! driver is the fake (`driver/fake.rs`).
 
-use crate::accounting::account::Account;
-use crate::accounting::process::Active;
+use crate::accounting::active::Active;
 use crate::driver::fake::{self, State, FAKE};
+use crate::process::account::Account;
 use fgpu_core::config::{Config, ConfigError, ConfigFile, Sources};
 use fgpu_core::ledger::Ledger;
 use std::collections::HashMap;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::MutexGuard;
 
 pub const GIB: u64 = 1 << 30;
@@ -16,12 +17,17 @@ pub const MIB: u64 = 1 << 20;
 /// The UUID of the fake's device 0.
 pub const UUID: [u8; 16] = [0x5a; 16];
 
-/// A directory of one test's own, removed when it ends (pass or fail).
+/// A directory of one test's own, removed when it ends (pass or fail). Each has a path of
+/// its own, never used again by the test binary: the ledgers of earlier ones stay open
+/// ([`account`]), and a ledger whose path names a new lock file while its members live on
+/// is joined by design (`fgpu_core::ledger::store`).
 pub struct TempDir(pub PathBuf);
 
 impl TempDir {
     pub fn new(name: &str) -> TempDir {
-        let dir = std::env::temp_dir().join(format!("fgpu-shim-test-{}-{name}", std::process::id()));
+        static MADE: AtomicUsize = AtomicUsize::new(0);
+        let n = MADE.fetch_add(1, Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("fgpu-shim-test-{}-{name}-{n}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         TempDir(dir)
@@ -76,10 +82,13 @@ impl Process {
     }
 }
 
-fn account(dir: &TempDir, vars: &[(&str, &str)]) -> Account {
+/// An account under `vars` in the ledger of `dir`, leaked as the shim's own is (an
+/// [`Active`] holds its account for good): its ledger stays open until the test binary
+/// exits, which changes nothing for a test, each having a directory and ledger of its own.
+fn account(dir: &TempDir, vars: &[(&str, &str)]) -> &'static Account {
     let mut env: HashMap<String, String> = vars.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
     env.insert("FGPU_LEDGER".into(), dir.ledger().display().to_string());
     let config = Config::from_sources(&Env(env)).expect("the test's configuration");
     let ledger = Ledger::open(&config.ledger, config.ledger_sharing).expect("the test's ledger");
-    Account::new(config, ledger)
+    Box::leak(Box::new(Account::new(config, ledger)))
 }

@@ -1,61 +1,29 @@
-//! The shim's C types and constants (`shim/src/abi/`) against NVIDIA's `cuda.h` and
+//! The C types and constants of the `fgpu-abi` crate (`abi/src/`) against NVIDIA's `cuda.h` and
 //! `nvml.h`: every field's offset, size and alignment, every struct's size and alignment,
 //! and the value of every constant, as a C compiler reads the pinned headers
 //! (tests/abi/requirements.txt). The mechanism is in tests/support/c_layout.rs.
 //!
 //! The prototypes too: every driver function the shim calls is declared once, in
-//! `shim/src/driver/table.rs`, and each one's return value and parameters are checked
+//! `abi/src/prototypes.rs`, and each one's return value and parameters are checked
 //! against the function as the headers declare it: size, alignment, signedness, pointer
 //! level, and what the pointers point to (`Prototype`).
 //!
-//! The shim is a cdylib whose exports must not change, so its `abi` modules and its
-//! prototype table are compiled into this test a second time, from the same files
-//! (`#[path]`): they use nothing but std.
+//! The shim and this test use the same crate: what is checked here is what the shim is
+//! built with.
 
 use fgpu_tests::c_layout::{
     CShape, Checks, Header,
     Header::{Cuda, Nvml},
     Prototype,
 };
-use fgpu_tests::{c_struct, c_struct_shape, c_value};
+use fgpu_tests::{c_struct, c_value};
 
-#[allow(dead_code, non_camel_case_types)]
-#[path = "../../shim/src/abi/cuda.rs"]
-mod cuda;
-#[allow(dead_code)]
-#[path = "../../shim/src/abi/nvml.rs"]
-mod nvml;
-#[allow(dead_code, unused_imports)]
-#[path = "../../shim/src/driver/table.rs"]
-mod table;
-
-c_struct_shape!(
-    cuda::CUuuid,
-    cuda::CUmemAllocationProp,
-    cuda::CudaArrayDescriptor,
-    cuda::CudaArrayDescriptorV1,
-    cuda::CudaArray3dDescriptor,
-    cuda::CudaArray3dDescriptorV1,
-    cuda::CudaArrayMemoryRequirements,
-    cuda::CudaMemAllocNodeParams,
-    cuda::CudaGraphInstantiateParams,
-    cuda::CUlaunchConfig,
-    nvml::NvmlMemory,
-    nvml::NvmlMemoryV2,
-    nvml::NvmlProcessInfoV1,
-    nvml::NvmlProcessInfoV2,
-    nvml::NvmlProcessUtilizationSample,
-    nvml::NvmlProcessDetailList,
-    nvml::NvmlProcessesUtilizationInfo,
-    nvml::NvmlEncoderSessionInfo,
-    nvml::NvmlFbcSessionInfo,
-    nvml::NvmlAccountingStatsV2,
-);
+use fgpu_abi::{cuda, nvml};
 
 /// The header whose `nvmlProcessInfo_t` was the 32-byte layout (drivers 535.43 to 535.86).
 const NVML_12_2: &str = "nvidia-nvml-dev-cu12==12.2.81";
 
-/// `table.rs`'s list as [`Prototype`]s, each typed as the shim types it.
+/// `fgpu_abi::prototypes!`'s list as [`Prototype`]s, each typed as the shim types it.
 macro_rules! as_prototypes {
     ($( $lib:ident fn $name:ident ( $($arg:ident : $ty:ty),* ) -> $ret:ty ; )*) => {
         vec![$(
@@ -78,15 +46,16 @@ fn header(lib: &str) -> Header {
     }
 }
 
-/// Every prototype the shim declares.
-fn shim_prototypes() -> Vec<Prototype> {
+/// Every prototype the crate declares: the shim's list and the tools'.
+fn abi_prototypes() -> Vec<Prototype> {
     #[allow(unused_imports)]
     use cuda::*;
     #[allow(unused_imports)]
     use nvml::*;
     #[allow(unused_imports)]
     use std::ffi::{c_char, c_float, c_int, c_uint, c_void};
-    let list: Vec<Prototype> = table::prototypes!(as_prototypes);
+    let mut list: Vec<Prototype> = fgpu_abi::prototypes!(as_prototypes);
+    list.extend(fgpu_abi::tool_prototypes!(as_prototypes));
     list.into_iter()
         .map(|p| {
             if p.name.ends_with("RunningProcesses_v3") {
@@ -187,6 +156,7 @@ pub fn shim_checks() -> Checks {
         c_value!(Cuda, cuda::CU_STREAM_CAPTURE_MODE_RELAXED),
         c_value!(Cuda, cuda::CU_EVENT_DEFAULT),
         c_value!(Cuda, cuda::CU_MEM_LOCATION_TYPE_DEVICE),
+        c_value!(Cuda, cuda::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD),
         c_value!(Cuda, cuda::CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT),
         c_value!(Cuda, cuda::CU_MEMPOOL_ATTR_USED_MEM_CURRENT),
         c_value!(Cuda, cuda::CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT),
@@ -316,7 +286,7 @@ pub fn shim_checks() -> Checks {
         c.value(v);
     }
 
-    for p in shim_prototypes() {
+    for p in abi_prototypes() {
         c.prototype(p);
     }
     c
@@ -325,4 +295,37 @@ pub fn shim_checks() -> Checks {
 #[test]
 fn shim_abi_matches_nvidia_headers() {
     shim_checks().run("shim-abi");
+}
+
+/// What nvml.h gives only in prose, so that no C expression can be compared: (constant,
+/// where the header says it).
+const PROSE_ONLY: &[(&str, &str)] = &[("NVML_NO_INSTANCE", "nvmlProcessInfo_v2_t: gpuInstanceId and computeInstanceId are \"0xFFFFFFFF otherwise\"")];
+
+/// Every `pub const` and `pub struct` of the crate is among the checks above (or listed in
+/// [`PROSE_ONLY`]), so nothing is added to the crate unchecked; every prototype is, by
+/// construction (the lists themselves are read).
+#[test]
+fn every_declaration_of_the_abi_crate_is_checked() {
+    let checks = shim_checks();
+    let checked = checks.names();
+    let mut declared = Vec::new();
+    for file in ["cuda.rs", "nvml.rs"] {
+        let path = fgpu_tests::workspace().join("abi/src").join(file);
+        let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        for line in text.lines() {
+            let Some(rest) = line.strip_prefix("pub const ").or_else(|| line.strip_prefix("pub struct ")) else { continue };
+            let name: String = rest.chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
+            declared.push((file, name));
+        }
+    }
+    assert!(declared.len() > 60, "the scan found only {} declarations: {declared:?}", declared.len());
+    let unchecked: Vec<String> = declared
+        .iter()
+        .filter(|(_, name)| !checked.contains(&name.as_str()) && !PROSE_ONLY.iter().any(|(n, _)| n == name))
+        .map(|(file, name)| format!("{file}: {name}"))
+        .collect();
+    assert!(unchecked.is_empty(), "declared in abi/src but checked against no header: {unchecked:?}");
+    for (name, _) in PROSE_ONLY {
+        assert!(declared.iter().any(|(_, n)| n == name), "{name} is no longer declared: drop it from PROSE_ONLY");
+    }
 }

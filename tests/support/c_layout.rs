@@ -245,6 +245,14 @@ impl Checks {
         self.prototypes.push(p);
     }
 
+    /// The Rust name (its last path segment) of every struct and constant checked, and
+    /// every prototype's: what a test compares with all that a crate declares.
+    pub fn names(&self) -> Vec<&str> {
+        let structs = self.structs.iter().map(|s| last_segment(&s.rust));
+        let values = self.values.iter().map(|v| last_segment(&v.rust));
+        structs.chain(values).chain(self.prototypes.iter().map(|p| p.name)).collect()
+    }
+
     /// Runs every check against the pinned headers; panics listing every disagreement.
     /// Returns what was checked, one line per check and header (also printed), or `None`
     /// when the headers are not fetched (outside CI only).
@@ -550,6 +558,31 @@ macro_rules! c_struct_shape {
         }
     )* };
 }
+
+// The structs of `fgpu-abi` that its prototypes point to (implemented here, beside the
+// trait: the layout test is a crate of its own, and the structs are another's).
+c_struct_shape!(
+    fgpu_abi::cuda::CUuuid,
+    fgpu_abi::cuda::CUmemAllocationProp,
+    fgpu_abi::cuda::CudaArrayDescriptor,
+    fgpu_abi::cuda::CudaArrayDescriptorV1,
+    fgpu_abi::cuda::CudaArray3dDescriptor,
+    fgpu_abi::cuda::CudaArray3dDescriptorV1,
+    fgpu_abi::cuda::CudaArrayMemoryRequirements,
+    fgpu_abi::cuda::CudaMemAllocNodeParams,
+    fgpu_abi::cuda::CudaGraphInstantiateParams,
+    fgpu_abi::cuda::CUlaunchConfig,
+    fgpu_abi::nvml::NvmlMemory,
+    fgpu_abi::nvml::NvmlMemoryV2,
+    fgpu_abi::nvml::NvmlProcessInfoV1,
+    fgpu_abi::nvml::NvmlProcessInfoV2,
+    fgpu_abi::nvml::NvmlProcessUtilizationSample,
+    fgpu_abi::nvml::NvmlProcessDetailList,
+    fgpu_abi::nvml::NvmlProcessesUtilizationInfo,
+    fgpu_abi::nvml::NvmlEncoderSessionInfo,
+    fgpu_abi::nvml::NvmlFbcSessionInfo,
+    fgpu_abi::nvml::NvmlAccountingStatsV2,
+);
 
 /// A C function as a Rust declaration types it, to be checked against the headers.
 #[derive(Clone, Debug)]

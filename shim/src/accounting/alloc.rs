@@ -1,65 +1,70 @@
-//! Reserve, call, settle: plain device allocations (`cuMemAlloc*`, `cuMemAllocPitch*`,
-//! `cuMemAllocManaged`) and CUDA arrays. The bytes are reserved in the ledger *before* the
-//! driver is called, so racing allocations can never pass the cap together; a
-//! [`Reservation`] not settled (the driver refused, or the call panicked) is given back.
+//! Count ahead, call, settle: plain device allocations (`cuMemAlloc*`, `cuMemAllocPitch*`,
+//! `cuMemAllocManaged`) and CUDA arrays. The bytes are counted in the ledger *before* the
+//! driver is called ([`Active::count_ahead`], down to the ledger's reserve step,
+//! `fgpu_core::ledger::Ledger::reserve`), so racing allocations can never pass the cap
+//! together; a [`Provisional`] count not settled (the driver refused, or the call
+//! panicked) is given back.
 //! A free takes its record out before the driver frees, so a concurrent allocation that
 //! reuses the address is never mistaken for it.
 
-use super::devices::Dev;
-use super::process::Active;
+use super::active::Active;
 use super::records::allocs::Alloc;
 use crate::abi::cuda::*;
 use crate::driver::instance::driver;
 use crate::driver::seam::CudaDriver;
+use crate::process::devices::Dev;
 use std::ffi::c_void;
 
-/// Bytes reserved in the ledger for a call in flight: given back when dropped unless
-/// [`Reservation::settle`]d, so that neither a failed call nor a panic leaves them counted.
-pub struct Reservation<'a> {
+/// Bytes counted ahead of a driver call in flight: given back when dropped unless
+/// [`Provisional::settle`]d, so that neither a failed call nor a panic leaves them counted.
+pub struct Provisional<'a> {
     active: &'a Active,
     dev: &'a Dev,
     bytes: u64,
 }
 
-impl Reservation<'_> {
-    /// The call took what was reserved: it stays counted.
+impl Provisional<'_> {
+    /// The call took what was counted: it stays counted.
     pub fn keep(self) {
         let bytes = self.bytes;
         self.settle(bytes);
     }
 
-    /// The call took `actual` bytes: the reservation becomes that.
+    /// The call took `actual` bytes: the count becomes that.
     pub fn settle(self, actual: u64) {
         let this = std::mem::ManuallyDrop::new(self);
         this.active.account.settle(this.dev, this.bytes, actual);
     }
 }
 
-impl Drop for Reservation<'_> {
+impl Drop for Provisional<'_> {
     fn drop(&mut self) {
         self.active.account.release(self.dev, self.bytes);
     }
 }
 
 impl Active {
-    /// Reserves `bytes` on `dev` ([`Active::reserve`]) until the reservation is settled.
-    pub fn reservation<'a>(&'a self, dev: &'a Dev, bytes: u64, call: &str) -> Result<Reservation<'a>, CUresult> {
-        self.reserve(dev, bytes, call)?;
-        Ok(Reservation { active: self, dev, bytes })
+    /// Counts `bytes` on `dev` ahead of a driver call ([`Active::count_ahead`]), given back
+    /// unless settled.
+    #[inline]
+    pub fn provisional<'a>(&'a self, dev: &'a Dev, bytes: u64, call: &str) -> Result<Provisional<'a>, CUresult> {
+        self.count_ahead(dev, bytes, call)?;
+        Ok(Provisional { active: self, dev, bytes })
     }
 
     /// Reserves `bytes` on `dev`, runs `allocate` (the driver's result and, on success, the
     /// pointer and the bytes actually taken), and records the allocation.
+    #[inline]
     pub fn counted_alloc(&self, dev: &Dev, call: &str, bytes: u64, allocate: impl FnOnce() -> (CUresult, u64, u64)) -> CUresult {
-        let reservation = match self.reservation(dev, bytes, call) {
-            Ok(reservation) => reservation,
+        let provisional = match self.provisional(dev, bytes, call) {
+            Ok(provisional) => provisional,
             Err(rc) => return rc,
         };
         fgpu_core::crash_point!("alloc.reserved");
         let (rc, ptr, actual) = allocate();
         fgpu_core::crash_point!("alloc.allocated");
         if rc == CUDA_SUCCESS {
-            reservation.settle(actual);
+            provisional.settle(actual);
             self.allocs.insert(ptr, Alloc { ordinal: dev.ordinal, bytes: actual });
         }
         rc
@@ -77,6 +82,7 @@ impl Active {
 
     /// Frees through `free`, then gives back what the allocation held. A free of memory
     /// no counted call made (a stream-ordered allocation's) re-reads the pools instead.
+    #[inline]
     pub fn counted_free(&self, ptr: u64, free: impl FnOnce() -> CUresult) -> CUresult {
         let record = self.allocs.remove(ptr);
         let rc = free();
@@ -87,7 +93,7 @@ impl Active {
                     self.account.release(dev, alloc.bytes);
                 }
             }
-            (CUDA_SUCCESS, None) => self.pools.refresh(&self.account),
+            (CUDA_SUCCESS, None) => self.pools.refresh(self.account),
             (_, Some(alloc)) => self.allocs.insert(ptr, alloc),
             (_, None) => {}
         }
@@ -104,8 +110,8 @@ impl Active {
             Err(rc) => return rc,
         };
         self.untracked.settling(|| {
-            let reservation = match self.reservation(dev, estimate, call) {
-                Ok(reservation) => reservation,
+            let provisional = match self.provisional(dev, estimate, call) {
+                Ok(provisional) => provisional,
                 Err(rc) => return rc,
             };
             fgpu_core::crash_point!("array.reserved");
@@ -115,7 +121,7 @@ impl Active {
                 return rc;
             }
             let actual = driver().array_size(handle, mipmapped, dev.ordinal).unwrap_or(estimate);
-            reservation.settle(actual);
+            provisional.settle(actual);
             self.arrays.insert(handle as usize, Alloc { ordinal: dev.ordinal, bytes: actual });
             rc
         })

@@ -7,12 +7,12 @@
 //! usage where its host PID is known, else the device's usage before and after,
 //! `nvml_look.rs`), and it is returned when the context is destroyed.
 
-use super::devices::Dev;
+use super::active::Active;
 use super::nvml_look;
-use super::process::Active;
 use crate::abi::cuda::*;
 use crate::driver::instance::driver;
 use crate::driver::seam::CudaDriver;
+use crate::process::devices::Dev;
 use fgpu_core::log::Level;
 use fgpu_core::log_at;
 
@@ -22,7 +22,7 @@ const MAX_PLAUSIBLE: u64 = 16 << 30;
 
 impl Active {
     fn context_estimate(&self, dev: &Dev) -> u64 {
-        match self.account.ledger.context_hint(dev.id) {
+        match self.account.ledger().context_hint(dev.id) {
             0 => FIRST_ESTIMATE,
             hint => hint,
         }
@@ -32,18 +32,18 @@ impl Active {
     fn counted_creation(&self, dev: &Dev, call: &str, create: impl FnOnce() -> CUresult) -> Result<u64, CUresult> {
         self.untracked.settling(|| {
             let estimate = self.context_estimate(dev);
-            let reservation = self.reservation(dev, estimate, call)?;
+            let provisional = self.provisional(dev, estimate, call)?;
             fgpu_core::crash_point!("context.reserved");
-            let before = nvml_look::before_context(&self.account, dev);
+            let before = nvml_look::before_context(self.account, dev);
             let rc = create();
             fgpu_core::crash_point!("context.created");
             if rc != CUDA_SUCCESS {
                 return Err(rc);
             }
-            let measured = nvml_look::context_size(&self.account, dev, estimate, before).filter(|m| *m > 0 && *m <= MAX_PLAUSIBLE);
+            let measured = nvml_look::context_size(self.account, dev, estimate, before).filter(|m| *m > 0 && *m <= MAX_PLAUSIBLE);
             let actual = measured.unwrap_or(estimate);
             if let Some(m) = measured {
-                self.account.ledger.set_context_hint(dev.id, m);
+                self.account.ledger().set_context_hint(dev.id, m);
             }
             log_at!(
                 Level::Debug,
@@ -52,7 +52,7 @@ impl Active {
                 actual,
                 if measured.is_some() { "measured" } else { "estimated" }
             );
-            reservation.settle(actual);
+            provisional.settle(actual);
             self.account.add_context(dev, actual as i64);
             Ok(actual)
         })
@@ -82,7 +82,7 @@ impl Active {
         if rc == CUDA_SUCCESS {
             if let Some((ordinal, bytes)) = self.contexts.destroyed(ctx) {
                 self.account.forget_context(ordinal, bytes);
-                self.untracked.forget_if_no_context(&self.account, &self.contexts, ordinal);
+                self.untracked.forget_if_no_context(self.account, &self.contexts, ordinal);
             }
         }
         rc
@@ -116,7 +116,7 @@ impl Active {
             if let Some(bytes) = primary.remove(ordinal) {
                 self.account.forget_context(ordinal, bytes);
                 drop(primary);
-                self.untracked.forget_if_no_context(&self.account, &self.contexts, ordinal);
+                self.untracked.forget_if_no_context(self.account, &self.contexts, ordinal);
             }
         }
         rc

@@ -7,7 +7,7 @@
 //! fact: its launch is not refused, its memory is counted once the call returns, and a
 //! warning says so if that passes the cap. No lock is held across a launch or upload.
 
-use super::process::Active;
+use super::active::Active;
 use super::records::graph_book::graph_needs;
 use crate::abi::cuda::*;
 
@@ -19,18 +19,18 @@ impl Active {
             let Some(needs) = needs else {
                 let rc = real();
                 if let Ok(dev) = self.account.current_device() {
-                    self.graphs.settle_device(&self.account, dev.ordinal, call);
+                    self.graphs.settle_device(self.account, dev.ordinal, call);
                 }
                 return rc;
             };
-            let taken = match self.graphs.begin(&self.account, needs, call, |dev, growth| self.reserve(dev, growth, call)) {
+            let taken = match self.graphs.begin(self.account, needs, call, |dev, growth| self.count_ahead(dev, growth, call)) {
                 Ok(taken) => taken,
                 Err(rc) => return rc,
             };
             fgpu_core::crash_point!("graph.reserved");
             let rc = real();
             fgpu_core::crash_point!("graph.launched");
-            self.graphs.finish(&self.account, taken, call);
+            self.graphs.finish(self.account, taken, call);
             rc
         })
     }
@@ -68,7 +68,7 @@ impl Active {
 
     /// After `cuDeviceGraphMemTrim` of `device`.
     pub fn graph_trimmed(&self, device: CUdevice) {
-        self.graphs.settle_device(&self.account, device, "cuDeviceGraphMemTrim");
+        self.graphs.settle_device(self.account, device, "cuDeviceGraphMemTrim");
     }
 
     /// After `cuGraphExecDestroy` of `exec` answered `rc`.
@@ -76,6 +76,6 @@ impl Active {
         if rc == CUDA_SUCCESS {
             self.graphs.exec_destroyed(exec);
         }
-        self.graphs.refresh(&self.account);
+        self.graphs.refresh(self.account);
     }
 }

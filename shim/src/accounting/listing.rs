@@ -3,8 +3,8 @@
 //! which of them (by which PIDs NVML gives here, `fgpu_core::nvmlpids`). The NVML hooks
 //! (`hooks/nvml/`) write these answers in the caller's layouts.
 
+use super::active::Active;
 use super::nvml_look;
-use super::process::Active;
 use crate::abi::nvml::NvmlDevice;
 use crate::driver::instance::driver;
 use crate::driver::seam::NvmlDriver;
@@ -65,27 +65,27 @@ impl Active {
     pub fn nvml_memory_view(&self, device: NvmlDevice, real_total: u64) -> Option<(MemoryView, u64)> {
         let account = &self.account;
         let uuid = nvml_device_uuid(device)?;
-        let own = account.config.cap_for(&format_gpu_uuid(&uuid), real_total)?;
+        let own = account.config().cap_for(&format_gpu_uuid(&uuid), real_total)?;
         // Not the rate-limited scan: a process that has just exited must already be gone
         // from `used`, as it is from the process list (the driver frees its memory at exit).
-        account.ledger.reclaim_dead(account.slot_if_joined());
-        let id = account.ledger.find_device(uuid);
-        let view = MemoryView::new(Some(own), id.map(|id| account.ledger.cap(id)), real_total);
-        Some((view, id.map_or(0, |id| account.ledger.used(id))))
+        account.ledger().reclaim_dead(account.slot_if_joined());
+        let id = account.ledger().find_device(uuid);
+        let view = MemoryView::new(Some(own), id.map(|id| account.ledger().cap(id)), real_total);
+        Some((view, id.map_or(0, |id| account.ledger().used(id))))
     }
 
     /// The ledger as a process list of `device` sees it: its entry for the device (if the
     /// ledger knows it), and a snapshot of its processes, the dead ones reclaimed first.
     pub fn listing(&self, device: NvmlDevice) -> (Option<DeviceId>, Snapshot) {
         let account = &self.account;
-        let id = nvml_device_uuid(device).and_then(|u| account.ledger.find_device(u));
-        account.ledger.reclaim_dead(account.slot_if_joined());
-        (id, account.ledger.snapshot(account.slot_if_joined()))
+        let id = nvml_device_uuid(device).and_then(|u| account.ledger().find_device(u));
+        account.ledger().reclaim_dead(account.slot_if_joined());
+        (id, account.ledger().snapshot(account.slot_if_joined()))
     }
 
     /// A snapshot of the ledger's processes.
     pub fn snapshot(&self) -> Snapshot {
-        self.account.ledger.snapshot(self.account.slot_if_joined())
+        self.account.ledger().snapshot(self.account.slot_if_joined())
     }
 
     /// The host PID of the ledger process the caller knows as `pid`.
@@ -127,7 +127,7 @@ impl Active {
         const LOOK_EVERY_NS: u64 = 200_000_000;
         static LAST_LOOK: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let account = &self.account;
-        let behaviour = account.host_pid.behaviour();
+        let behaviour = account.nvml_pid().behaviour();
         if behaviour != NvmlPids::Unknown {
             return behaviour;
         }
@@ -137,14 +137,14 @@ impl Active {
             return behaviour;
         }
         LAST_LOOK.store(now, std::sync::atomic::Ordering::Relaxed);
-        let Some(id) = nvml_device_uuid(device).and_then(|u| account.ledger.find_device(u)) else { return behaviour };
+        let Some(id) = nvml_device_uuid(device).and_then(|u| account.ledger().find_device(u)) else { return behaviour };
         let Some(entries) = nvml_look::compute_entries(device) else { return behaviour };
         let own = account.slot_if_joined().filter(|_| self.untracked.quiet()).and_then(|slot| {
             let dev = account.registered_devices().find(|d| d.id == id)?;
-            self.contexts.holds_on(dev.ordinal).then(|| account.ledger.slot_used(slot, id))
+            self.contexts.holds_on(dev.ordinal).then(|| account.ledger().slot_used(slot, id))
         });
         nvml_look::identify(account, id, &entries, own);
-        account.host_pid.behaviour()
+        account.nvml_pid().behaviour()
     }
 }
 

@@ -1,11 +1,11 @@
 //! What NVML's compute list says of this process: which PIDs NVML gives here (looked at
-//! while it is not known, `host_pid.rs`), and how much memory a context just created takes.
+//! while it is not known, `process/nvml_pid.rs`), and how much memory a context just created takes.
 
-use super::account::Account;
-use super::devices::Dev;
 use crate::abi::nvml::NvmlDevice;
 use crate::driver::instance::driver;
 use crate::driver::seam::NvmlDriver;
+use crate::process::account::Account;
+use crate::process::devices::Dev;
 use fgpu_core::ledger::{DeviceId, SlotId, Snapshot};
 use fgpu_core::nvmlpids::{Entry, Look, Member, Own, Verdict};
 
@@ -26,25 +26,25 @@ fn members(snapshot: &Snapshot, own: Option<SlotId>, dev: DeviceId) -> Vec<Membe
 }
 
 /// One look at `entries`, NVML's compute list for `dev`, to find out which PIDs NVML
-/// gives (`host_pid.rs`), while that is not known; a no-op in the host's namespace.
+/// gives (`process/nvml_pid.rs`), while that is not known; a no-op in the host's namespace.
 /// `counted` is a lower bound on what this process holds on the device when it holds a
 /// context there (so the driver lists it), `None` otherwise.
 pub fn identify(account: &Account, dev: DeviceId, entries: &[Entry], counted: Option<u64>) -> Option<Verdict> {
-    if fgpu_core::pidns::in_host_pidns() || !account.host_pid.needs_a_look() {
+    if fgpu_core::pidns::in_host_pidns() || !account.nvml_pid().needs_a_look() {
         return None;
     }
     let slot = account.slot_if_joined();
-    let snapshot = account.ledger.snapshot(slot);
+    let snapshot = account.ledger().snapshot(slot);
     let others = members(&snapshot, slot, dev);
     // The service's answer (asked when the process joined its ledger; a process without a
     // slot, such as nvidia-smi, asks nothing), or what a process of the host's namespace
     // filled in.
-    let told = if slot.is_some() { account.own_host_pid() } else { account.host_pid.known() };
+    let told = if slot.is_some() { account.own_host_pid() } else { account.nvml_pid().host_known() };
     let host = told.or_else(|| snapshot.processes.iter().find(|p| Some(p.slot) == slot).and_then(|p| p.host_pid));
     let own = counted.map(|counted| Own { here: std::process::id(), host, counted });
-    Some(account.host_pid.observe(&Look { at_ns: fgpu_core::log::monotonic_ns(), own, others: &others, entries }, |pid| {
+    Some(account.nvml_pid().observe(&Look { at_ns: fgpu_core::log::monotonic_ns(), own, others: &others, entries }, |pid| {
         if let Some(slot) = slot {
-            account.ledger.set_host_pid(slot, pid);
+            account.ledger().set_host_pid(slot, pid);
         }
     }))
 }
@@ -52,7 +52,7 @@ pub fn identify(account: &Account, dev: DeviceId, entries: &[Entry], counted: Op
 /// Device-wide used memory before a context is created, when NVML's per-process figure
 /// for this process is not known to be usable (otherwise that figure is used).
 pub fn before_context(account: &Account, dev: &Dev) -> Option<u64> {
-    if account.host_pid.memory_pid().is_some() {
+    if account.nvml_pid().memory_pid().is_some() {
         return None;
     }
     driver().nvml_memory(driver().nvml_device_by_uuid(&dev.uuid)?).map(|m| m.used)
@@ -65,11 +65,11 @@ pub fn before_context(account: &Account, dev: &Dev) -> Option<u64> {
 pub fn context_size(account: &Account, dev: &Dev, reserved: u64, before: Option<u64>) -> Option<u64> {
     let handle = driver().nvml_device_by_uuid(&dev.uuid)?;
     let slot = account.slot_if_joined()?;
-    let held_before = account.ledger.slot_used(slot, dev.id).saturating_sub(reserved);
+    let held_before = account.ledger().slot_used(slot, dev.id).saturating_sub(reserved);
     let entries = compute_entries(handle);
     if let Some(entries) = &entries {
         identify(account, dev.id, entries, Some(held_before));
-        if let Some(pid) = account.host_pid.memory_pid() {
+        if let Some(pid) = account.nvml_pid().memory_pid() {
             if let Some(mine) = entries.iter().find(|e| e.pid == pid).and_then(|e| e.used) {
                 return Some(mine.saturating_sub(held_before));
             }

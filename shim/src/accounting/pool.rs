@@ -5,7 +5,7 @@
 //! (`records/pools.rs`). No lock is held across the allocation itself: streams of one
 //! process allocate in parallel.
 
-use super::process::Active;
+use super::active::Active;
 use crate::abi::cuda::*;
 use crate::driver::instance::driver;
 use crate::driver::seam::CudaDriver;
@@ -22,14 +22,14 @@ impl Active {
             return alloc();
         };
         self.untracked.settling(|| {
-            let in_flight = match self.pools.begin(dev, pool, bytes, |growth| self.reserve(dev, growth, "cuMemAllocAsync")) {
+            let in_flight = match self.pools.begin(dev, pool, bytes, |growth| self.count_ahead(dev, growth, "cuMemAllocAsync")) {
                 Ok(in_flight) => in_flight,
                 Err(rc) => return rc,
             };
             fgpu_core::crash_point!("pool.reserved");
             let rc = alloc();
             fgpu_core::crash_point!("pool.allocated");
-            self.pools.finish(&self.account, pool, in_flight);
+            self.pools.finish(self.account, pool, in_flight);
             rc
         })
     }
@@ -38,8 +38,8 @@ impl Active {
     /// graph pool is read again, and (at most every half second) NVML's figure for this
     /// process compared with its count.
     pub fn after_sync(&self) {
-        self.pools.refresh(&self.account);
-        self.graphs.refresh(&self.account);
+        self.pools.refresh(self.account);
+        self.graphs.refresh(self.account);
         self.count_untracked();
     }
 

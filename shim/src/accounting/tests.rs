@@ -4,9 +4,9 @@
 //! registered with, over every combination of the process's cap, the ledger's and the
 //! device's size. The ledger's own figures are the ground truth.
 
-use super::devices::Dev;
-use super::process::Active;
+use super::active::Active;
 use crate::abi::cuda::*;
+use crate::process::devices::Dev;
 use crate::testing::{Process, GIB, MIB};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 /// What this process holds on `dev` in the ledger (reservations in flight included, its
 /// unspent credit left out).
 fn held(active: &Active, dev: &Dev) -> u64 {
-    active.account.ledger.slot_used(active.account.slot().unwrap(), dev.id)
+    active.account.ledger().slot_used(active.account.slot().unwrap(), dev.id)
 }
 
 #[test]
@@ -124,7 +124,7 @@ fn racing_allocations_and_frees_never_pass_the_cap() {
                     let rc = a.counted_alloc(dev, "cuMemAlloc", bytes, || {
                         // Reserved before the call: whatever the other threads do, the
                         // ledger never holds more than the cap.
-                        most.fetch_max(a.account.ledger.used(dev.id), Ordering::Relaxed);
+                        most.fetch_max(a.account.ledger().used(dev.id), Ordering::Relaxed);
                         (CUDA_SUCCESS, ptr, bytes)
                     });
                     if rc == CUDA_SUCCESS {
@@ -183,7 +183,7 @@ fn every_combination_of_cap_ledger_cap_and_device_size_registers_its_cap() {
                 assert_eq!(dev.limit, expect, "cap for {what}");
                 assert_eq!(dev.shown, if expect > device { device } else { expect }, "shown for {what}");
                 assert_eq!(dev.total, device);
-                assert_eq!(a.account.ledger.cap(dev.id), ledger_cap.unwrap_or(asked), "the ledger keeps its first cap ({what})");
+                assert_eq!(a.account.ledger().cap(dev.id), ledger_cap.unwrap_or(asked), "the ledger keeps its first cap ({what})");
                 // The cap holds in the ledger: all of it can be reserved, and not a byte more.
                 assert_eq!(a.counted_alloc(dev, "cuMemAlloc", expect, || (CUDA_SUCCESS, 0x7000_0000, expect)), CUDA_SUCCESS, "{what}");
                 assert_eq!(a.counted_alloc(dev, "cuMemAlloc", 1, || (CUDA_SUCCESS, 0x7100_0000, 1)), CUDA_ERROR_OUT_OF_MEMORY, "{what}");

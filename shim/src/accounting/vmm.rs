@@ -6,7 +6,7 @@
 //! table: what it did is recorded once it has answered, so threads map and unmap in
 //! parallel.
 
-use super::process::Active;
+use super::active::Active;
 use crate::abi::cuda::*;
 
 impl Active {
@@ -23,15 +23,15 @@ impl Active {
             Ok(dev) => dev,
             Err(rc) => return rc,
         };
-        let reservation = match self.reservation(dev, size, "cuMemCreate") {
-            Ok(reservation) => reservation,
+        let provisional = match self.provisional(dev, size, "cuMemCreate") {
+            Ok(provisional) => provisional,
             Err(rc) => return rc,
         };
         fgpu_core::crash_point!("vmm.reserved");
         let rc = create();
         fgpu_core::crash_point!("vmm.created");
         if rc == CUDA_SUCCESS {
-            reservation.keep();
+            provisional.keep();
             self.vmm.created(created(), ordinal, size);
         }
         rc

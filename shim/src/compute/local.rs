@@ -184,7 +184,7 @@ fn wait_for_share(limiter: &Limiter, share: &DevShare, unit: Unit) -> (u32, u64)
         // The bucket that holds least decides the chunk.
         let mut ready_at = now;
         let mut least = u64::MAX;
-        for (rate, clock) in share.buckets(&limiter.account.ledger) {
+        for (rate, clock) in share.buckets(limiter.ledger()) {
             let threshold = admit_threshold(rate);
             let held = tokens(clock, now, rate);
             least = least.min(held);
@@ -197,9 +197,9 @@ fn wait_for_share(limiter: &Limiter, share: &DevShare, unit: Unit) -> (u32, u64)
         let fits = inflight_allows(inflight, provisional);
         // The buckets are tested again as they are charged: another process of the ledger
         // may have taken what this one saw.
-        if ready_at <= now && fits && share.admit(&limiter.account.ledger, provisional, now) {
+        if ready_at <= now && fits && share.admit(limiter.ledger(), provisional, now) {
             if waited {
-                limiter.account.ledger.compute_waited(share.id, now.saturating_sub(began));
+                limiter.ledger().compute_waited(share.id, now.saturating_sub(began));
             }
             return (launches, provisional);
         }
@@ -266,7 +266,7 @@ fn close(limiter: &Limiter, e: &mut Entry, late: bool) {
     let unused = limiter.registry.lock().ended(&shared, end.clone(), e.launches, credit, late, now);
     if unused > 0 {
         if let Some(share) = limiter.known(e.ordinal) {
-            share.charge(&limiter.account.ledger, -(unused as i64), now);
+            share.charge(limiter.ledger(), -(unused as i64), now);
         }
     }
     e.last_end = end;

@@ -68,10 +68,11 @@ pub fn before_context_destroyed(ctx: CUcontext) {
 
 /// Before a primary context is released or reset: as [`before_context_destroyed`] for the
 /// primary context of `ordinal` (a release that is not the last leaves it alive; fgpu then
-/// makes new markers, which is harmless).
-pub fn before_primary_released(ordinal: CUdevice) {
+/// makes new markers, which is harmless). `created` gives the contexts the process made
+/// with `cuCtxCreate*` (the accounting's record), which are not primary.
+pub fn before_primary_released(ordinal: CUdevice, created: impl FnOnce() -> Vec<usize>) {
     if let Some(limiter) = existing() {
-        let created = limiter.active.created_contexts();
+        let created = created();
         limiter.registry.lock().context_gone(|c| c.ordinal == ordinal && !created.contains(&c.handle));
     }
 }

@@ -10,7 +10,7 @@
 //! period the process's kernels ran, keyed by the PID NVML knows the process by: its own
 //! PID where the driver gives PIDs as the caller's namespace sees them (current drivers,
 //! and any process in the host's namespace), its host PID where the driver gives host
-//! PIDs (`host_pid.rs` finds out which). Where that PID is known, NVML measures it: every
+//! PIDs (`process/nvml_pid.rs` finds out which). Where that PID is known, NVML measures it: every
 //! chunk's estimate is refunded once NVML has answered for the time the chunk was seen
 //! done, and NVML's figure is charged instead. Where it is not (host PIDs in a container
 //! whose host PID nothing has told yet) or NVML has no per-process samples for the device,
@@ -91,17 +91,17 @@ fn tick(limiter: &'static Limiter) {
 fn revoke_if_overdrawn(limiter: &Limiter) {
     let now = monotonic_ns();
     for share in limiter.shares() {
-        if share.overdrawn(&limiter.account.ledger, now) {
+        if share.overdrawn(limiter.ledger(), now) {
             limiter.registry.lock().revoke_open(share.ordinal);
         }
     }
 }
 
-/// The PID NVML's samples name this process by, once known (`host_pid.rs`: its own PID
+/// The PID NVML's samples name this process by, once known (`process/nvml_pid.rs`: its own PID
 /// where the driver gives PIDs as its namespace sees them, its host PID where the driver
 /// gives host PIDs).
 fn host_pid(limiter: &Limiter) -> Option<u32> {
-    limiter.active.sampled_pid()
+    limiter.account.sampled_pid()
 }
 
 /// Asks NVML about one device when due; charges and records what it measured.
@@ -119,7 +119,7 @@ fn poll(limiter: &Limiter, share: &DevShare, now: u64) {
     };
     let Some((handle, after)) = ask else {
         // Events measure (or it is not time yet): the display window still moves.
-        limiter.account.ledger.compute_record(limiter.slot, share.id, 0, now);
+        limiter.ledger().compute_record(limiter.slot, share.id, 0, now);
         return;
     };
     let answer = driver().nvml_process_samples(handle as NvmlDevice, after);
@@ -166,8 +166,8 @@ fn poll(limiter: &Limiter, share: &DevShare, now: u64) {
         state.next_poll = expected.max(now + NVML_RETRY_NS);
         used
     };
-    share.charge(&limiter.account.ledger, used, now);
-    limiter.account.ledger.compute_record(limiter.slot, share.id, used, now);
+    share.charge(limiter.ledger(), used, now);
+    limiter.ledger().compute_record(limiter.slot, share.id, used, now);
 }
 
 /// Sets NVML up for a device if this process's host PID is known.

@@ -5,8 +5,8 @@
 //! `fgpu_core::compute`).
 
 use crate::abi::cuda::CUdevice;
-use crate::accounting::account::Account;
-use crate::accounting::devices::Dev;
+use crate::process::account::Account;
+use crate::process::devices::Dev;
 use fgpu_core::compute::{self as policy, admit_threshold, charge_keeping_rest, format_share, overdrawn, Carry};
 use fgpu_core::ledger::{DeviceId, Ledger, SlotId};
 use fgpu_core::log::Level;
@@ -112,8 +112,8 @@ impl DevShare {
     /// in the ledger of `account` for `slot`: the ledger's, this process's own, or both.
     pub fn of(account: &Account, slot: SlotId, dev: &Dev) -> Option<DevShare> {
         let uuid = format_gpu_uuid(&dev.uuid);
-        let own = account.config.share_for(&uuid);
-        let ledger = match account.ledger.register_compute(dev.id, own.unwrap_or(0), Some(slot)) {
+        let own = account.config().share_for(&uuid);
+        let ledger = match account.ledger().register_compute(dev.id, own.unwrap_or(0), Some(slot)) {
             Ok(share) => share,
             Err(e) => {
                 // The ledger cannot be read: hold to this process's own share alone.
@@ -123,7 +123,7 @@ impl DevShare {
         };
         let own = own?;
         let kept = Kept::Share { asked: own, ledger };
-        if let Some(line) = kept.message(&uuid, account.ledger.path()) {
+        if let Some(line) = kept.message(&uuid, account.ledger().path()) {
             log_at!(Level::Warn, "{line}");
         }
         let ledger_share = (ledger != 0).then_some(ledger);

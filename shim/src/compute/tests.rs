@@ -31,7 +31,7 @@ fn a_full_bucket_admits_its_share_of_the_burst_window_and_refunds_come_back() {
     let account = p.active.account();
     let dev = account.device(0).unwrap();
     let share = DevShare::of(account, account.slot().unwrap(), dev).expect("a share on the device");
-    let ledger = &account.ledger;
+    let ledger = account.ledger();
     assert_eq!((share.ledger_share, share.own.is_some()), (Some(300_000), false), "the ledger's share alone, no bucket of its own");
     // 30 % of the 200 ms window: 60 ms of GPU time, twelve chunks of 5 ms, at one instant.
     let full = BURST_WALL_NS * 300_000 / PPM;
@@ -63,15 +63,15 @@ fn a_process_asking_less_than_its_ledger_is_held_to_its_own_bucket_too() {
     let account = p.active.account();
     let dev = account.device(0).unwrap();
     let ours = DevShare::of(account, account.slot().unwrap(), dev).unwrap();
-    let ledger = &account.ledger;
+    let ledger = account.ledger();
     assert_eq!(ours.ledger_share, Some(300_000), "the ledger keeps the first share");
     let own_clock = || ours.own.as_ref().expect("a bucket of its own at 20 %").1.load(Ordering::Acquire);
     // Its own bucket (20 % of the window: 40 ms) runs out before the ledger's (60 ms).
     assert_eq!(admit_all(&ours, ledger, NOW), BURST_WALL_NS * 200_000 / PPM / CHUNK);
     assert_eq!(own_clock(), NOW);
     // The other process takes the rest of the ledger's bucket and more.
-    assert_eq!(admit_all(&theirs, &other.account().ledger, NOW), (60 - 40) * MS / CHUNK);
-    theirs.charge(&other.account().ledger, 20 * MS as i64, NOW);
+    assert_eq!(admit_all(&theirs, other.account().ledger(), NOW), (60 - 40) * MS / CHUNK);
+    theirs.charge(other.account().ledger(), 20 * MS as i64, NOW);
     // 50 ms on, its own bucket holds 10 ms but the ledger's is still overdrawn: refused,
     // and the charge to its own bucket is undone.
     let later = NOW + 50 * MS;

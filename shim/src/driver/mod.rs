@@ -18,4 +18,3 @@ pub mod nvml;
 pub mod raw;
 pub mod seam;
 pub mod symbols;
-pub mod table;

@@ -1,18 +1,20 @@
-//! One forwarder per driver function of `table.rs`: `raw::cuMemAlloc_v2(dptr, bytesize)`
-//! calls the real `cuMemAlloc_v2` with those arguments, through its prototype in [`proto`],
-//! and is `None` when the driver lacks the symbol. The hooks pass their callers' arguments
-//! on through these; `cuda.rs` and `nvml.rs` build the shim's own calls on them. Nothing
-//! else in the shim calls a driver function.
+//! One forwarder per driver function of `fgpu_abi::prototypes!`:
+//! `raw::cuMemAlloc_v2(dptr, bytesize)` calls the real `cuMemAlloc_v2` with those arguments,
+//! through its prototype in [`proto`] (`fgpu_abi`'s), and is `None` when the driver lacks
+//! the symbol. The hooks pass their callers' arguments on through these; `cuda.rs` and
+//! `nvml.rs` build the shim's own calls on them. Nothing else in the shim calls a driver
+//! function.
 
 // The forwarders pass their own plain parameters into the FFI call's unsafe block.
 #![allow(clippy::macro_metavars_in_unsafe)]
 
 use super::symbols::{get, Sym};
-use super::table::prototypes;
 #[allow(unused_imports)]
 use crate::abi::cuda::*;
 #[allow(unused_imports)]
 use crate::abi::nvml::*;
+use fgpu_abi::prototypes;
+pub use fgpu_abi::prototypes::proto;
 #[allow(unused_imports)]
 use std::ffi::{c_char, c_float, c_int, c_uint, c_void};
 
@@ -25,7 +27,7 @@ macro_rules! call_real {
             None
         } else {
             // SAFETY: `address` is the driver's own implementation of this symbol, whose C
-            // prototype (cuda.h, nvml.h) is the one declared in `table.rs` (checked against
+            // prototype (cuda.h, nvml.h) is the one declared in `fgpu_abi` (checked against
             // NVIDIA's headers by tests/integration/abi_layout.rs).
             let f = unsafe { std::mem::transmute::<*mut c_void, proto::$sym>(address) };
             // SAFETY: the forwarder's caller owes the C contract of the call for these
@@ -37,14 +39,6 @@ macro_rules! call_real {
 
 macro_rules! forwarders {
     ($( $lib:ident fn $name:ident ( $($arg:ident : $ty:ty),* ) -> $ret:ty ; )*) => {
-        /// The C prototype of each driver function, as a Rust function pointer type.
-        #[allow(non_camel_case_types)]
-        pub mod proto {
-            #[allow(unused_imports)]
-            use super::*;
-            $( pub type $name = unsafe extern "C" fn($($ty),*) -> $ret; )*
-        }
-
         $(
             #[doc = concat!("The real `", stringify!($name), "`; `None` when the driver lacks it.")]
             ///

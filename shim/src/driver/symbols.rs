@@ -1,13 +1,14 @@
 //! Finding the real driver functions without going through our own `dlsym`.
 //!
-//! Every symbol of `table.rs` has one entry in [`Sym`]. Its real address comes from, in
-//! order: what the program itself got back from `dlsym`/`cuGetProcAddress` (remembered by
-//! those hooks, so a driver loaded from an unusual path is still the one called), or our
-//! own `dlopen` of `libcuda.so.1` / `libnvidia-ml.so.1` looked up with glibc's `dlsym`,
-//! which `fgpu_core::sys::glibc_dlsym_address` finds past our own `dlsym` hook. An address
-//! inside this library (one of its own exported hooks) is never taken for the driver's.
+//! Every symbol of `fgpu_abi::prototypes!` has one entry in [`Sym`]. Its real address
+//! comes from, in order: what the program itself got back from `dlsym`/`cuGetProcAddress`
+//! (remembered by those hooks, so a driver loaded from an unusual path is still the one
+//! called), or our own `dlopen` of `libcuda.so.1` / `libnvidia-ml.so.1` looked up with
+//! glibc's `dlsym`, which `fgpu_core::sys::glibc_dlsym_address` finds past our own `dlsym`
+//! hook. An address inside this library (one of its own exported hooks) is never taken
+//! for the driver's.
 
-use super::table::prototypes;
+use fgpu_abi::prototypes;
 use std::ffi::{c_char, c_void};
 use std::ptr::null_mut;
 use std::sync::atomic::{AtomicPtr, Ordering};
@@ -28,7 +29,7 @@ pub enum Lib {
 
 macro_rules! symbol_table {
     ($( $lib:ident fn $name:ident ( $($arg:ident : $ty:ty),* ) -> $ret:ty ; )*) => {
-        /// Every driver function the shim calls (`table.rs`).
+        /// Every driver function the shim calls (`fgpu_abi::prototypes!`).
         #[allow(non_camel_case_types)]
         #[derive(Clone, Copy, Debug, PartialEq, Eq)]
         pub enum Sym { $( $name, )* }

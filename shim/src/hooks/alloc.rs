@@ -5,14 +5,14 @@
 //! the caller's arguments and the driver's answer.
 
 use crate::abi::cuda::*;
-use crate::accounting::process::{self, Mode};
+use crate::accounting::{self, Mode};
 use crate::driver::raw;
 use std::ffi::c_uint;
 
 /// A counted allocation on the current device (`Active::counted_alloc`): `allocate`
 /// returns the driver's result and, on success, the pointer and the bytes taken.
 pub(crate) fn counted(call: &'static str, bytes: u64, allocate: impl FnOnce() -> (CUresult, u64, u64)) -> CUresult {
-    match process::mode() {
+    match accounting::mode() {
         Mode::Off => allocate().0,
         Mode::Closed(_) => CUDA_ERROR_OUT_OF_MEMORY,
         Mode::On(active) => match active.account().current_device() {
@@ -24,7 +24,7 @@ pub(crate) fn counted(call: &'static str, bytes: u64, allocate: impl FnOnce() ->
 
 /// As [`counted`], for a call whose real size is only known afterwards (a pitch).
 fn counted_settling(call: &'static str, bytes: u64, allocate: impl FnOnce() -> (CUresult, u64, u64)) -> CUresult {
-    match process::mode() {
+    match accounting::mode() {
         Mode::On(active) => active.counted_alloc_settling(call, bytes, allocate),
         _ => counted(call, bytes, allocate),
     }
@@ -32,7 +32,7 @@ fn counted_settling(call: &'static str, bytes: u64, allocate: impl FnOnce() -> (
 
 /// A free through `free`, then what the allocation held goes back.
 pub(crate) fn counted_free(ptr: u64, free: impl FnOnce() -> CUresult) -> CUresult {
-    match process::mode() {
+    match accounting::mode() {
         Mode::On(active) => active.counted_free(ptr, free),
         _ => free(),
     }

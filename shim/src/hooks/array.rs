@@ -4,7 +4,7 @@
 //! (CUDA 11.6+; older drivers keep the computed size).
 
 use crate::abi::cuda::*;
-use crate::accounting::process::{self, Mode};
+use crate::accounting::{self, Mode};
 use crate::driver::raw;
 use std::ffi::{c_uint, c_void};
 
@@ -28,7 +28,7 @@ fn mipmapped_bytes(d: &CudaArray3dDescriptor, levels: u32) -> u64 {
 /// Reserves `estimate`, creates through `create`, settles to the measured size and records
 /// it (`Active::counted_array`); `out` is where the driver writes the new handle.
 fn counted_array(call: &'static str, out: *mut *mut c_void, estimate: u64, mipmapped: bool, create: impl FnOnce() -> CUresult) -> CUresult {
-    match process::mode() {
+    match accounting::mode() {
         Mode::Off => create(),
         Mode::Closed(_) => CUDA_ERROR_OUT_OF_MEMORY,
         Mode::On(active) => active.counted_array(call, estimate, mipmapped, || {
@@ -42,7 +42,7 @@ fn counted_array(call: &'static str, out: *mut *mut c_void, estimate: u64, mipma
 }
 
 fn counted_destroy(handle: *mut c_void, destroy: impl FnOnce() -> CUresult) -> CUresult {
-    match process::mode() {
+    match accounting::mode() {
         Mode::On(active) => active.counted_array_destroy(handle, destroy),
         _ => destroy(),
     }

@@ -4,13 +4,13 @@
 //! first, so that it never touches its markers in them again.
 
 use crate::abi::cuda::*;
-use crate::accounting::process::{self, Mode};
+use crate::accounting::{self, Mode};
 use crate::driver::raw;
 use std::ffi::{c_int, c_uint, c_void};
 
 /// Shared body of the `cuCtxCreate` variants.
 fn create_context(call: &'static str, pctx: *mut CUcontext, ordinal: CUdevice, real: impl FnOnce() -> CUresult) -> CUresult {
-    match process::mode() {
+    match accounting::mode() {
         Mode::Off => real(),
         Mode::Closed(_) => CUDA_ERROR_OUT_OF_MEMORY,
         Mode::On(active) => active.create_context(call, ordinal, real, || {
@@ -23,7 +23,7 @@ fn create_context(call: &'static str, pctx: *mut CUcontext, ordinal: CUdevice, r
 
 fn destroy_context(ctx: CUcontext, real: impl FnOnce() -> CUresult) -> CUresult {
     crate::compute::before_context_destroyed(ctx);
-    match process::mode() {
+    match accounting::mode() {
         Mode::On(active) => active.destroy_context(ctx as usize, real),
         _ => {
             let rc = real();
@@ -109,7 +109,7 @@ pub unsafe extern "C" fn cuCtxDestroy(ctx: CUcontext) -> CUresult {
 pub unsafe extern "C" fn cuDevicePrimaryCtxRetain(pctx: *mut CUcontext, ordinal: CUdevice) -> CUresult {
     // SAFETY: the hook's caller's own arguments, passed on unchanged: the call's contract is theirs.
     let real = || unsafe { raw::cuDevicePrimaryCtxRetain(pctx, ordinal) }.unwrap_or(CUDA_ERROR_NOT_FOUND);
-    super::guard_driver(CUDA_ERROR_OUT_OF_MEMORY, |answer| match process::mode() {
+    super::guard_driver(CUDA_ERROR_OUT_OF_MEMORY, |answer| match accounting::mode() {
         Mode::Off => answer.of(real()),
         Mode::Closed(_) => CUDA_ERROR_OUT_OF_MEMORY,
         Mode::On(active) => active.retain_primary(ordinal, answer.wrap(real)),
@@ -118,8 +118,11 @@ pub unsafe extern "C" fn cuDevicePrimaryCtxRetain(pctx: *mut CUcontext, ordinal:
 
 /// After a release or reset, a primary context that is no longer active gives its memory back.
 fn after_primary_release(ordinal: CUdevice, real: impl FnOnce() -> CUresult) -> CUresult {
-    crate::compute::before_primary_released(ordinal);
-    match process::mode() {
+    crate::compute::before_primary_released(ordinal, || match accounting::mode() {
+        Mode::On(active) => active.created_contexts(),
+        _ => Vec::new(),
+    });
+    match accounting::mode() {
         Mode::On(active) => active.release_primary(ordinal, real),
         _ => real(),
     }

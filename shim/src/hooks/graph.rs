@@ -23,13 +23,13 @@
 //! warning says so if that passes the cap.
 
 use crate::abi::cuda::*;
-use crate::accounting::process::{self, Mode};
+use crate::accounting::{self, Mode};
 use crate::driver::raw;
 use std::ffi::c_char;
 
 /// A launch or upload of `exec`.
 fn launch(call: &str, exec: CUgraphExec, real: impl FnOnce() -> CUresult) -> CUresult {
-    match process::mode() {
+    match accounting::mode() {
         Mode::On(active) => active.graph_launch(call, exec, real),
         _ => real(),
     }
@@ -38,7 +38,7 @@ fn launch(call: &str, exec: CUgraphExec, real: impl FnOnce() -> CUresult) -> CUr
 /// An instantiation: the accounting remembers what the new exec needs (and, with `upload`,
 /// takes its memory now).
 fn instantiate(call: &str, exec_out: *mut CUgraphExec, graph: CUgraph, upload: bool, real: impl FnOnce() -> CUresult) -> CUresult {
-    let Mode::On(active) = process::mode() else { return real() };
+    let Mode::On(active) = accounting::mode() else { return real() };
     active.graph_instantiate(call, graph, upload, real, || {
         // SAFETY: called on success only, when the driver wrote the new exec through the
         // caller's pointer (if it gave one).
@@ -94,7 +94,7 @@ pub unsafe extern "C" fn cuDeviceGraphMemTrim(device: CUdevice) -> CUresult {
     let real = || unsafe { raw::cuDeviceGraphMemTrim(device) }.unwrap_or(CUDA_ERROR_NOT_FOUND);
     super::guard_driver(CUDA_ERROR_INVALID_VALUE, |answer| {
         let rc = answer.of(real());
-        if let Mode::On(active) = process::mode() {
+        if let Mode::On(active) = accounting::mode() {
             active.graph_trimmed(device);
         }
         rc
@@ -109,7 +109,7 @@ pub unsafe extern "C" fn cuGraphExecDestroy(exec: CUgraphExec) -> CUresult {
     let real = || unsafe { raw::cuGraphExecDestroy(exec) }.unwrap_or(CUDA_ERROR_NOT_FOUND);
     super::guard_driver(CUDA_ERROR_INVALID_VALUE, |answer| {
         let rc = answer.of(real());
-        if let Mode::On(active) = process::mode() {
+        if let Mode::On(active) = accounting::mode() {
             active.graph_exec_destroyed(exec, rc);
         }
         rc

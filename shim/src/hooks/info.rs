@@ -3,7 +3,7 @@
 //! than it is), and free memory as what is left of it (never more than the device really has).
 
 use crate::abi::cuda::*;
-use crate::accounting::process::{self, Mode};
+use crate::accounting::{self, Mode};
 use crate::driver::raw;
 use std::ffi::c_uint;
 
@@ -14,7 +14,7 @@ fn mem_get_info(real: impl FnOnce(&mut u64, &mut u64) -> CUresult) -> (CUresult,
     if rc != CUDA_SUCCESS {
         return (rc, free, total);
     }
-    match process::mode() {
+    match accounting::mode() {
         Mode::Off => (rc, free, total),
         Mode::Closed(_) => (rc, 0, total),
         Mode::On(active) => match active.account().current_device() {
@@ -76,7 +76,7 @@ pub unsafe extern "C" fn cuMemGetInfo(free: *mut c_uint, total: *mut c_uint) -> 
 }
 
 fn capped_total(ordinal: CUdevice, real_total: u64) -> u64 {
-    match process::mode() {
+    match accounting::mode() {
         Mode::On(active) => active.account().device(ordinal).map(|dev| dev.shown).unwrap_or(real_total),
         _ => real_total,
     }

@@ -6,13 +6,13 @@
 //! device's usage before and after the load is.
 
 use crate::abi::cuda::*;
-use crate::accounting::process::{self, Mode};
+use crate::accounting::{self, Mode};
 use crate::driver::raw;
 use std::ffi::{c_char, c_uint, c_void};
 
 /// Runs a load, then counts what it took (`accounting/records/untracked.rs`).
 fn counted_load(real: impl FnOnce() -> CUresult) -> CUresult {
-    match process::mode() {
+    match accounting::mode() {
         Mode::On(active) => active.around_load(real),
         _ => real(),
     }

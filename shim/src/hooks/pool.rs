@@ -18,12 +18,12 @@
 //! `accounting/records/pools.rs`).
 
 use crate::abi::cuda::*;
-use crate::accounting::process::{self, Mode};
+use crate::accounting::{self, Mode};
 use crate::driver::raw;
 
 /// Shared body of the stream-ordered allocations. `pool` is `None` for the device's current pool.
 fn pool_alloc(bytesize: usize, pool: Option<CUmemoryPool>, real: impl FnOnce() -> CUresult) -> CUresult {
-    match process::mode() {
+    match accounting::mode() {
         Mode::Off => real(),
         Mode::Closed(_) => CUDA_ERROR_OUT_OF_MEMORY,
         Mode::On(active) => active.pool_alloc(bytesize as u64, pool, real),
@@ -74,7 +74,7 @@ pub unsafe extern "C" fn cuMemAllocFromPoolAsync_ptsz(dptr: *mut CUdeviceptr, by
 fn then_refresh(real: impl FnOnce() -> CUresult) -> CUresult {
     let rc = real();
     fgpu_core::crash_point!("sync.returned");
-    if let Mode::On(active) = process::mode() {
+    if let Mode::On(active) = accounting::mode() {
         active.after_sync();
     }
     rc
@@ -114,7 +114,7 @@ pub unsafe extern "C" fn cuMemPoolDestroy(pool: CUmemoryPool) -> CUresult {
     // SAFETY: the hook's caller's own arguments, passed on unchanged: the call's contract is theirs.
     let real = || unsafe { raw::cuMemPoolDestroy(pool) }.unwrap_or(CUDA_ERROR_NOT_FOUND);
     super::guard_driver(CUDA_ERROR_INVALID_VALUE, |answer| {
-        let Mode::On(active) = process::mode() else { return answer.of(real()) };
+        let Mode::On(active) = accounting::mode() else { return answer.of(real()) };
         let rc = answer.of(real());
         if rc == CUDA_SUCCESS {
             active.pool_destroyed(pool);

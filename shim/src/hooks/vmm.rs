@@ -5,7 +5,7 @@
 //! are not device memory.
 
 use crate::abi::cuda::*;
-use crate::accounting::process::{self, Mode};
+use crate::accounting::{self, Mode};
 use crate::driver::raw;
 
 /// # Safety
@@ -24,7 +24,7 @@ pub unsafe extern "C" fn cuMemCreate(handle: *mut CUmemGenericAllocationHandle, 
     if location.kind != CU_MEM_LOCATION_TYPE_DEVICE {
         return real();
     }
-    super::guard_driver(CUDA_ERROR_OUT_OF_MEMORY, |answer| match process::mode() {
+    super::guard_driver(CUDA_ERROR_OUT_OF_MEMORY, |answer| match accounting::mode() {
         Mode::Off => answer.of(real()),
         Mode::Closed(_) => CUDA_ERROR_OUT_OF_MEMORY,
         Mode::On(active) => active.vmm_create(location.id, size as u64, answer.wrap(real), || {
@@ -40,7 +40,7 @@ pub unsafe extern "C" fn cuMemCreate(handle: *mut CUmemGenericAllocationHandle, 
 pub unsafe extern "C" fn cuMemRelease(handle: CUmemGenericAllocationHandle) -> CUresult {
     // SAFETY: the hook's caller's own arguments, passed on unchanged: the call's contract is theirs.
     let real = || unsafe { raw::cuMemRelease(handle) }.unwrap_or(CUDA_ERROR_NOT_FOUND);
-    super::guard_driver(CUDA_ERROR_INVALID_VALUE, |answer| match process::mode() {
+    super::guard_driver(CUDA_ERROR_INVALID_VALUE, |answer| match accounting::mode() {
         Mode::On(active) => active.vmm_release(handle, answer.wrap(real)),
         _ => answer.of(real()),
     })
@@ -52,7 +52,7 @@ pub unsafe extern "C" fn cuMemRelease(handle: CUmemGenericAllocationHandle) -> C
 pub unsafe extern "C" fn cuMemMap(ptr: CUdeviceptr, size: usize, offset: usize, handle: CUmemGenericAllocationHandle, flags: u64) -> CUresult {
     // SAFETY: the hook's caller's own arguments, passed on unchanged: the call's contract is theirs.
     let real = || unsafe { raw::cuMemMap(ptr, size, offset, handle, flags) }.unwrap_or(CUDA_ERROR_NOT_FOUND);
-    super::guard_driver(CUDA_ERROR_INVALID_VALUE, |answer| match process::mode() {
+    super::guard_driver(CUDA_ERROR_INVALID_VALUE, |answer| match accounting::mode() {
         Mode::On(active) => active.vmm_map(ptr, size, handle, answer.wrap(real)),
         _ => answer.of(real()),
     })
@@ -64,7 +64,7 @@ pub unsafe extern "C" fn cuMemMap(ptr: CUdeviceptr, size: usize, offset: usize, 
 pub unsafe extern "C" fn cuMemUnmap(ptr: CUdeviceptr, size: usize) -> CUresult {
     // SAFETY: the hook's caller's own arguments, passed on unchanged: the call's contract is theirs.
     let real = || unsafe { raw::cuMemUnmap(ptr, size) }.unwrap_or(CUDA_ERROR_NOT_FOUND);
-    super::guard_driver(CUDA_ERROR_INVALID_VALUE, |answer| match process::mode() {
+    super::guard_driver(CUDA_ERROR_INVALID_VALUE, |answer| match accounting::mode() {
         Mode::On(active) => active.vmm_unmap(ptr, size, answer.wrap(real)),
         _ => answer.of(real()),
     })

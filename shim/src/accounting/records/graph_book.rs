@@ -8,10 +8,10 @@
 
 use super::counted_pool::{CountedPool, InFlight};
 use crate::abi::cuda::*;
-use crate::accounting::account::Account;
-use crate::accounting::devices::Dev;
 use crate::driver::instance::driver;
 use crate::driver::seam::CudaDriver;
+use crate::process::account::Account;
+use crate::process::devices::Dev;
 use fgpu_core::limit::format_bytes;
 use fgpu_core::log::{self, Level, RateLimit};
 use fgpu_core::log_at;

@@ -6,10 +6,10 @@
 
 use super::counted_pool::{CountedPool, InFlight};
 use crate::abi::cuda::*;
-use crate::accounting::account::Account;
-use crate::accounting::devices::Dev;
 use crate::driver::instance::driver;
 use crate::driver::seam::CudaDriver;
+use crate::process::account::Account;
+use crate::process::devices::Dev;
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};

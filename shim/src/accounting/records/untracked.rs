@@ -18,7 +18,7 @@
 //! was added goes back with the last context of the process on that device.
 //!
 //! Which entry of NVML's list is this process depends on the PIDs the driver gives, found
-//! out from the same list (`host_pid.rs`): its `getpid()` where the driver gives PIDs as its
+//! out from the same list (`process/nvml_pid.rs`): its `getpid()` where the driver gives PIDs as its
 //! namespace sees them (current drivers, and the host's namespace), its host PID where the
 //! driver gives host PIDs (from the host's `fgpu service`, or matched). Where no entry has a
 //! figure for it (a driver that lists a container's processes without their memory, or not
@@ -28,12 +28,12 @@
 //! says so, with the remedy.
 
 use crate::abi::cuda::{CUdevice, CUresult, CUDA_SUCCESS};
-use crate::accounting::account::Account;
-use crate::accounting::devices::Dev;
 use crate::accounting::nvml_look;
 use crate::accounting::records::contexts::Contexts;
 use crate::driver::instance::driver;
 use crate::driver::seam::NvmlDriver;
+use crate::process::account::Account;
+use crate::process::devices::Dev;
 use fgpu_core::ledger::SlotId;
 use fgpu_core::log::{self, Level};
 use fgpu_core::log_at;
@@ -121,7 +121,7 @@ impl Untracked {
     /// Before a large reservation: what the driver took unannounced must count before more
     /// is granted (at most every [`INTERVAL_NS`]).
     pub fn before_reserving(&self, account: &Account, contexts: &Contexts, bytes: u64) {
-        if account.host_pid.known().is_none() {
+        if account.nvml_pid().host_known().is_none() {
             // Picks the host's service's answer up if it has come (no wait; nothing once known).
             let _ = account.own_host_pid();
         }
@@ -150,20 +150,20 @@ impl Untracked {
             return false;
         }
         let generation = self.generation.load(SeqCst);
-        let before = account.ledger.holding(slot, dev.id);
+        let before = account.ledger().holding(slot, dev.id);
         let Some(handle) = driver().nvml_device_by_uuid(&dev.uuid) else { return true };
         let Some(entries) = nvml_look::compute_entries(handle) else { return true };
         let listed = contexts.holds_on(dev.ordinal).then(|| before.held());
         if nvml_look::identify(account, dev.id, &entries, listed).is_some_and(|v| v.ambiguous) {
             AMBIGUOUS.store(true, Relaxed);
         }
-        let Some(pid) = account.host_pid.memory_pid() else { return true };
+        let Some(pid) = account.nvml_pid().memory_pid() else { return true };
         let Some(mine) = entries.iter().find(|e| e.pid == pid).and_then(|e| e.used) else { return true };
         // NVML_VALUE_NOT_AVAILABLE and other nonsense are ignored.
         if mine > dev.total {
             return true;
         }
-        let after = account.ledger.holding(slot, dev.id);
+        let after = account.ledger().holding(slot, dev.id);
         if after != before || !self.quiet() || self.generation.load(SeqCst) != generation {
             return false;
         }
@@ -195,12 +195,12 @@ impl Untracked {
     pub fn around_load(&self, account: &Account, contexts: &Contexts, load: impl FnOnce() -> CUresult) -> CUresult {
         let slot = account.slot_if_joined();
         let baseline: Vec<DeviceWide> = match slot {
-            Some(slot) if account.host_pid.memory_pid().is_none() && self.quiet() => account
+            Some(slot) if account.nvml_pid().memory_pid().is_none() && self.quiet() => account
                 .registered_devices()
                 .filter(|d| contexts.holds_on(d.ordinal))
                 .filter_map(|d| {
                     let generation = self.generation.load(SeqCst);
-                    Some(DeviceWide { ordinal: d.ordinal, used: device_used(d)?, own: account.ledger.holding(slot, d.id).held(), generation })
+                    Some(DeviceWide { ordinal: d.ordinal, used: device_used(d)?, own: account.ledger().holding(slot, d.id).held(), generation })
                 })
                 .collect(),
             _ => Vec::new(),
@@ -211,7 +211,7 @@ impl Untracked {
         }
         self.count_now(account, contexts);
         let Some(slot) = slot else { return rc };
-        if account.host_pid.memory_pid().is_some() {
+        if account.nvml_pid().memory_pid().is_some() {
             return rc; // the look just taken found this process's own figure
         }
         if !baseline.is_empty() {
@@ -228,7 +228,7 @@ impl Untracked {
                 continue;
             }
             let Some(used) = device_used(dev) else { continue };
-            let own = account.ledger.holding(slot, dev.id).held();
+            let own = account.ledger().holding(slot, dev.id).held();
             let extra = (used as i128 - before.used as i128) - (own as i128 - before.own as i128);
             if extra > SLACK as i128 && (extra as u64) <= dev.total {
                 self.charge(account, dev, extra as u64, "the device's usage before and after a module load");
@@ -254,17 +254,17 @@ impl Untracked {
 /// says a module load was just measured on the whole device for want of that figure.
 fn say_what_cannot_be_counted(account: &Account, measured_around: bool) {
     static SAID: AtomicBool = AtomicBool::new(false);
-    if SAID.load(Relaxed) || account.host_pid.memory_pid().is_some() {
+    if SAID.load(Relaxed) || account.nvml_pid().memory_pid().is_some() {
         return;
     }
-    let behaviour = account.host_pid.behaviour();
+    let behaviour = account.nvml_pid().behaviour();
     let ambiguous = AMBIGUOUS.load(Relaxed);
     if matches!(behaviour, NvmlPids::Host) || (behaviour == NvmlPids::Unknown && ambiguous) {
         if !ambiguous {
             return; // the next look may still match it
         }
         // While the service may still answer, it may still tell.
-        let Some(why) = account.host_pid.failure() else { return };
+        let Some(why) = account.nvml_pid().failure() else { return };
         if SAID.swap(true, SeqCst) {
             return;
         }

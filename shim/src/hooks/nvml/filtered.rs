@@ -6,7 +6,7 @@
 
 use crate::abi::nvml::*;
 use crate::accounting::listing::Keyed;
-use crate::accounting::process::{self, Active, Mode};
+use crate::accounting::{self, Active, Mode};
 use crate::driver::raw;
 use std::ffi::c_uint;
 
@@ -107,7 +107,7 @@ pub unsafe extern "C" fn nvmlDeviceGetProcessUtilization(
         if count.is_null() {
             return real(samples, count);
         }
-        let (kept, bound) = match process::mode() {
+        let (kept, bound) = match accounting::mode() {
             Mode::Off => return real(samples, count),
             // Fail closed: no samples.
             Mode::Closed(_) => (Vec::new(), 0),
@@ -134,7 +134,7 @@ pub unsafe extern "C" fn nvmlDeviceGetProcessesUtilizationInfo(device: NvmlDevic
         unsafe { raw::nvmlDeviceGetProcessesUtilizationInfo(device, i) }.unwrap_or(NVML_ERROR_FUNCTION_NOT_FOUND)
     };
     crate::hooks::guard(NVML_ERROR_UNKNOWN, || {
-        if info.is_null() || matches!(process::mode(), Mode::Off) {
+        if info.is_null() || matches!(accounting::mode(), Mode::Off) {
             return call(info);
         }
         // SAFETY: non-null, the caller's nvmlProcessesUtilizationInfo_t.
@@ -143,7 +143,7 @@ pub unsafe extern "C" fn nvmlDeviceGetProcessesUtilizationInfo(device: NvmlDevic
             // A layout fgpu does not know: refused rather than passed through unfiltered.
             return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
         }
-        let (kept, bound) = match process::mode() {
+        let (kept, bound) = match accounting::mode() {
             Mode::On(active) => {
                 let real = |p: *mut NvmlProcessUtilizationInfoV1, c: *mut c_uint| {
                     // SAFETY: fetch_all passes a pointer to its own live count.
@@ -182,7 +182,7 @@ pub unsafe extern "C" fn nvmlDeviceGetAccountingPids(device: NvmlDevice, count: 
         if count.is_null() {
             return real(pids, count);
         }
-        let (kept, bound) = match process::mode() {
+        let (kept, bound) = match accounting::mode() {
             Mode::Off => return real(pids, count),
             Mode::Closed(_) => (Vec::new(), 0),
             Mode::On(active) => match fetch_all(real) {
@@ -205,7 +205,7 @@ pub unsafe extern "C" fn nvmlDeviceGetAccountingStats(device: NvmlDevice, pid: c
         // SAFETY: the hook's caller's own arguments, passed on unchanged: the call's contract is theirs.
         unsafe { raw::nvmlDeviceGetAccountingStats(device, p, stats) }.unwrap_or(NVML_ERROR_FUNCTION_NOT_FOUND)
     };
-    crate::hooks::guard(NVML_ERROR_UNKNOWN, || match process::mode() {
+    crate::hooks::guard(NVML_ERROR_UNKNOWN, || match accounting::mode() {
         Mode::Off => real(pid),
         Mode::Closed(_) => NVML_ERROR_NOT_FOUND,
         Mode::On(active) => match active.host_pid_of(pid) {
@@ -229,7 +229,7 @@ pub unsafe extern "C" fn nvmlDeviceGetAccountingStats_v2(device: NvmlDevice, sta
         if stats.is_null() {
             return real();
         }
-        let active = match process::mode() {
+        let active = match accounting::mode() {
             Mode::Off => return real(),
             Mode::Closed(_) => return NVML_ERROR_NOT_FOUND,
             Mode::On(active) => active,
@@ -262,7 +262,7 @@ unsafe fn session_list<T: Copy + Default>(
     if count.is_null() {
         return real(count, out);
     }
-    let kept = match process::mode() {
+    let kept = match accounting::mode() {
         Mode::Off => return real(count, out),
         Mode::Closed(_) => Vec::new(),
         Mode::On(active) => match fetch_all(|p, c| real(c, p)) {

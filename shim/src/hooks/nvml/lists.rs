@@ -5,7 +5,7 @@
 
 use crate::abi::nvml::*;
 use crate::accounting::listing::{ledger_processes, Keyed, Listed};
-use crate::accounting::process::{self, Mode};
+use crate::accounting::{self, Mode};
 use crate::driver::instance::driver;
 use crate::driver::raw;
 use crate::driver::seam::NvmlDriver;
@@ -52,7 +52,7 @@ unsafe fn process_list<T>(
     pid_and_memory: impl Fn(&T) -> (u32, u64),
     make: impl Fn(&Listed) -> T,
 ) -> NvmlReturn {
-    let active = match process::mode() {
+    let active = match accounting::mode() {
         Mode::On(active) => active,
         Mode::Off => return real(count, infos),
         // Fail closed: a broken configuration shows no other tenant's processes either.
@@ -237,7 +237,7 @@ pub unsafe extern "C" fn nvmlDeviceGetRunningProcessDetailList(device: NvmlDevic
         unsafe { raw::nvmlDeviceGetRunningProcessDetailList(device, list) }.unwrap_or(NVML_ERROR_FUNCTION_NOT_FOUND)
     };
     crate::hooks::guard(NVML_ERROR_UNKNOWN, || {
-        if plist.is_null() || matches!(process::mode(), Mode::Off) {
+        if plist.is_null() || matches!(accounting::mode(), Mode::Off) {
             return call(plist);
         }
         // SAFETY: non-null, the caller's nvmlProcessDetailList_t.

@@ -4,7 +4,7 @@
 //! not the container, so total = used + free holds in both layouts.
 
 use crate::abi::nvml::*;
-use crate::accounting::process::{self, Mode};
+use crate::accounting::{self, Mode};
 use crate::driver::raw;
 
 /// How a memory answer from the driver is to be rewritten.
@@ -18,7 +18,7 @@ enum MemoryAnswer {
 }
 
 fn memory_answer(device: NvmlDevice, real_total: u64) -> MemoryAnswer {
-    match process::mode() {
+    match accounting::mode() {
         Mode::On(active) => match active.nvml_memory_view(device, real_total) {
             Some((view, used)) => MemoryAnswer::Container { total: view.total, free: view.free(used, None), used },
             None => MemoryAnswer::Keep,

@@ -11,7 +11,7 @@
 //! * Graphics and MPS lists, utilisation samples, accounting data and encoder /
 //!   frame-buffer-capture sessions are the driver's, filtered to the ledger's processes and
 //!   given with the PIDs the caller sees. What a driver PID stands for depends on the
-//!   driver, which is found out, not assumed (`host_pid.rs`, `fgpu_core::nvmlpids`): host
+//!   driver, which is found out, not assumed (`process/nvml_pid.rs`, `fgpu_core::nvmlpids`): host
 //!   PIDs (older drivers, and any caller in the host's namespace) map through the ledger's
 //!   host PIDs; caller-namespace PIDs (current drivers) are the ledger's PIDs as this
 //!   namespace sees them, and in utilisation samples a process this namespace cannot see

@@ -1,12 +1,13 @@
 //! This process in its ledger: the configuration, the ledger, its slot (claimed on first
-//! need), its devices and its host PID, and the moves of its count: reserving against the
-//! cap, giving back, settling a reservation to what the driver took.
+//! need), its devices and the PIDs NVML knows it by, and the moves of its count: taking
+//! against the cap, giving back, settling a count to what the driver took. The layers above read
+//! it through these functions; its fields are its own.
 
 use super::devices::{self, Dev, Devices};
+use super::nvml_pid::NvmlPid;
 use crate::abi::cuda::*;
 use crate::driver::instance::driver;
 use crate::driver::seam::CudaDriver;
-use crate::host_pid::HostPid;
 use fgpu_core::config::Config;
 use fgpu_core::ledger::{Ledger, SlotId};
 use fgpu_core::limit::format_bytes;
@@ -16,17 +17,37 @@ use fgpu_core::uuid::format_gpu_uuid;
 use std::sync::OnceLock;
 
 pub struct Account {
-    pub config: Config,
-    pub ledger: Ledger,
-    /// This process's host PID (`host_pid.rs`).
-    pub host_pid: HostPid,
+    config: Config,
+    ledger: Ledger,
+    /// This process's host PID, and the PIDs NVML knows it by (`nvml_pid.rs`).
+    nvml_pid: NvmlPid,
     slot: OnceLock<Option<SlotId>>,
     devices: Devices,
+    /// What the accounting runs to have NVML's lists looked at (`set_nvml_look`).
+    nvml_look: OnceLock<fn()>,
 }
 
 impl Account {
     pub fn new(config: Config, ledger: Ledger) -> Account {
-        Account { config, ledger, host_pid: HostPid::default(), slot: OnceLock::new(), devices: Devices::default() }
+        Account { config, ledger, nvml_pid: NvmlPid::default(), slot: OnceLock::new(), devices: Devices::default(), nvml_look: OnceLock::new() }
+    }
+
+    /// The configuration this process runs under.
+    #[inline]
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// The ledger this process counts in.
+    #[inline]
+    pub fn ledger(&self) -> &Ledger {
+        &self.ledger
+    }
+
+    /// This process's host PID, and the PIDs NVML knows it by.
+    #[inline]
+    pub fn nvml_pid(&self) -> &NvmlPid {
+        &self.nvml_pid
     }
 
     /// This process's slot, claimed on first need.
@@ -34,7 +55,7 @@ impl Account {
         *self.slot.get_or_init(|| match self.ledger.join() {
             Ok(slot) => {
                 // Sent now, answered by the time anything needs it; nothing waits for it.
-                self.host_pid.ask();
+                self.nvml_pid.ask();
                 Some(slot)
             }
             Err(e) => {
@@ -51,7 +72,7 @@ impl Account {
 
     /// This process's host PID if known by now (recorded in its slot when learnt).
     pub fn own_host_pid(&self) -> Option<u32> {
-        self.host_pid.get(|pid| {
+        self.nvml_pid.host(|pid| {
             if let Some(slot) = self.slot_if_joined() {
                 self.ledger.set_host_pid(slot, pid);
             }
@@ -82,11 +103,12 @@ impl Account {
         self.devices.known(ordinal)
     }
 
-    /// Reserves `bytes` on `dev` in the ledger, against the cap. Before saying no, the
-    /// ledger takes back other processes' unspent credit and drops dead processes; a
-    /// refusal is counted and said in one line (rate-limited), and
-    /// `CUDA_ERROR_OUT_OF_MEMORY` returned. (`Active::reserve` looks at NVML first.)
-    pub fn reserve_in_ledger(&self, slot: SlotId, dev: &Dev, bytes: u64, call: &str) -> Result<(), CUresult> {
+    /// Takes `bytes` on `dev` against the cap through the ledger's reserve step
+    /// (`Ledger::reserve`, which, before saying no, takes back other processes' unspent
+    /// credit and drops dead processes), or refuses: the refusal is counted and said in one
+    /// line (rate-limited), and `CUDA_ERROR_OUT_OF_MEMORY` returned. (The accounting's
+    /// `Active::count_ahead` calls it, after a look at NVML.)
+    pub fn take_or_refuse(&self, slot: SlotId, dev: &Dev, bytes: u64, call: &str) -> Result<(), CUresult> {
         let refusal = match self.ledger.reserve(slot, dev.id, bytes, dev.limit) {
             Ok(()) => return Ok(()),
             Err(refusal) => refusal,
@@ -172,5 +194,39 @@ impl Account {
     /// What every process of the ledger holds on `dev`.
     pub fn container_used(&self, dev: &Dev) -> u64 {
         self.ledger.used(dev.id)
+    }
+
+    /// Sets what [`Account::sampled_pid`] runs to have NVML's lists looked at while the PID
+    /// NVML knows this process by is not known: the accounting's count of what NVML shows
+    /// the process holding, which takes that look (`accounting/records/untracked.rs`). Set
+    /// once, by the accounting, when it is built.
+    pub fn set_nvml_look(&self, look: fn()) {
+        let _ = self.nvml_look.set(look);
+    }
+
+    /// The PID NVML's utilisation samples name this process by, once known (the compute
+    /// sampler's). While it is not, a look at NVML's lists is taken now and then.
+    /// Where the driver gives PIDs as this namespace sees them, a process of the ledger that
+    /// this namespace cannot see keeps its raw host PID in the samples: if that equals this
+    /// process's PID, the samples under it could be either's, and none is taken as this
+    /// process's (its events measure it instead).
+    pub fn sampled_pid(&self) -> Option<u32> {
+        if self.slot_if_joined().is_some() {
+            let _ = self.own_host_pid();
+        }
+        if self.nvml_pid.needs_a_look() {
+            if let Some(look) = self.nvml_look.get() {
+                look();
+            }
+        }
+        let pid = self.nvml_pid.listed()?;
+        if self.nvml_pid.behaviour().lists_in_caller_namespace() {
+            let own = self.slot_if_joined();
+            let snapshot = self.ledger.snapshot(own);
+            if snapshot.processes.iter().any(|p| p.alive && Some(p.slot) != own && p.pid_here.is_none() && p.host_pid == Some(pid)) {
+                return None;
+            }
+        }
+        Some(pid)
     }
 }

@@ -1,13 +1,14 @@
 //! One `pthread_atfork` child handler for the whole shim. A forked child is a new process:
-//! each part that keeps per-process state (the accounting's mode and ledger slot, the
-//! compute limiter) registers a reset here, run in the child in the order registered. A
-//! reset runs in a child of a multi-threaded parent: only async-signal-safe calls.
+//! each part that keeps per-process state (`lifecycle.rs`: the process's mode and ledger,
+//! its accounting, the compute limiter) registers a reset here, run in the child in the
+//! order registered. A reset runs in a child of a multi-threaded parent: only
+//! async-signal-safe calls.
 
 use std::ptr::null_mut;
 use std::sync::atomic::{AtomicPtr, Ordering};
 use std::sync::Once;
 
-/// Room for every part that registers (two today).
+/// Room for every part that registers (three today).
 const SLOTS: usize = 4;
 
 static RESETS: [AtomicPtr<()>; SLOTS] = [const { AtomicPtr::new(null_mut()) }; SLOTS];

@@ -5,7 +5,7 @@
 //! nested namespace (a container without `--pid=host`) it depends on the driver: current
 //! drivers give PIDs as this namespace sees them, so `getpid()` again; older ones give host
 //! PIDs; some give a container's processes without a memory figure, or not at all. The
-//! behaviour is found out from NVML's own lists ([`HostPid::observe`]), never assumed:
+//! behaviour is found out from NVML's own lists ([`NvmlPid::observe`]), never assumed:
 //! the process's own `getpid()` listed with the memory it holds, or under host PIDs an entry
 //! that only this process can be (the movement check where two could).
 //!
@@ -48,8 +48,11 @@ enum Query {
     Failed(String),
 }
 
+/// Which PID NVML knows this process by: the PIDs NVML gives ([`NvmlPids`], found out),
+/// and this process's host PID (from the kernel, the host's `fgpu service`, or a match in
+/// NVML's list).
 #[derive(Debug, Default)]
-pub struct HostPid {
+pub struct NvmlPid {
     /// 0 while unknown.
     known: AtomicU32,
     query: Mutex<Query>,
@@ -71,7 +74,7 @@ fn backoff_ns(tries: u32) -> u64 {
     RETRY_FIRST_NS.saturating_mul(1u64 << tries.saturating_sub(1).min(20)).min(RETRY_MAX_NS)
 }
 
-impl HostPid {
+impl NvmlPid {
     /// Learns the host PID if the kernel tells it, else sends the request (no waiting).
     pub fn ask(&self) {
         let mut query = self.query.lock();
@@ -105,7 +108,7 @@ impl HostPid {
     }
 
     /// The host PID if known by now; `on_learnt` runs once when the service's answer comes.
-    pub fn get(&self, on_learnt: impl FnOnce(u32)) -> Option<u32> {
+    pub fn host(&self, on_learnt: impl FnOnce(u32)) -> Option<u32> {
         let known = self.known.load(Ordering::Acquire);
         if known != 0 {
             return Some(known);
@@ -147,7 +150,7 @@ impl HostPid {
     }
 
     /// The host PID, if known, without asking anything.
-    pub fn known(&self) -> Option<u32> {
+    pub fn host_known(&self) -> Option<u32> {
         Some(self.known.load(Ordering::Acquire)).filter(|p| *p != 0)
     }
 
@@ -166,10 +169,10 @@ impl HostPid {
     /// The PID NVML's process lists and utilisation samples name this process by, if it is
     /// known by now (under [`NvmlPids::Absent`] the lists never name it; its samples keep
     /// the raw host PID).
-    pub fn nvml_pid(&self) -> Option<u32> {
+    pub fn listed(&self) -> Option<u32> {
         match self.behaviour() {
             NvmlPids::HostNamespace | NvmlPids::Caller | NvmlPids::CallerNoMemory => Some(getpid()),
-            NvmlPids::Host | NvmlPids::Absent => self.known(),
+            NvmlPids::Host | NvmlPids::Absent => self.host_known(),
             NvmlPids::Unknown => None,
         }
     }
@@ -179,7 +182,7 @@ impl HostPid {
     pub fn memory_pid(&self) -> Option<u32> {
         match self.behaviour() {
             NvmlPids::HostNamespace | NvmlPids::Caller => Some(getpid()),
-            NvmlPids::Host => self.known(),
+            NvmlPids::Host => self.host_known(),
             _ => None,
         }
     }
@@ -189,7 +192,7 @@ impl HostPid {
     pub fn needs_a_look(&self) -> bool {
         match self.behaviour() {
             NvmlPids::Unknown | NvmlPids::Absent => true,
-            NvmlPids::Host => self.known().is_none(),
+            NvmlPids::Host => self.host_known().is_none(),
             _ => false,
         }
     }
@@ -253,17 +256,17 @@ mod tests {
     fn a_match_under_host_pids_is_recorded_once() {
         if fgpu_core::pidns::in_host_pidns() {
             // Here every behaviour gives getpid(); nothing is looked at.
-            assert_eq!(HostPid::default().nvml_pid(), Some(getpid()));
+            assert_eq!(NvmlPid::default().listed(), Some(getpid()));
             return;
         }
-        let h = HostPid::default();
+        let h = NvmlPid::default();
         let own = |mib| Some(Own { here: 7, host: None, counted: mib * MIB });
         let mut learnt = Vec::new();
         h.observe(&Look { at_ns: 0, own: own(300), others: &[], entries: &[Entry::new(40123, 300 * MIB)] }, |p| learnt.push(p));
-        assert_eq!((h.behaviour(), h.nvml_pid()), (NvmlPids::Host, None), "host PIDs, which one not told yet");
+        assert_eq!((h.behaviour(), h.listed()), (NvmlPids::Host, None), "host PIDs, which one not told yet");
         let v = h.observe(&Look { at_ns: 1, own: own(400), others: &[], entries: &[Entry::new(40123, 400 * MIB)] }, |p| learnt.push(p));
         assert_eq!(v.host_pid, Some(40123));
-        assert_eq!((h.behaviour(), h.nvml_pid(), h.memory_pid()), (NvmlPids::Host, Some(40123), Some(40123)));
+        assert_eq!((h.behaviour(), h.listed(), h.memory_pid()), (NvmlPids::Host, Some(40123), Some(40123)));
         h.observe(&Look { at_ns: 2, own: own(500), others: &[], entries: &[Entry::new(40123, 500 * MIB)] }, |p| learnt.push(p));
         assert_eq!(learnt, [40123]);
     }
@@ -273,12 +276,12 @@ mod tests {
         if fgpu_core::pidns::in_host_pidns() {
             return;
         }
-        let h = HostPid::default();
+        let h = NvmlPid::default();
         let own = Some(Own { here: getpid(), host: None, counted: 300 * MIB });
         h.observe(&Look { at_ns: 0, own, others: &[], entries: &[Entry::new(getpid(), 300 * MIB)] }, |_| panic!("no host PID"));
-        assert_eq!((h.behaviour(), h.nvml_pid(), h.memory_pid()), (NvmlPids::Caller, Some(getpid()), Some(getpid())));
-        let h = HostPid::default();
+        assert_eq!((h.behaviour(), h.listed(), h.memory_pid()), (NvmlPids::Caller, Some(getpid()), Some(getpid())));
+        let h = NvmlPid::default();
         h.observe(&Look { at_ns: 0, own, others: &[], entries: &[Entry::new(getpid(), 0)] }, |_| panic!("no host PID"));
-        assert_eq!((h.behaviour(), h.nvml_pid(), h.memory_pid()), (NvmlPids::CallerNoMemory, Some(getpid()), None));
+        assert_eq!((h.behaviour(), h.listed(), h.memory_pid()), (NvmlPids::CallerNoMemory, Some(getpid()), None));
     }
 }

@@ -1,18 +1,20 @@
-//! The C prototype of every driver function the shim calls, each declared once, written
-//! from `cuda.h` and `nvml.h` with their parameter names.
+//! The C prototype of every driver function fgpu calls, each declared once, written from
+//! `cuda.h` and `nvml.h` with their parameter names: the shim's ([`prototypes!`]) and the
+//! tools' ([`tool_prototypes!`]), and each as a function pointer type ([`proto`]).
 //!
-//! [`prototypes!`] hands the whole list to another macro: `symbols.rs` makes the symbol
-//! table of it, `raw.rs` the forwarders, and tests/integration/abi_layout.rs (which
-//! compiles this file a second time) a check of every parameter and return value against
+//! [`prototypes!`](crate::prototypes) hands the whole list to another macro: the shim's
+//! `driver/symbols.rs` makes the symbol table of it, `driver/raw.rs` the forwarders, and
+//! tests/integration/abi_layout.rs a check of every parameter and return value against
 //! NVIDIA's headers, as the C++ compiler reads them: size, alignment, signedness and pointer
 //! level, and the size of what a pointer points to. A parameter written `*mut c_void` is a
 //! pointer the shim never reads: only its pointer level is compared.
 //!
-//! The types are named at the place the list is expanded: the `abi` types, and `c_char`,
+//! The types are named at the place the list is expanded: this crate's types, and `c_char`,
 //! `c_int`, `c_uint`, `c_float`, `c_void` of `std::ffi`.
 
 /// `prototypes!(then)` expands to `then! { Lib fn name(param: Type, ...) -> Ret; ... }`,
 /// `Lib` being `Cuda` (`libcuda.so.1`) or `Nvml` (`libnvidia-ml.so.1`).
+#[macro_export]
 macro_rules! prototypes {
     ($then:ident) => {
         $then! {
@@ -154,4 +156,51 @@ macro_rules! prototypes {
         }
     };
 }
-pub(crate) use prototypes;
+
+/// `tool_prototypes!(then)`: as [`prototypes!`](crate::prototypes), the driver functions
+/// fgpu's tools call and the shim does not (`fgpu doctor`'s driver probe and the observers'
+/// NVML lists in `cli/`: the driver's version, `cuInit`, the unversioned NVML names a
+/// driver older than their `_v2` has, a device's name, `nvmlShutdown`). The tools call the
+/// shim's list too; a function is in one list only.
+#[macro_export]
+macro_rules! tool_prototypes {
+    ($then:ident) => {
+        $then! {
+            Cuda fn cuInit(Flags: c_uint) -> CUresult;
+            Cuda fn cuDriverGetVersion(driverVersion: *mut c_int) -> CUresult;
+            Cuda fn cuDeviceGetCount(count: *mut c_int) -> CUresult;
+            Nvml fn nvmlInit() -> NvmlReturn;
+            Nvml fn nvmlShutdown() -> NvmlReturn;
+            Nvml fn nvmlSystemGetCudaDriverVersion(cudaDriverVersion: *mut c_int) -> NvmlReturn;
+            Nvml fn nvmlSystemGetCudaDriverVersion_v2(cudaDriverVersion: *mut c_int) -> NvmlReturn;
+            Nvml fn nvmlDeviceGetCount(deviceCount: *mut c_uint) -> NvmlReturn;
+            Nvml fn nvmlDeviceGetName(device: NvmlDevice, name: *mut c_char, length: c_uint) -> NvmlReturn;
+        }
+    };
+}
+
+/// The C prototype of every function of both lists as a Rust function pointer type:
+/// `proto::cuMemAlloc_v2` is `unsafe extern "C" fn(*mut CUdeviceptr, usize) -> CUresult`.
+/// What a caller casts a looked-up address to (the shim's `driver/raw.rs`, the tools'
+/// `dlsym`), and what the shim's hooks are checked against at compile time.
+#[allow(non_camel_case_types)]
+pub mod proto {
+    #[allow(unused_imports)]
+    use crate::cuda::*;
+    #[allow(unused_imports)]
+    use crate::nvml::*;
+    #[allow(unused_imports)]
+    use std::ffi::{c_char, c_float, c_int, c_uint, c_void};
+
+    macro_rules! function_types {
+        ($( $lib:ident fn $name:ident ( $($arg:ident : $ty:ty),* ) -> $ret:ty ; )*) => {
+            $(
+                #[doc = concat!("`", stringify!($name), "` (", stringify!($lib), ").")]
+                pub type $name = unsafe extern "C" fn($($ty),*) -> $ret;
+            )*
+        };
+    }
+
+    crate::prototypes!(function_types);
+    crate::tool_prototypes!(function_types);
+}

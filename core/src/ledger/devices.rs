@@ -1,0 +1,62 @@
+//! The ledger's devices: registered by UUID with the cap the first live process asks for,
+//! found again by UUID, and the size of a context measured on each.
+
+use super::layout::*;
+use super::*;
+
+impl Ledger {
+    /// Finds the entry for a device UUID, creating it with `wanted_cap` if it is new. If no
+    /// other live process is in the ledger, the cap is (re)set to `wanted_cap`: a ledger
+    /// never imposes a cap nobody currently asks for.
+    pub fn register_device(&self, uuid: [u8; 16], total_memory: u64, wanted_cap: u64, own: Option<SlotId>) -> Result<Registration, LedgerError> {
+        let words = uuid_words(uuid);
+        self.with_init_lock(|| {
+            let mut empty = None;
+            for index in 0..MAX_DEVICES {
+                let entry = self.device(DeviceId(index));
+                if entry.state.load(Acquire) != DEVICE_READY {
+                    empty.get_or_insert(index);
+                    continue;
+                }
+                if entry.uuid[0].load(Relaxed) == words[0] && entry.uuid[1].load(Relaxed) == words[1] {
+                    if !self.has_other_live_slot(own) {
+                        entry.cap.store(wanted_cap, Relaxed);
+                    }
+                    entry.total_memory.store(total_memory, Relaxed);
+                    return Ok(Registration { device: DeviceId(index), ledger_cap: entry.cap.load(Relaxed) });
+                }
+            }
+            let index = empty.ok_or_else(|| LedgerError::TooManyDevices { path: self.path().to_path_buf() })?;
+            let entry = self.device(DeviceId(index));
+            entry.uuid[0].store(words[0], Relaxed);
+            entry.uuid[1].store(words[1], Relaxed);
+            entry.cap.store(wanted_cap, Relaxed);
+            entry.total_memory.store(total_memory, Relaxed);
+            entry.registered_unix.store(store::unix_now_ms() as u64 / 1000, Relaxed);
+            entry.state.store(DEVICE_READY, Release);
+            Ok(Registration { device: DeviceId(index), ledger_cap: wanted_cap })
+        })?
+    }
+
+    /// Looks a device up by UUID without registering it.
+    pub fn find_device(&self, uuid: [u8; 16]) -> Option<DeviceId> {
+        let words = uuid_words(uuid);
+        (0..MAX_DEVICES).map(DeviceId).find(|id| {
+            let e = self.device(*id);
+            e.state.load(Acquire) == DEVICE_READY && e.uuid[0].load(Relaxed) == words[0] && e.uuid[1].load(Relaxed) == words[1]
+        })
+    }
+
+    /// The last measured size of a CUDA context on a device, shared by all processes.
+    pub fn context_hint(&self, device: DeviceId) -> u64 {
+        self.device(device).context_hint.load(Relaxed)
+    }
+
+    pub fn set_context_hint(&self, device: DeviceId, bytes: u64) {
+        self.device(device).context_hint.store(bytes, Relaxed);
+    }
+}
+
+pub(super) fn uuid_words(uuid: [u8; 16]) -> [u64; 2] {
+    [u64::from_le_bytes(uuid[..8].try_into().unwrap()), u64::from_le_bytes(uuid[8..].try_into().unwrap())]
+}
