@@ -293,7 +293,7 @@ fn place(args: &RunArgs, limit: Option<&str>, ledger: &Path) -> Result<Placed, S
                 let sharing = if args.shared_ledger { fgpu_core::ledger::Sharing::Shared } else { fgpu_core::ledger::Sharing::Private };
                 let held = Ledger::open(ledger, sharing).map_err(|e| e.to_string())?;
                 let slot = held.join().map_err(|e| e.to_string())?;
-                let uuid = fgpu_core::uuid::parse_gpu_uuid(&room.uuid).ok_or_else(|| format!("the driver named a GPU {:?} fgpu cannot read", room.uuid))?;
+                let uuid = fgpu_core::uuid::DeviceUuid::parse(&room.uuid).ok_or_else(|| format!("the driver named a GPU {:?} fgpu cannot read", room.uuid))?;
                 let cap = need(room);
                 let cap = if cap == 0 { room.total_bytes } else { cap };
                 let device = held.register_device(uuid, room.total_bytes, cap, Some(slot)).map_err(|e| e.to_string())?.device;

@@ -30,7 +30,6 @@ use crate::driver::seam::{CudaDriver, NvmlDriver, SamplesError};
 use fgpu_core::compute::UtilisationBook;
 use fgpu_core::log::{monotonic_ns, Level};
 use fgpu_core::log_at;
-use fgpu_core::uuid::format_gpu_uuid;
 use std::time::Duration;
 
 /// How often the sampler wakes.
@@ -138,7 +137,7 @@ fn poll(limiter: &Limiter, share: &DevShare, now: u64) {
                     Level::Info,
                     "NVML's samples did not show their period within {} s on {}; the compute share is measured by this process's events",
                     LEARN_PERIOD_WITHIN_NS / 1_000_000_000,
-                    format_gpu_uuid(&share.uuid)
+                    share.uuid
                 );
                 book.nvml = None;
                 book.by_events = true;
@@ -153,7 +152,7 @@ fn poll(limiter: &Limiter, share: &DevShare, now: u64) {
                 log_at!(
                     Level::Info,
                     "NVML gives no per-process utilisation for {} (NVML error {rc}); the compute share is measured by this process's events",
-                    format_gpu_uuid(&share.uuid)
+                    share.uuid
                 );
                 book.nvml = None;
                 book.by_events = true;
@@ -173,7 +172,7 @@ fn poll(limiter: &Limiter, share: &DevShare, now: u64) {
 /// Sets NVML up for a device if this process's host PID is known.
 fn start_measuring(limiter: &Limiter, share: &DevShare, book: &mut DevBook, now: u64) {
     let Some(pid) = host_pid(limiter) else { return };
-    let uuid = format_gpu_uuid(&share.uuid);
+    let uuid = share.uuid;
     let Some(handle) = driver().nvml_device_by_uuid(&share.uuid) else {
         log_at!(Level::Info, "NVML cannot find {uuid}; the compute share there is measured by this process's events");
         book.by_events = true;

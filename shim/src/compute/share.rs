@@ -11,7 +11,7 @@ use fgpu_core::compute::{self as policy, admit_threshold, charge_keeping_rest, f
 use fgpu_core::ledger::{DeviceId, Ledger, SlotId};
 use fgpu_core::log::Level;
 use fgpu_core::log_at;
-use fgpu_core::uuid::format_gpu_uuid;
+use fgpu_core::uuid::DeviceUuid;
 use fgpu_core::view::Kept;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 pub struct DevShare {
     pub ordinal: CUdevice,
     pub id: DeviceId,
-    pub uuid: [u8; 16],
+    pub uuid: DeviceUuid,
     /// The ledger's share, when it has one: its bucket is shared by all its processes.
     pub ledger_share: Option<u64>,
     /// This process's own share, when the ledger has none or a larger one: a bucket of
@@ -111,7 +111,7 @@ impl DevShare {
     /// The share this process is held to on `dev` (`None`: it has none there), registered
     /// in the ledger of `account` for `slot`: the ledger's, this process's own, or both.
     pub fn of(account: &Account, slot: SlotId, dev: &Dev) -> Option<DevShare> {
-        let uuid = format_gpu_uuid(&dev.uuid);
+        let uuid = dev.uuid.to_string();
         let own = account.config().share_for(&uuid);
         let ledger = match account.ledger().register_compute(dev.id, own.unwrap_or(0), Some(slot)) {
             Ok(share) => share,
