@@ -13,7 +13,7 @@ use fgpu_core::log::Level;
 use fgpu_core::log_at;
 use fgpu_core::uuid::DeviceUuid;
 use fgpu_core::view::Kept;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 /// A device's share as this process is held to it.
 pub struct DevShare {
@@ -27,6 +27,8 @@ pub struct DevShare {
     pub own: Option<(u64, AtomicU64)>,
     /// Refunds each bucket (the ledger's, this process's own) could not take yet.
     carry: [Carry; 2],
+    /// This process's work on the device cannot be measured: its launches are refused.
+    refused: AtomicBool,
 }
 
 impl DevShare {
@@ -73,6 +75,25 @@ impl DevShare {
                 return false;
             }
         }
+        true
+    }
+
+    /// Whether launches on this device are refused: their GPU time cannot be measured.
+    #[inline]
+    pub fn refused(&self) -> bool {
+        self.refused.load(Ordering::Acquire)
+    }
+
+    /// Refuses launches on this device from now on, saying why once; true the first time.
+    pub fn refuse(&self) -> bool {
+        if self.refused.swap(true, Ordering::AcqRel) {
+            return false;
+        }
+        log_at!(
+            Level::Error,
+            "the compute share on {} cannot be measured: NVML gives no per-process samples there and this process's kernels could not be timed by events (no marker could be recorded on their stream, or the driver could not time it); kernel launches on it are refused (CUDA_ERROR_NOT_PERMITTED) rather than run past the share",
+            self.uuid
+        );
         true
     }
 
@@ -129,6 +150,14 @@ impl DevShare {
         let ledger_share = (ledger != 0).then_some(ledger);
         let own_bucket = (ledger == 0 || own < ledger).then(|| (own, AtomicU64::new(0)));
         log_at!(Level::Debug, "device {} is {uuid}: compute share {}", dev.ordinal, format_share(kept.held_to()));
-        Some(DevShare { ordinal: dev.ordinal, id: dev.id, uuid: dev.uuid, ledger_share, own: own_bucket, carry: Default::default() })
+        Some(DevShare {
+            ordinal: dev.ordinal,
+            id: dev.id,
+            uuid: dev.uuid,
+            ledger_share,
+            own: own_bucket,
+            carry: Default::default(),
+            refused: AtomicBool::new(false),
+        })
     }
 }
