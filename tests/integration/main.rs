@@ -18,6 +18,7 @@ mod front;
 mod host_pids;
 mod kernels;
 mod ledger_file;
+mod mig_caps;
 mod mig_sim;
 mod nvml;
 mod pid_modes;
