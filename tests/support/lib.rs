@@ -561,6 +561,7 @@ impl Background {
     /// Panics, with the process's output, unless it is still running: for a test whose
     /// finding means nothing once the process it relies on (a holder, a neighbour, a job that
     /// must be waiting) has gone.
+    #[track_caller]
     pub fn assert_running(&mut self, why: &str) {
         if !self.running() {
             let out = self.finish();
@@ -642,6 +643,7 @@ pub fn process_state(pid: u32) -> Option<char> {
 /// `at_least`, the least the setup gives when it works. A test whose setup can fail
 /// quietly (a flood whose connections are refused, a load that crashed) calls this before
 /// asserting that nothing went wrong.
+#[track_caller]
 pub fn assert_load<T: PartialOrd + std::fmt::Display>(what: &str, done: T, at_least: T) {
     assert!(done >= at_least, "the test's load did not happen: {what}: {done}, the setup gives at least {at_least}");
 }
