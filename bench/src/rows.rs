@@ -123,7 +123,9 @@ pub fn measure(cx: &Context, scenario: Scenario) -> Result<(Vec<Metric>, Option<
                 Kind::RatioAtLeast(TARGET_ASYNC_RATIO),
                 ">= 0.90x",
             );
-            if cx.cpus < 2 || !(scaling >= ASYNC_BASELINE_SCALING) {
+            // (A scaling that is not a number, from no samples, is not judged either.)
+            let scales = scaling.partial_cmp(&ASYNC_BASELINE_SCALING).is_some_and(|o| o.is_ge());
+            if cx.cpus < 2 || !scales {
                 row.not_judged = Some(format!(
                     "without the shim {ASYNC_THREADS} threads ran {scaling:.2}x what 1 thread ran (on {} CPUs; judged from {ASYNC_BASELINE_SCALING}x): the simulated driver makes them take turns, so the row cannot show whether the shim does; its ratio is the cost of the shim's pool queries per allocation, as the 1-thread row shows",
                     cx.cpus
