@@ -111,6 +111,36 @@ pub unsafe fn shm_detach(base: NonNull<u8>) {
     unsafe { libc::shmdt(base.as_ptr().cast()) };
 }
 
+/// A shared anonymous mapping (`mmap(MAP_SHARED | MAP_ANONYMOUS)`), unmapped on drop. The
+/// kernel backs it with a file of the same internal shmem mount as System V segments.
+pub struct SharedAnonymous {
+    base: NonNull<u8>,
+    len: usize,
+}
+
+impl SharedAnonymous {
+    pub fn new(len: usize) -> io::Result<SharedAnonymous> {
+        // SAFETY: models mmap(2) of new anonymous memory at an address the kernel chooses;
+        // nothing existing is replaced, and the result is checked.
+        let ptr = unsafe { libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ, libc::MAP_SHARED | libc::MAP_ANONYMOUS, -1, 0) };
+        if ptr == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(SharedAnonymous { base: NonNull::new(ptr.cast()).ok_or_else(|| io::Error::other("mmap returned a null address"))?, len })
+    }
+
+    pub fn address(&self) -> u64 {
+        self.base.as_ptr() as u64
+    }
+}
+
+impl Drop for SharedAnonymous {
+    fn drop(&mut self) {
+        // SAFETY: models munmap(2) of the mapping this value made, which nothing borrows.
+        unsafe { libc::munmap(self.base.as_ptr().cast(), self.len) };
+    }
+}
+
 // ---- Unix sockets ----
 
 /// `getsockopt(SO_PEERCRED)`: the peer's PID as this process's PID namespace sees it (0 when

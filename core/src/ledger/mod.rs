@@ -28,6 +28,7 @@ pub mod dying;
 mod error;
 pub mod layout;
 mod lock;
+pub mod maps;
 pub mod store;
 
 use crate::pidns;
