@@ -296,9 +296,10 @@ fn open(target: &Target) -> Result<Ledger, LedgerError> {
     Ledger::observe_file(file, path, Some(found.shmid), ns.as_ref())
 }
 
-/// Reads every target, in parallel, within [`READ_BUDGET`] in all: a ledger not read by
-/// then is reported as [`LedgerState::Timeout`] (its read goes on in the background and is
-/// dropped; a target whose earlier read is still running is not read again meanwhile).
+/// Reads every target, in parallel, within [`READ_BUDGET`] of the start of the look (the
+/// scan that found them included): a ledger not read by then is reported as
+/// [`LedgerState::Timeout`] (its read goes on in the background and is dropped; a target
+/// whose earlier read is still running is not read again meanwhile).
 pub fn collect(resolved: crate::ledgers::Resolved) -> StatusReport {
     collect_with(resolved, read, READ_BUDGET)
 }
@@ -308,7 +309,7 @@ fn collect_with(resolved: crate::ledgers::Resolved, read: fn(&Target) -> LedgerR
     use std::sync::{mpsc, Mutex};
     static RUNNING: Mutex<Option<HashSet<String>>> = Mutex::new(None);
     let key = |t: &Target| t.identity.clone().unwrap_or_else(|| t.open_path.display().to_string());
-    let deadline = std::time::Instant::now() + budget;
+    let deadline = resolved.started + budget;
     let (tx, rx) = mpsc::channel();
     let mut ledgers: Vec<Option<LedgerReport>> = vec![None; resolved.targets.len()];
     for (index, target) in resolved.targets.iter().enumerate() {
@@ -637,7 +638,11 @@ mod tests {
         }
         let targets = ["/a/slow", "/b/fast", "/c/fast"].iter().map(|p| Target::plain(p.into(), Origin::Argument)).collect();
         let started = std::time::Instant::now();
-        let report = collect_with(crate::ledgers::Resolved { targets, notes: vec![] }, slow_or_fast, std::time::Duration::from_millis(300));
+        let report = collect_with(
+            crate::ledgers::Resolved { targets, notes: vec![], started: std::time::Instant::now() },
+            slow_or_fast,
+            std::time::Duration::from_millis(300),
+        );
         assert!(started.elapsed() < std::time::Duration::from_secs(2), "waited for the slow one: {:?}", started.elapsed());
         let states: Vec<LedgerState> = report.ledgers.iter().map(|l| l.state).collect();
         assert_eq!(states, [LedgerState::Timeout, LedgerState::Missing, LedgerState::Missing]);
@@ -646,7 +651,7 @@ mod tests {
         assert_eq!(json["ledgers"][0]["state"], "timeout");
         // Still stuck: not read again (no pile of threads on a hung file system).
         let again = collect_with(
-            crate::ledgers::Resolved { targets: vec![Target::plain("/a/slow".into(), Origin::Argument)], notes: vec![] },
+            crate::ledgers::Resolved { targets: vec![Target::plain("/a/slow".into(), Origin::Argument)], notes: vec![], started: std::time::Instant::now() },
             slow_or_fast,
             std::time::Duration::from_millis(100),
         );
