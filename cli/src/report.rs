@@ -262,7 +262,14 @@ pub fn read(target: &Target) -> LedgerReport {
                     d.with_compute(&view)
                 })
                 .collect();
-            report.error = ledger.file_problem();
+            // Whether the path still names the file the ledger's processes lock is asked
+            // only of a ledger named here, in this process's own file system. A scanned
+            // ledger's path was written by its processes, and means something only inside
+            // their root, where `open` just resolved it: asked here, the answer would tell
+            // them whether a path of their choosing exists in this one.
+            if target.found.is_none() {
+                report.error = ledger.file_problem();
+            }
             if let Trust::Unverified(why) = ledger.trust() {
                 report.state = LedgerState::Unverified;
                 report.error = Some(format!("not verified, shown as its processes wrote it and left alone: {why}"));
