@@ -89,6 +89,12 @@ pub struct LedgerReport {
     /// Processes found dead and left as they are: a ledger found by scanning (`--all`, or
     /// a run of this user's) is only read, and its own processes drop them.
     pub dead: Vec<ProcessReport>,
+    /// The ledger is the caller's own: verified, its file and shared memory made and owned
+    /// by the user who looks, in this IPC namespace. Only such a ledger's caps count as
+    /// committed in placement (`placement.rs`): any other's were written by other users'
+    /// processes, which can write anything there.
+    #[serde(skip)]
+    pub own: bool,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -193,6 +199,7 @@ impl LedgerReport {
             reclaimed: Vec::new(),
             dying: Vec::new(),
             dead: Vec::new(),
+            own: false,
         }
     }
 
@@ -274,12 +281,29 @@ pub fn read(target: &Target) -> LedgerReport {
                 report.state = LedgerState::Unverified;
                 report.error = Some(format!("not verified, shown as its processes wrote it and left alone: {why}"));
             }
+            report.own = is_own(target, &ledger);
             report
         }
         Err(LedgerError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => LedgerReport::empty(target, LedgerState::Missing, None),
         Err(LedgerError::NotInUse { .. }) => LedgerReport::empty(target, LedgerState::Missing, None),
         Err(e) => LedgerReport::empty(target, LedgerState::Error, Some(e.to_string())),
     }
+}
+
+/// Whether `ledger` is the caller's own (see [`LedgerReport::own`]): what the kernel says
+/// of its file and segment, never what the segment's bytes say.
+fn is_own(target: &Target, ledger: &Ledger) -> bool {
+    let here = target.found.as_ref().is_none_or(|f| !f.other_ipc);
+    if !here || !matches!(ledger.trust(), Trust::Verified) {
+        return false;
+    }
+    let me = fgpu_core::sys::geteuid();
+    // SAFETY: the ledger's lock file, open for as long as `ledger`, which outlives this.
+    let file = unsafe { std::os::fd::BorrowedFd::borrow_raw(ledger.raw_fd()) };
+    let file_owner = fgpu_core::sys::fstat(file).map(|st| st.st_uid).ok();
+    // The segment is looked up by id in this IPC namespace, which is the ledger's (`here`).
+    let segment = fgpu_core::sys::shm_stat(ledger.shmid()).map(|ds| (ds.shm_perm.cuid, ds.shm_perm.uid));
+    file_owner == Some(me) && segment == Some((me, me))
 }
 
 /// Opens a target as an observer: a scanned one inside the root, and from the IPC

@@ -267,7 +267,7 @@ fn placement_lock() -> Option<std::fs::File> {
 fn place(args: &RunArgs, limit: Option<&str>, ledger: &Path) -> Result<Placed, String> {
     let spec = limit.map(parse_limit).transpose().map_err(|e| format!("--limit: {e}"))?;
     let compute = args.compute.as_ref().map(|c| fgpu_core::compute::parse_share(&c.text)).transpose().map_err(|e| format!("--compute: {e}"))?;
-    let mut said = false;
+    let (mut said, mut last_said) = (String::new(), std::time::Instant::now());
     loop {
         let probe = crate::doctor::probe_driver()?;
         if probe.devices.is_empty() {
@@ -309,10 +309,13 @@ fn place(args: &RunArgs, limit: Option<&str>, ledger: &Path) -> Result<Placed, S
                 );
                 return Ok(Placed { uuid: room.uuid.clone(), held: Some((held, slot)) });
             }
-            Err(why) if args.wait => {
-                if !said {
-                    eprintln!("fgpu run: waiting for room: {why}");
-                    said = true;
+            Err(_) if args.wait => {
+                // Said at once, and again when it changes, at most every 10 s.
+                let why = crate::placement::waiting_for(&probe.devices, &rooms, &seen.ledgers, need);
+                if said.is_empty() || (why != said && last_said.elapsed() >= std::time::Duration::from_secs(10)) {
+                    eprintln!("fgpu run: {why}");
+                    said = why;
+                    last_said = std::time::Instant::now();
                 }
                 drop(_lock);
                 std::thread::sleep(std::time::Duration::from_secs(1));
