@@ -267,6 +267,17 @@ pub fn clock_ticks_per_second() -> u64 {
     }
 }
 
+/// `sysconf(_SC_PAGESIZE)` (4096 where unknown).
+pub fn page_size() -> u64 {
+    // SAFETY: sysconf has no preconditions.
+    let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    if size > 0 {
+        size as u64
+    } else {
+        4096
+    }
+}
+
 // ---- glibc's own dlsym ----
 
 /// `dlsym(3)`'s C prototype.

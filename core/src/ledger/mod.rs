@@ -29,6 +29,7 @@ mod error;
 pub mod layout;
 mod lock;
 pub mod maps;
+pub mod shm_usage;
 pub mod store;
 
 use crate::pidns;
