@@ -18,6 +18,7 @@ mod front;
 mod host_pids;
 mod kernels;
 mod ledger_file;
+mod lookup_escapes;
 mod nvml;
 mod pid_modes;
 mod security;
