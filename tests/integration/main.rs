@@ -23,4 +23,5 @@ mod nvml;
 mod pid_modes;
 mod security;
 mod sharing;
+mod tenant_influence;
 mod wheel;
