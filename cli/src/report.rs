@@ -429,7 +429,7 @@ pub fn render_text(report: &StatusReport, width: usize) -> String {
         render_ledger(&mut out, ledger, width);
     }
     if !report.gpus.is_empty() {
-        out.push_str("\nGPUs: what is committed on each (caps of live ledgers seen here, and memory used beyond them)\n");
+        out.push_str("\nGPUs: what is committed on each (caps of this user's own live ledgers, and memory used beyond them)\n");
         for g in &report.gpus {
             let _ = writeln!(
                 out,
