@@ -38,11 +38,13 @@ pub struct GpuRoom {
     pub index: u32,
     pub uuid: String,
     pub total_bytes: u64,
-    /// The caps (at most the GPU's memory) of the live ledgers on it.
+    /// The caps (at most the GPU's memory) of the caller's own live ledgers on it
+    /// ([`LedgerReport::own`]).
     pub committed_bytes: u64,
-    /// Live ledgers with a cap on it.
+    /// The caller's own live ledgers with a cap on it.
     pub ledgers: usize,
-    /// Used on it (as the driver says) beyond what those ledgers hold.
+    /// Used on it (as the driver says) beyond what those ledgers hold: other users' and
+    /// containers' jobs included.
     pub used_outside_bytes: u64,
     /// What is left: total less committed less used outside.
     pub left_bytes: u64,
