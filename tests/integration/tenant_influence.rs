@@ -25,6 +25,18 @@ fn json(run: &Run) -> Value {
     serde_json::from_str(&run.stdout()).unwrap_or_else(|e| panic!("stdout is not JSON ({e})\n{run}"))
 }
 
+/// Paths removed when the test ends, however it ends (some belong to other users, in
+/// `/tmp`).
+struct RemovedAtEnd(Vec<PathBuf>);
+
+impl Drop for RemovedAtEnd {
+    fn drop(&mut self) {
+        for path in &self.0 {
+            let _ = std::fs::remove_dir_all(path);
+        }
+    }
+}
+
 /// A directory every user may write in (sticky), under the reachable copies.
 fn open_dir(name: &str) -> PathBuf {
     let dir = reachable().dir.join(format!("{name}-{}", std::process::id()));
@@ -85,6 +97,7 @@ fn f3_caps_a_tenant_writes_do_not_steer_roots_placement() {
     let env = Env::new("infl-f3").devices(2);
     env.client(&["init"]).success();
     let dir = open_dir("f3");
+    let _remove = RemovedAtEnd(vec![dir.clone()]);
     let mut tenant = env
         .command_as(TENANT, reachable_client("cuclient"))
         .args(["init", "primary", "alloc", "256M", "hold"])
@@ -140,7 +153,6 @@ fn f3_caps_a_tenant_writes_do_not_steer_roots_placement() {
     second.finish();
     namespace.finish();
     tenant.finish();
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// F4: `status --all` told a tenant whether a path of its choosing exists in root's file
@@ -237,14 +249,10 @@ fn f5_the_placement_lock_is_never_skipped() {
     env.client(&["init"]).success();
     let (user, squatter) = (TENANT + 10, TENANT + 11);
     let places: Vec<String> = (0..8).map(|i| if i == 0 { format!("/tmp/fgpu-{user}") } else { format!("/tmp/fgpu-{user}.{i}") }).collect();
-    let clean = || {
-        places.iter().for_each(|p| {
-            let _ = std::fs::remove_dir_all(p);
-        })
-    };
-    clean();
+    drop(RemovedAtEnd(places.iter().map(PathBuf::from).collect())); // left by an earlier run
     let home = open_dir("f5-home").join("home");
     let tmp = open_dir("f5-tmp");
+    let _remove = RemovedAtEnd(places.iter().map(PathBuf::from).chain([home.parent().unwrap().to_path_buf(), tmp.clone()]).collect());
     let squat = places.iter().map(|p| format!("mkdir -m 0700 {p}")).collect::<Vec<_>>().join(" && ");
     let fgpu_copy = reachable_fgpu();
     let run_as_user = format!(
@@ -270,9 +278,6 @@ fn f5_the_placement_lock_is_never_skipped() {
     let homed = env.with_private_etc(&script(&passwd)).expect("checked above").run();
     assert!(homed.output.status.success(), "{homed}");
     assert!(placed_lock(&home).exists(), "the lock is in the user's home\n{homed}");
-    clean();
-    let _ = std::fs::remove_dir_all(home.parent().unwrap());
-    let _ = std::fs::remove_dir_all(&tmp);
 }
 
 fn placed_lock(home: &Path) -> PathBuf {
