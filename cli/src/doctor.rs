@@ -458,6 +458,7 @@ fn shm_finding(usage: &ShmUsage, in_use: bool) -> Finding {
             } else {
                 "No ledger can be made here, so capped processes are refused GPU memory."
             };
+            let limit = limit.replacen("this IPC namespace", "This IPC namespace", 1);
             finding("shm", level, format!("{limit}{who}: {figures}. {effect}"), advice)
         }
         None if usage.segments * 10 >= usage.max_segments * 9 => {
