@@ -50,8 +50,8 @@ fn learn_shm_device(maps: &dyn Fn() -> Option<String>) -> Option<String> {
         crate::sys::shm_remove(shmid);
         if let Ok(base) = attached {
             let device = maps().and_then(|maps| device_at(&maps, base.as_ptr() as u64));
-            // Attached just above, detached once, and nothing of it was borrowed.
-            super::segment::detach(base);
+            // SAFETY: attached just above, detached once, and nothing of it was borrowed.
+            unsafe { crate::sys::shm_detach(base) };
             if device.is_some() {
                 return device;
             }

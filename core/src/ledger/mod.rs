@@ -31,6 +31,7 @@ pub mod layout;
 #[allow(unsafe_code)]
 mod lock;
 mod lock_file;
+#[allow(unsafe_code)]
 pub mod maps;
 mod memory;
 mod reclaim;
