@@ -76,11 +76,8 @@ pub fn probe(fgpu: &Path, driver_root: Option<&Path>) -> Result<Inventory, Strin
 
 /// The GPUs in one line, for the log.
 pub fn describe(inventory: &Inventory) -> String {
-    let gpus: Vec<String> = inventory
-        .gpus
-        .iter()
-        .map(|g| format!("{} {} ({}, {})", crate::slices::device_name(g.index), g.uuid, g.product, crate::quantity::format_bytes(g.total)))
-        .collect();
+    let gpus: Vec<String> =
+        inventory.gpus.iter().map(|g| format!("GPU {} {} ({}, {})", g.index, g.uuid, g.product, crate::quantity::format_bytes(g.total))).collect();
     if gpus.is_empty() {
         "no GPU".into()
     } else {

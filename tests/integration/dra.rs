@@ -78,6 +78,20 @@ impl Drop for Plugin {
     }
 }
 
+/// What the plugin mounted under the node's directory (the claims' ledger tmpfs) goes with
+/// it, whatever the test left prepared: the test's directory is then removed whole.
+impl Drop for Node {
+    fn drop(&mut self) {
+        let Ok(mounts) = std::fs::read_to_string("/proc/self/mountinfo") else { return };
+        let prefix = format!("{}/", self.env.dir.display());
+        let mut points: Vec<&str> = mounts.lines().filter_map(|l| l.split(' ').nth(4)).filter(|p| p.starts_with(&prefix)).collect();
+        points.sort_by_key(|p| std::cmp::Reverse(p.len()));
+        for point in points {
+            let _ = std::process::Command::new("umount").args(["-l", point]).status();
+        }
+    }
+}
+
 impl Node {
     /// `None` (skipped, or a failure under CI) without the fake kubelet's Python.
     fn new(name: &str, gpus: u32, gates: Gates) -> Option<Node> {
