@@ -7,6 +7,7 @@
 //! | GET the Node (the slices' owner) | `get nodes` |
 //! | GET a ResourceClaim | `get resourceclaims` |
 //! | list this node's slices of this driver, and watch them | `list`, `watch resourceslices` |
+//! | GET a slice by name (where the server cannot list them) | `get resourceslices` |
 //! | POST a slice (and a dry run of one, to learn which fields the server keeps) | `create resourceslices` |
 //! | PUT a slice | `update resourceslices` |
 //! | DELETE a slice | `delete resourceslices` |
@@ -234,6 +235,11 @@ impl Api {
             .filter(|s| s.pointer("/spec/driver").and_then(Value::as_str) == Some(DRIVER) && s.pointer("/spec/nodeName").and_then(Value::as_str) == Some(node))
             .collect();
         Ok((mine, version))
+    }
+
+    /// One slice by name, or `None` when the server says 404 (where it cannot list them).
+    pub async fn get_slice(&self, name: &str) -> Result<Option<Value>, String> {
+        self.get(&format!("{SLICES}/{}", segment("ResourceSlice", name)?)).await
     }
 
     /// POSTs a slice; with `dry_run`, the server only says what it would store.

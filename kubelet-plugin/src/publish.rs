@@ -10,12 +10,16 @@
 //! **What the cluster keeps.** An API server whose DRAConsumableCapacity gate is off
 //! silently drops `allowMultipleAllocations` and `requestPolicy` from every slice written.
 //! The driver finds out by comparing what the server stored with what was sent: first with
-//! a dry run (a slice the server only checks, made to hold every gated field), at start and
-//! again every [`FEATURE_LOOK`], then on every real write. Where the fields are dropped it
-//! publishes whole GPUs, which that cluster can use (one claim each, capped at the GPU's
-//! size), says so once in the log and in the status, and compares with that: it never
-//! writes the same slice over and over. A cluster whose gate is turned on later is found at
-//! the next dry run.
+//! a dry run (a slice the server only checks, made to hold every gated field) at start, and
+//! again every [`FEATURE_LOOK`] while the fields are dropped; then on every real write.
+//! Where the fields are dropped it publishes whole GPUs, which that cluster can use (one
+//! claim each, capped at the GPU's size), says so once in the log and in the status, and
+//! compares with that: it never writes the same slice over and over. A cluster whose gate
+//! is turned on later is found at the next dry run. A server that does not do dry runs
+//! (it refuses them, or stores the slice all the same) is not asked again; what it keeps is
+//! learnt from the real writes.
+//!
+//! Where the server cannot list slices, each of the pool's slices is read by name instead.
 
 use crate::api::{Api, Written};
 use crate::inventory::Inventory;
@@ -27,8 +31,8 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// How often the dry run asks the server again which fields it keeps.
-pub const FEATURE_LOOK: Duration = Duration::from_secs(60);
+/// How often, while the server drops the fields, a dry run asks it again.
+pub const FEATURE_LOOK: Duration = Duration::from_secs(600);
 
 /// What is known of the cluster's features.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -41,7 +45,8 @@ enum Known {
 struct FeatureState {
     consumable: Known,
     last_dry_run: Option<Instant>,
-    dry_run_failed: bool,
+    /// The server refuses dry runs, or stored one: none is made again.
+    no_dry_runs: bool,
 }
 
 pub struct Publisher {
@@ -65,7 +70,7 @@ impl Publisher {
             api,
             node: node.into(),
             status,
-            features: Mutex::new(FeatureState { consumable: Known::Unknown, last_dry_run: None, dry_run_failed: false }),
+            features: Mutex::new(FeatureState { consumable: Known::Unknown, last_dry_run: None, no_dry_runs: false }),
             generation: AtomicI64::new(0),
             writes: AtomicU64::new(0),
             own: Mutex::new(HashSet::new()),
@@ -119,11 +124,11 @@ impl Publisher {
         });
     }
 
-    /// The dry run, when it is due.
+    /// The dry run, when it is due: at start, then while the fields are dropped.
     async fn look_at_features(&self) {
         let due = {
             let f = self.features.lock().unwrap_or_else(|e| e.into_inner());
-            f.last_dry_run.is_none_or(|t| t.elapsed() >= FEATURE_LOOK)
+            !f.no_dry_runs && f.last_dry_run.is_none_or(|t| f.consumable == Known::Off && t.elapsed() >= FEATURE_LOOK)
         };
         if !due {
             return;
@@ -134,17 +139,23 @@ impl Publisher {
         f.last_dry_run = Some(Instant::now());
         match outcome {
             Ok(Written::Stored(stored)) => {
-                f.dry_run_failed = false;
                 drop(f);
                 self.learn(!slices::dropped(&probe, &stored).contains(CONSUMABLE_CAPACITY), "a dry run");
             }
             Ok(Written::Conflict) => {}
             Err(e) => {
-                if !f.dry_run_failed {
-                    crate::log(&format!("a dry run of a slice failed ({e}): what the server keeps is learnt from the slices written"));
-                }
-                f.dry_run_failed = true;
+                crate::log(&format!("a dry run of a slice failed ({e}): what the server keeps is learnt from the slices written"));
+                f.no_dry_runs = true;
             }
+        }
+    }
+
+    /// A server that stored a dry run's slice: no more dry runs.
+    fn dry_run_stored(&self, name: &str) {
+        let mut f = self.features.lock().unwrap_or_else(|e| e.into_inner());
+        if !f.no_dry_runs {
+            crate::log(&format!("the API server stored the slice of a dry run ({name}): it is deleted, and no dry run is made again"));
+            f.no_dry_runs = true;
         }
     }
 
@@ -215,17 +226,31 @@ impl Publisher {
         let listed = match self.api.list_slices(&self.node).await {
             Ok((items, _)) => Some(items),
             Err(e) => {
-                // Write all the same: a server that cannot list may still take them.
-                crate::log(&format!("cannot list the ResourceSlices ({e}); writing them anyway"));
+                crate::log(&format!("cannot list the ResourceSlices ({e}); reading them by name"));
                 None
             }
         };
-        let existing: BTreeMap<String, Value> = listed
-            .iter()
-            .flatten()
-            .filter_map(|s| Some((s.pointer("/metadata/name")?.as_str()?.to_string(), s.clone())))
-            .filter(|(_, s)| s.pointer("/spec/pool/name").and_then(Value::as_str) == Some(self.node.as_str()))
-            .collect();
+        let existing: BTreeMap<String, Value> = match &listed {
+            Some(items) => items
+                .iter()
+                .filter_map(|s| Some((s.pointer("/metadata/name")?.as_str()?.to_string(), s.clone())))
+                .filter(|(_, s)| s.pointer("/spec/pool/name").and_then(Value::as_str) == Some(self.node.as_str()))
+                .collect(),
+            None => {
+                let mut found = BTreeMap::new();
+                for name in &names {
+                    match self.api.get_slice(name).await {
+                        Ok(Some(s)) => {
+                            found.insert(name.clone(), s);
+                        }
+                        Ok(None) => {}
+                        // Write it all the same: a server that cannot read it back may take it.
+                        Err(e) => crate::log(&format!("cannot read ResourceSlice {name} ({e}); writing it anyway")),
+                    }
+                }
+                found
+            }
+        };
         for s in existing.values() {
             if let Some(g) = s.pointer("/spec/pool/generation").and_then(Value::as_i64) {
                 self.generation.fetch_max(g, Ordering::Relaxed);
@@ -242,9 +267,8 @@ impl Publisher {
             }
         }
         let generations: HashSet<i64> = names.iter().filter_map(|n| existing.get(n)?.pointer("/spec/pool/generation")?.as_i64()).collect();
-        let whole = listed.is_some()
-            && generations.len() == 1
-            && desired.iter().all(|d| existing.get(d.metadata.name.as_deref().unwrap_or_default()).is_some_and(|e| slices::same(e, d)));
+        let whole =
+            generations.len() == 1 && desired.iter().all(|d| existing.get(d.metadata.name.as_deref().unwrap_or_default()).is_some_and(|e| slices::same(e, d)));
         if !whole {
             let generation = self.generation.load(Ordering::Relaxed).saturating_add(1);
             for mut d in desired {
@@ -288,6 +312,9 @@ impl Publisher {
             let pool = item.pointer("/spec/pool/name").and_then(Value::as_str);
             if names.iter().any(|n| n == name) && pool == Some(self.node.as_str()) {
                 continue;
+            }
+            if name.starts_with(&slices::feature_probe_prefix(&self.node)) {
+                self.dry_run_stored(name);
             }
             match self.api.delete_slice(name).await {
                 Ok(()) => {

@@ -324,8 +324,13 @@ pub fn feature_probe(node: &str) -> Value {
     };
     let mut probe = serde_json::to_value(slice(node, None, 0, 1, SliceContent { devices: vec![device], shared_counters: Vec::new() }, 0)).expect("serialises");
     // A name of the server's making: a dry run never meets an existing slice's.
-    probe["metadata"] = serde_json::json!({"generateName": format!("{node}-{DRIVER}-probe-")});
+    probe["metadata"] = serde_json::json!({"generateName": feature_probe_prefix(node)});
     probe
+}
+
+/// The start of the names the server makes for [`feature_probe`]'s slices.
+pub fn feature_probe_prefix(node: &str) -> String {
+    format!("{node}-{DRIVER}-probe-")
 }
 
 /// The feature gates whose fields the server dropped: in `sent` (what this driver wrote)

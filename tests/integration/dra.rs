@@ -579,6 +579,8 @@ fn dra_slices_follow_the_gpus_and_the_server_through_the_watch() {
         }
         // The node cannot be read at first: the slice is published without an owner.
         state.nodes_status = Some(403);
+        // A server that stores a dry run's slice all the same.
+        state.ignore_dry_run = true;
     }
     node.api.add_claim(claim_json("ml", "train", &uid(1), Some(&[alloc("gpu-0", Some("8Gi"), Some("30"))]), &["train-0"]));
     let plugin = node.start(&["--resync-interval", "3600"]);
@@ -592,6 +594,10 @@ fn dra_slices_follow_the_gpus_and_the_server_through_the_watch() {
         !s.contains_key("node-a-gpu.fgpu.io") && !s.contains_key("node-a-old-pool")
     });
     assert!(node.api.slices().contains_key("node-a-nvidia") && node.api.slices().contains_key("node-b-gpu.fgpu.io-0"), "others' slices are kept");
+    // The dry run's slice, stored by this server, is deleted, and no dry run is made again.
+    eventually("the dry run's slice is deleted", Duration::from_secs(30), || !node.api.slices().keys().any(|k| k.contains("-probe-")));
+    assert!(plugin.log().contains("stored the slice of a dry run"), "{}", plugin.log());
+    assert_eq!(node.api.count("POST", "/apis/resource.k8s.io/v1/resourceslices?dryRun"), 1);
 
     // Deleted by someone else (one slice), it is back within seconds, with the Node as its
     // owner now that the Node can be read.
@@ -620,6 +626,15 @@ fn dra_slices_follow_the_gpus_and_the_server_through_the_watch() {
     assert_eq!(node.api.wipe(NODE), 2, "this driver's slice and NVIDIA's");
     node.slice_within(&plugin, "back after kubelet's wipe", Duration::from_secs(10), |_| true);
     eprintln!("the wiped slice was back in {:.2} s", t0.elapsed().as_secs_f64());
+    // A server that cannot list slices: they are read by name, and set right all the same.
+    node.api.state.lock().unwrap().slice_list_status = Some(500);
+    node.api.state.lock().unwrap().delete_slices(&format!("metadata.name={SLICE}"));
+    node.slice_within(&plugin, "back while slices cannot be listed", Duration::from_secs(10), |_| true);
+    let writes = node.api.slice_writes();
+    node.api.state.lock().unwrap().cut_watches();
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(node.api.slice_writes(), writes, "written again while nothing changed: {:?}", node.api.log());
+    node.api.state.lock().unwrap().slice_list_status = None;
     // A claim prepared, for the RBAC check below.
     let answer = node.kubelet.prepare(&node.dra(), &[ClaimRef::new("ml", "train", &uid(1))]).unwrap();
     assert_eq!(answer[uid(1)]["error"], "", "{answer}");

@@ -57,6 +57,8 @@ pub struct StubState {
     pub nodes_status: Option<u16>,
     /// Answer lists of ResourceSlices (not watches) with this status instead.
     pub slice_list_status: Option<u16>,
+    /// Store a dry run's slice all the same (a server that ignores `dryRun`).
+    pub ignore_dry_run: bool,
     /// Answer GETs of these ResourceClaims with this status instead (an API server in
     /// trouble), by (namespace, name).
     pub claim_refusals: BTreeMap<(String, String), u16>,
@@ -158,6 +160,7 @@ impl StubState {
             log: Vec::new(),
             nodes_status: None,
             slice_list_status: None,
+            ignore_dry_run: false,
             claim_refusals: BTreeMap::new(),
             claim_delay: Duration::ZERO,
             claims_in_flight: 0,
@@ -297,7 +300,7 @@ impl StubState {
     fn handle(&mut self, method: &str, path: &str, params: &BTreeMap<String, String>, body: &[u8]) -> (u16, Value) {
         let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
         let body_json = || serde_json::from_slice::<Value>(body).map_err(|e| status(400, "BadRequest", &format!("the body is not JSON: {e}")));
-        let dry_run = params.get("dryRun").is_some_and(|d| d == "All");
+        let dry_run = params.get("dryRun").is_some_and(|d| d == "All") && !self.ignore_dry_run;
         match (method, parts.as_slice()) {
             ("GET", ["version"]) => {
                 (200, json!({"major": "1", "minor": self.minor.to_string(), "gitVersion": format!("v1.{}.0", self.minor), "platform": "linux/amd64"}))
