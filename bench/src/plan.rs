@@ -18,6 +18,10 @@ pub const ALLOC_SIZE: u64 = 1 << 20;
 pub const PROCESSES: usize = 4;
 /// Threads (each with its own stream) in the stream-ordered row.
 pub const ASYNC_THREADS: usize = 8;
+/// How much more than one thread `ASYNC_THREADS` threads must allocate without the shim
+/// for the stream-ordered row to be judged: below it the baseline itself makes the
+/// threads take turns, and the row cannot show whether the shim does.
+pub const ASYNC_BASELINE_SCALING: f64 = 1.5;
 
 /// Targets from the design (issue 2, "Benchmark").
 pub const TARGET_PAIR_ADDED_NS: f64 = 50.0;
@@ -27,6 +31,16 @@ pub const TARGET_STARTUP_RATIO: f64 = 1.05;
 pub const TARGET_INIT_ADDED_US: f64 = 1000.0;
 /// Issue 15: "a launch costs at most +50 ns over no shim" (under the share, and without one).
 pub const TARGET_LAUNCH_ADDED_NS: f64 = 50.0;
+/// Margins: how far past its target a row may read before `--check` fails
+/// (docs/benchmarks.md, "Verdicts", says why each is what it is).
+/// Nanoseconds added per pair or per launch: fails past twice the target.
+pub const MARGIN_ADDED_NS: f64 = 50.0;
+/// Microseconds added to the first call: fails past 1.5 ms.
+pub const MARGIN_INIT_US: f64 = 500.0;
+/// Start-up against the empty preload: fails past 1.10x.
+pub const MARGIN_STARTUP_RATIO: f64 = 0.05;
+/// Throughput against no shim: fails under 0.80x.
+pub const MARGIN_THROUGHPUT_RATIO: f64 = 0.10;
 /// Issue 21's bar for an A/B against a baseline build: B's median at most A's plus the
 /// larger of 3 % and A's spread (IQR/median).
 pub const TARGET_AB_FLOOR_PCT: f64 = 3.0;

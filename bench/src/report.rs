@@ -2,7 +2,7 @@
 //! what the run was (date, machine, load).
 
 use crate::plan::{ALLOC_SIZE, LIMIT, PROCESSES, SIM_MEMORY};
-use crate::statistics::{quantile, spread, Kind, Metric};
+use crate::statistics::{quantile, spread, Kind, Metric, Verdict};
 use serde_json::{json, Value};
 
 /// A figure and its unit; ratios ("x") with three decimals.
@@ -62,11 +62,7 @@ impl Report {
                     fmt_value(m.with(), m.unit),
                     difference_text(m),
                     m.target.to_string(),
-                    match m.meets() {
-                        Some(true) => "meets".into(),
-                        Some(false) => "misses".into(),
-                        None => "".into(),
-                    },
+                    format!("{}{}", m.verdict().word(), if m.remeasured { " (full)" } else { "" }),
                 ]
             })
             .collect();
@@ -116,6 +112,21 @@ impl Report {
         if !ratios.is_empty() {
             println!("paired ratios, quartiles: {}", ratios.join("; "));
         }
+        let margins: Vec<String> = self
+            .metrics
+            .iter()
+            .filter(|m| matches!(m.verdict(), Verdict::Meets | Verdict::Misses | Verdict::Fails))
+            .map(|m| format!("{} {}", m.key, margin_text(m)))
+            .collect();
+        println!("fails beyond (target + margin; docs/benchmarks.md, \"Verdicts\"): {}", margins.join("; "));
+        for m in &self.metrics {
+            if let Verdict::NotJudged(why) = m.verdict() {
+                println!("not judged: {}: {why}", m.key);
+            }
+        }
+        if self.metrics.iter().any(|m| m.remeasured) {
+            println!("(full): read past its margin in the quick run, so measured again with the full plan; the verdict is that measurement's");
+        }
         if self.startup_faults.is_empty() {
             // No start-up rows: nothing was spawned bare.
             println!("run took {:.1} s", self.seconds);
@@ -128,6 +139,11 @@ impl Report {
             if self.startup_quiet { "no file" } else { "a FILE (ledger or state): it should not" },
             self.seconds
         );
+    }
+
+    /// The keys of the rows that missed their target beyond its margin.
+    pub fn failed(&self) -> Vec<String> {
+        self.metrics.iter().filter(|m| m.verdict() == Verdict::Fails).map(|m| m.key.clone()).collect()
     }
 
     pub fn to_json(&self) -> Value {
@@ -145,6 +161,10 @@ impl Report {
                     "ratio": m.ratio(),
                     "target": m.target,
                     "meets": m.meets(),
+                    "verdict": m.verdict().word().to_lowercase(),
+                    "margin": m.margin,
+                    "not_judged": match m.verdict() { Verdict::NotJudged(why) => Value::from(why), _ => Value::Null },
+                    "remeasured": m.remeasured,
                     "spread_pct": { "without": spread(&m.samples.without), "with": spread(&m.samples.with) },
                     "ratio_quartiles": [quantile(&m.ratios(), 0.25), quantile(&m.ratios(), 0.75)],
                     "samples": { "without": m.samples.without, "with": m.samples.with },
@@ -161,6 +181,7 @@ impl Report {
             "alloc_size": ALLOC_SIZE,
             "processes": PROCESSES,
             "metrics": metrics,
+            "failed": self.failed(),
             "startup_created_no_file": self.startup_quiet,
             "startup_minor_faults": self.startup_faults.iter().map(|(name, _, f)| (name.clone(), json!(f))).collect::<serde_json::Map<String, Value>>(),
             "seconds": self.seconds,
@@ -199,6 +220,17 @@ pub fn utc_date() -> String {
     let month = if mp < 10 { mp + 3 } else { mp - 9 };
     let year = yoe + era * 400 + if month <= 2 { 1 } else { 0 };
     format!("{year:04}-{month:02}-{day:02}")
+}
+
+/// The bar past which a row fails, in its own terms.
+fn margin_text(m: &Metric) -> String {
+    match m.kind {
+        Kind::AddedAtMost(t) => format!("+{} {}", fmt_num(t + m.margin), m.unit),
+        Kind::RatioAtLeast(t) => format!("< {:.2}x", t - m.margin),
+        Kind::RatioAtMost(t) => format!("> {:.2}x", t + m.margin),
+        Kind::AbWithin(floor) => format!("B > A + {:.1}%", m.ab_bar_pct(floor) + m.margin),
+        Kind::Info => String::new(),
+    }
 }
 
 /// The difference column: a ratio where the target is one, else the added amount (and the

@@ -102,17 +102,17 @@ pub fn single(setup: &Setup, plan: &Plan, baseline: Option<&Path>) -> Result<(Sa
     Ok((s, wall, baseline.map(|_| base)))
 }
 
-/// One process, `ASYNC_THREADS` threads each allocating and freeing from the device's pool
-/// on a stream of its own: total pairs per second (millions). With the shim, no lock of the
+/// One process, `threads` threads each allocating and freeing from the device's pool on a
+/// stream of its own: total pairs per second (millions). With the shim, no lock of the
 /// process may be held across the driver's allocation, or the threads take turns.
-pub fn threads(setup: &Setup, plan: &Plan) -> Result<Samples, Error> {
+pub fn threads(setup: &Setup, plan: &Plan, threads: usize) -> Result<Samples, Error> {
     let mut s = Samples::default();
     for round in 0..plan.multi_rounds {
         for shim in order(round) {
             let dir = setup.run_dir()?;
             let child = setup
                 .command(&setup.async_threads, &dir, shim)
-                .args([ASYNC_THREADS.to_string(), ALLOC_SIZE.to_string(), plan.multi_ms.to_string()])
+                .args([threads.to_string(), ALLOC_SIZE.to_string(), plan.multi_ms.to_string()])
                 .spawn()
                 .map_err(|e| format!("async_threads: {e}"))?;
             let out = finish(child, "async_threads")?;
@@ -125,10 +125,20 @@ pub fn threads(setup: &Setup, plan: &Plan) -> Result<Samples, Error> {
     Ok(s)
 }
 
+/// What the 4-process scenario measured, without and with the shim.
+pub struct Multi {
+    /// Total pairs per second over the wall-clock window (millions).
+    pub throughput: Samples,
+    /// CPU nanoseconds per pair, all processes together: what a pair costs while the
+    /// others run, whether or not they share the CPUs.
+    pub cpu_per_pair: Samples,
+}
+
 /// `PROCESSES` clients sharing one simulated GPU (and, with the shim, one ledger), started
-/// together: total pairs per second over the wall-clock window.
-pub fn multi(setup: &Setup, plan: &Plan) -> Result<Samples, Error> {
+/// together: total pairs per second over the wall-clock window, and CPU time per pair.
+pub fn multi(setup: &Setup, plan: &Plan) -> Result<Multi, Error> {
     let mut s = Samples::default();
+    let mut cpu = Samples::default();
     for round in 0..plan.multi_rounds {
         for shim in order(round) {
             let dir = setup.run_dir()?;
@@ -160,7 +170,7 @@ pub fn multi(setup: &Setup, plan: &Plan) -> Result<Samples, Error> {
                 let mut stdin = child.stdin.take().expect("piped");
                 writeln!(stdin, "{start}").map_err(|e| e.to_string())?;
             }
-            let (mut pairs, mut end) = (0u64, start);
+            let (mut pairs, mut end, mut cpu_ns) = (0u64, start, 0u64);
             for (mut child, mut reader) in children.into_iter().zip(readers) {
                 let mut line = String::new();
                 reader.read_line(&mut line).map_err(|e| e.to_string())?;
@@ -175,14 +185,16 @@ pub fn multi(setup: &Setup, plan: &Plan) -> Result<Samples, Error> {
                 let f = fields(line.trim());
                 check_total(f("total_mem")?, shim, "alloc_pairs")?;
                 pairs += f("pairs")?;
+                cpu_ns += f("cpu_ns")?;
                 end = end.max(f("end_ns")?);
             }
             // Millions of pairs per second.
             s.push(shim, pairs as f64 * 1e3 / (end - start) as f64);
+            cpu.push(shim, cpu_ns as f64 / pairs.max(1) as f64);
             let _ = std::fs::remove_dir_all(&dir);
         }
     }
-    Ok(s)
+    Ok(Multi { throughput: s, cpu_per_pair: cpu })
 }
 
 /// `/bin/true` spawned and waited for: with no preload, with an empty library preloaded

@@ -13,6 +13,7 @@ use crate::elf::{self, ElfInfo};
 use crate::ledgers::{self, Origin};
 use crate::shimpath::{self, ShimError};
 use fgpu_core::config::{Config, ConfigError, LimitSource, CONFIG_PATH};
+use fgpu_core::ledger::shm_usage::ShmUsage;
 use fgpu_core::ledger::{Ledger, LedgerError};
 use fgpu_core::limit::{format_bytes, Amount, LimitSpec};
 use fgpu_core::nvmlpids::{Entry, Identifier, Look, Member, NvmlPids};
@@ -38,7 +39,7 @@ pub enum Level {
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Finding {
-    /// shim, preload, cap, driver, ledger, pidns or interposer.
+    /// shim, preload, cap, driver, ledger, shm, pidns or interposer.
     pub check: &'static str,
     pub level: Level,
     pub message: String,
@@ -96,6 +97,9 @@ pub struct Facts {
     pub host_pid: Result<u32, String>,
     /// Which PIDs NVML gives here, as told by its lists and the ledger's processes.
     pub nvml_pids: NvmlPids,
+    /// The System V shared memory this IPC namespace uses, of the kernel's limits (every
+    /// ledger is one segment); `None` when it cannot be read.
+    pub shm: Option<ShmUsage>,
 }
 
 fn describe_amount(a: Amount) -> String {
@@ -387,6 +391,11 @@ pub fn assess(f: &Facts) -> Vec<Finding> {
         LedgerFact::Broken(e) => out.push(finding("ledger", Level::Fail, format!("The ledger cannot be used: {e}"), Some("Stop the capped processes that use it, then remove the file; or set FGPU_LEDGER to another file.".into()))),
     }
 
+    // 5b. Room for ledgers: each is one System V segment.
+    if let Some(usage) = &f.shm {
+        out.push(shm_finding(usage, matches!(f.ledger, LedgerFact::Healthy { .. })));
+    }
+
     // 6. PID namespace, and which PIDs NVML gives here (docs/configuration.md).
     if f.host_pidns {
         out.push(finding(
@@ -427,6 +436,36 @@ pub fn assess(f: &Facts) -> Vec<Finding> {
         }
     }
     out
+}
+
+/// What the doctor says of the System V shared memory in use: a ledger is one segment, so
+/// at `kernel.shmmni` segments (or `kernel.shmall` pages) no new ledger can be made, and
+/// capped processes that need one are refused GPU memory. `in_use`: the ledger in effect
+/// exists already (its processes join it without a new segment).
+fn shm_finding(usage: &ShmUsage, in_use: bool) -> Finding {
+    let page = fgpu_core::sys::page_size();
+    let figures = format!(
+        "{} of kernel.shmmni {} shared-memory segments and {} of kernel.shmall {} pages in use in this IPC namespace",
+        usage.segments, usage.max_segments, usage.pages, usage.max_pages
+    );
+    let who = if usage.segments > 0 { format!(" ({})", usage.owners()) } else { String::new() };
+    let advice = Some("Find the segments with `ipcs -m` and remove the unused ones with `ipcrm`, or raise the limit (`sysctl kernel.shmmni=N`).".to_string());
+    match usage.limit_reached(fgpu_core::ledger::layout::SEGMENT_SIZE as u64, page) {
+        Some(limit) => {
+            let level = if in_use { Level::Warn } else { Level::Fail };
+            let effect = if in_use {
+                "The ledger in effect exists, so its new processes still join it; but no new ledger can be made here (a `fgpu run`, another user's first GPU process), and those are refused GPU memory."
+            } else {
+                "No ledger can be made here, so capped processes are refused GPU memory."
+            };
+            let limit = limit.replacen("this IPC namespace", "This IPC namespace", 1);
+            finding("shm", level, format!("{limit}{who}: {figures}. {effect}"), advice)
+        }
+        None if usage.segments * 10 >= usage.max_segments * 9 => {
+            finding("shm", Level::Warn, format!("Shared memory is nearly full: {figures}{who}; each ledger needs one more segment."), advice)
+        }
+        None => finding("shm", Level::Ok, format!("Room for ledgers: {figures}."), None),
+    }
 }
 
 /// What the doctor says about the PIDs NVML gives a container, and what it needs.
@@ -670,6 +709,7 @@ pub fn gather() -> Facts {
         host_pidns: fgpu_core::pidns::in_host_pidns(),
         host_pid,
         nvml_pids,
+        shm: ShmUsage::here(),
     }
 }
 
@@ -763,6 +803,7 @@ mod tests {
             host_pidns: true,
             host_pid: Err("not asked".into()),
             nvml_pids: NvmlPids::HostNamespace,
+            shm: Some(ShmUsage { segments: 2, max_segments: 4096, pages: 150, max_pages: 1 << 40, by_owner: vec![(0, 2)] }),
         }
     }
 
@@ -970,5 +1011,20 @@ mod tests {
         let f = Facts { preloads: entries, ..good_facts() };
         let failed = fails(&f);
         assert!(failed.iter().any(|(c, m)| *c == "preload" && m.contains("/nonexistent/libfgpu.so, which does not exist")), "{failed:?}");
+    }
+
+    /// F5 of the second security review: a user who made segments up to kernel.shmmni keeps
+    /// every new ledger from being made; the doctor names the limit and who holds them.
+    #[test]
+    fn shared_memory_at_its_limit_is_a_failure_that_names_it() {
+        let full = ShmUsage { segments: 8, max_segments: 8, pages: 8, max_pages: 1 << 40, by_owner: vec![(4242, 7), (0, 1)] };
+        let f = Facts { shm: Some(full.clone()), ..good_facts() };
+        let failed = fails(&f);
+        let shm = failed.iter().find(|(check, _)| *check == "shm").unwrap_or_else(|| panic!("{failed:?}"));
+        assert!(shm.1.contains("kernel.shmmni (8)") && shm.1.contains("uid 4242 holds 7, uid 0 holds 1"), "{}", shm.1);
+        let joined = Facts { shm: Some(full), ledger: LedgerFact::Healthy { devices: 1, processes: 1 }, ..good_facts() };
+        assert_eq!(assess(&joined).iter().find(|x| x.check == "shm").unwrap().level, Level::Warn, "its own ledger still takes processes");
+        let fine = assess(&good_facts());
+        assert_eq!(fine.iter().find(|x| x.check == "shm").unwrap().level, Level::Ok);
     }
 }

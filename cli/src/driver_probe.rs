@@ -4,21 +4,22 @@
 //! The probe must see the driver as it is, never through the shim: the child is started
 //! without `LD_PRELOAD`, but a shim in `/etc/ld.so.preload` is loaded into every process
 //! whatever the environment says. So the probe never looks a driver function up through
-//! the `dlsym` that a preloaded library may define (the shim's returns its own wrappers):
-//! it asks glibc for glibc's own `dlsym`, through `dlvsym` on libc's handle (nothing
-//! interposes `dlvsym`), and resolves every driver function with that. No call of the probe
-//! then reaches the shim, which so never reads a cap, rewrites an answer or opens a ledger.
+//! the `dlsym` or `dlvsym` that a preloaded library may define (fgpu's return its own
+//! wrappers, and its own `dlsym` for any lookup of either): it takes glibc's own `dlsym`
+//! from libc's symbol table (`fgpu_core::sys::glibc_dlsym`), and resolves every driver
+//! function with that. No call of the probe then reaches the shim, which so never reads a
+//! cap, rewrites an answer or opens a ledger.
 
 use std::ffi::{c_char, c_void, CStr};
 
 pub use fgpu_cdi::probe::{DriverProbe, LibraryProbe, ProbedDevice};
 
-use fgpu_core::sys::{DlsymFn, DlsymFrom};
+use fgpu_core::sys::DlsymFn;
 
-/// glibc's own `dlsym`, whatever a preloaded library defines under that name (looked up
-/// through libc's handle: `fgpu_core::sys::glibc_dlsym`).
+/// glibc's own `dlsym`, whatever a preloaded library defines under that name (read from
+/// libc's symbol table: `fgpu_core::sys::glibc_dlsym`).
 fn glibc_dlsym() -> Option<DlsymFn> {
-    fgpu_core::sys::glibc_dlsym(DlsymFrom::LoadedLibc)
+    fgpu_core::sys::glibc_dlsym()
 }
 
 /// A driver library opened by the probe (or by `driver_lists`); never closed.

@@ -535,6 +535,7 @@ mod tests {
             reclaimed: vec![],
             dying: vec![],
             dead: vec![],
+            own: false,
         }
     }
 

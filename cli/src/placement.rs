@@ -1,16 +1,30 @@
 //! Where a job goes on a machine with several GPUs (`fgpu run --gpus auto`), and what each
 //! GPU has committed (`fgpu status`).
 //!
-//! A GPU's room is its memory less what is committed there: the caps of the live ledgers
-//! on it that this user can see (root sees every ledger), and what the driver says is used
-//! on it beyond what those ledgers hold (processes fgpu does not cap, the driver's own
+//! A GPU's room is its memory less what is committed there: the caps of the caller's own
+//! live ledgers on it, and what the driver says is used on it beyond what those ledgers
+//! hold (processes fgpu does not cap, other users' and containers' jobs, the driver's own
 //! reserve). A job goes to the GPU with the most room that fits its cap, the lower index on
 //! a tie. Choosing and claiming happen under a placement lock, and `fgpu run` registers the
 //! job's cap in the job's ledger before the lock is let go, so the next job counts it.
+//!
+//! Only the caller's own ledgers (verified, made and owned by the user who places, in its
+//! IPC namespace: [`LedgerReport::own`]) count with their caps. Every other ledger (another
+//! user's, a container's, one that is not verified) was written by processes that can
+//! write anything into it, a cap of 16 GiB on a GPU they never use included: it counts as
+//! the memory the driver shows its processes holding, which is in the GPU's used memory.
 
 use crate::driver_probe::ProbedDevice;
 use crate::report::{GpuRoom, LedgerReport, LedgerState};
 use fgpu_core::limit::format_bytes;
+
+/// The caller's own live ledgers with a cap on GPU `uuid`, and their entry for it.
+fn own_on<'a>(ledgers: &'a [LedgerReport], uuid: &'a str) -> impl Iterator<Item = (&'a LedgerReport, &'a crate::report::DeviceReport)> + 'a {
+    ledgers
+        .iter()
+        .filter(|l| l.own && l.state == LedgerState::Ok && !l.processes.is_empty())
+        .flat_map(move |l| l.devices.iter().filter(move |g| g.uuid.eq_ignore_ascii_case(uuid)).map(move |g| (l, g)))
+}
 
 /// The room on each GPU the driver lists, from the ledgers seen (a scan of every ledger
 /// this user may look at).
@@ -18,13 +32,8 @@ pub fn rooms(devices: &[ProbedDevice], ledgers: &[LedgerReport]) -> Vec<GpuRoom>
     devices
         .iter()
         .map(|d| {
-            let on_it = ledgers
-                .iter()
-                .filter(|l| matches!(l.state, LedgerState::Ok | LedgerState::Unverified) && !l.processes.is_empty())
-                .flat_map(|l| l.devices.iter())
-                .filter(|g| g.uuid.eq_ignore_ascii_case(&d.uuid));
             let (mut committed, mut held, mut count) = (0u64, 0u64, 0usize);
-            for g in on_it {
+            for (_, g) in own_on(ledgers, &d.uuid) {
                 committed = committed.saturating_add(g.cap_bytes.min(d.total_bytes).max(g.used_bytes));
                 held = held.saturating_add(g.used_bytes);
                 count += 1;
@@ -68,6 +77,48 @@ pub fn choose(rooms: &[GpuRoom], need: impl Fn(&GpuRoom) -> u64) -> Result<&GpuR
     })
 }
 
+/// What a job that found no room waits for, GPU by GPU: what it needs and what is left,
+/// which of the caller's ledgers commit what (their paths and PIDs), and what the driver
+/// says other processes use (their PIDs and memory, as NVML lists them). The job goes
+/// when enough of that is let go.
+pub fn waiting_for(devices: &[ProbedDevice], rooms: &[GpuRoom], ledgers: &[LedgerReport], need: impl Fn(&GpuRoom) -> u64) -> String {
+    let mut out = String::from("waiting for room: ");
+    for (i, (d, r)) in devices.iter().zip(rooms).enumerate() {
+        if i > 0 {
+            out.push_str("; ");
+        }
+        out += &format!(
+            "GPU {} ({}) needs {}, has {} left of {}",
+            r.index,
+            r.uuid,
+            format_bytes(need(r)),
+            format_bytes(r.left_bytes),
+            format_bytes(r.total_bytes)
+        );
+        let own: Vec<String> = own_on(ledgers, &d.uuid)
+            .map(|(l, g)| {
+                let pids: Vec<String> = l.processes.iter().filter_map(|p| p.pid).map(|p| p.to_string()).collect();
+                format!("{} by {} (PID {})", format_bytes(g.cap_bytes.min(d.total_bytes).max(g.used_bytes)), crate::report::clean(&l.path), pids.join(", "))
+            })
+            .collect();
+        if !own.is_empty() {
+            out += &format!(": committed {}", own.join(", "));
+        }
+        if r.used_outside_bytes > 0 {
+            let counted: Vec<u32> = own_on(ledgers, &d.uuid).flat_map(|(l, _)| l.processes.iter().filter_map(|p| p.pid)).collect();
+            let mut listed: Vec<&(u32, u64)> = d.compute_processes.iter().filter(|(pid, used)| *used > 0 && !counted.contains(pid)).collect();
+            listed.sort_by_key(|(pid, used)| (std::cmp::Reverse(*used), *pid));
+            let named: Vec<String> = listed.iter().take(8).map(|(pid, used)| format!("PID {pid} {}", format_bytes(*used))).collect();
+            let more = if listed.len() > named.len() { format!(" and {} more", listed.len() - named.len()) } else { String::new() };
+            out += &format!("; {} used outside this user's ledgers, as the driver says", format_bytes(r.used_outside_bytes));
+            if !named.is_empty() {
+                out += &format!(" ({}{more})", named.join(", "));
+            }
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -83,6 +134,7 @@ mod tests {
         let target = crate::ledgers::Target::plain("/l".into(), crate::ledgers::Origin::Scan);
         let mut l = crate::report::tests_support::empty(&target);
         l.state = LedgerState::Ok;
+        l.own = true;
         l.devices.push(DeviceReport {
             index: 0,
             uuid: uuid.into(),
@@ -125,5 +177,42 @@ mod tests {
         assert_eq!(r[0].left_bytes, 10 * GIB);
         assert_eq!(r[1].committed_bytes, 80 * GIB);
         assert_eq!(r[1].left_bytes, 0);
+    }
+
+    /// F3 of the second security review: a tenant capped at 1 GiB wrote an entry claiming
+    /// 16 GiB on GPU 1 into its ledger, and root's 12 GiB job went to GPU 0. Another user's
+    /// ledger (or one that is not verified) counts as what the driver shows its processes
+    /// holding, never by what it claims.
+    #[test]
+    fn caps_written_in_ledgers_not_ones_own_do_not_steer_placement() {
+        let devices = [gpu(0, GIB + (300 << 20)), gpu(1, 0)];
+        let mut forged = ledger("GPU-1", 80 * GIB, 0);
+        forged.devices.push(forged.devices[0].clone());
+        forged.devices[1].uuid = "GPU-0".into();
+        forged.devices[1].cap_bytes = 80 * GIB;
+        forged.own = false;
+        let r = rooms(&devices, std::slice::from_ref(&forged));
+        assert_eq!((r[0].committed_bytes, r[1].committed_bytes), (0, 0), "{r:?}");
+        assert_eq!(r[0].used_outside_bytes, GIB + (300 << 20), "what the driver shows counts");
+        assert_eq!(choose(&r, |_| 12 * GIB).unwrap().index, 1, "the job goes where the memory is");
+        let mut unverified = ledger("GPU-1", 80 * GIB, 0);
+        unverified.state = LedgerState::Unverified;
+        assert_eq!(rooms(&devices, &[unverified])[1].committed_bytes, 0);
+        // The caller's own ledger counts with its cap, even before it holds anything.
+        let own = ledger("GPU-1", 70 * GIB, 0);
+        assert_eq!(choose(&rooms(&devices, &[own]), |_| 12 * GIB).unwrap().index, 0);
+    }
+
+    #[test]
+    fn the_wait_says_what_holds_the_room() {
+        let mut d0 = gpu(0, 10 * GIB);
+        d0.compute_processes = vec![(4242, 6 * GIB), (1, GIB)];
+        let mut own = ledger("GPU-0", 70 * GIB, GIB);
+        own.path = "/tmp/fgpu-run-x/ledger".into();
+        let r = rooms(std::slice::from_ref(&d0), std::slice::from_ref(&own));
+        let text = waiting_for(&[d0], &r, &[own], |_| 12 * GIB);
+        assert!(text.contains("GPU 0 (GPU-0) needs 12 GiB, has 1 GiB left of 80 GiB"), "{text}");
+        assert!(text.contains("committed 70 GiB by /tmp/fgpu-run-x/ledger (PID 1)"), "{text}");
+        assert!(text.contains("9 GiB used outside this user's ledgers, as the driver says (PID 4242 6 GiB)"), "{text}");
     }
 }

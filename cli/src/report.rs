@@ -38,11 +38,13 @@ pub struct GpuRoom {
     pub index: u32,
     pub uuid: String,
     pub total_bytes: u64,
-    /// The caps (at most the GPU's memory) of the live ledgers on it.
+    /// The caps (at most the GPU's memory) of the caller's own live ledgers on it
+    /// ([`LedgerReport::own`]).
     pub committed_bytes: u64,
-    /// Live ledgers with a cap on it.
+    /// The caller's own live ledgers with a cap on it.
     pub ledgers: usize,
-    /// Used on it (as the driver says) beyond what those ledgers hold.
+    /// Used on it (as the driver says) beyond what those ledgers hold: other users' and
+    /// containers' jobs included.
     pub used_outside_bytes: u64,
     /// What is left: total less committed less used outside.
     pub left_bytes: u64,
@@ -89,6 +91,12 @@ pub struct LedgerReport {
     /// Processes found dead and left as they are: a ledger found by scanning (`--all`, or
     /// a run of this user's) is only read, and its own processes drop them.
     pub dead: Vec<ProcessReport>,
+    /// The ledger is the caller's own: verified, its file and shared memory made and owned
+    /// by the user who looks, in this IPC namespace. Only such a ledger's caps count as
+    /// committed in placement (`placement.rs`): any other's were written by other users'
+    /// processes, which can write anything there.
+    #[serde(skip)]
+    pub own: bool,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -193,6 +201,7 @@ impl LedgerReport {
             reclaimed: Vec::new(),
             dying: Vec::new(),
             dead: Vec::new(),
+            own: false,
         }
     }
 
@@ -262,17 +271,41 @@ pub fn read(target: &Target) -> LedgerReport {
                     d.with_compute(&view)
                 })
                 .collect();
-            report.error = ledger.file_problem();
+            // Whether the path still names the file the ledger's processes lock is asked
+            // only of a ledger named here, in this process's own file system. A scanned
+            // ledger's path was written by its processes, and means something only inside
+            // their root, where `open` just resolved it: asked here, the answer would tell
+            // them whether a path of their choosing exists in this one.
+            if target.found.is_none() {
+                report.error = ledger.file_problem();
+            }
             if let Trust::Unverified(why) = ledger.trust() {
                 report.state = LedgerState::Unverified;
                 report.error = Some(format!("not verified, shown as its processes wrote it and left alone: {why}"));
             }
+            report.own = is_own(target, &ledger);
             report
         }
         Err(LedgerError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => LedgerReport::empty(target, LedgerState::Missing, None),
         Err(LedgerError::NotInUse { .. }) => LedgerReport::empty(target, LedgerState::Missing, None),
         Err(e) => LedgerReport::empty(target, LedgerState::Error, Some(e.to_string())),
     }
+}
+
+/// Whether `ledger` is the caller's own (see [`LedgerReport::own`]): what the kernel says
+/// of its file and segment, never what the segment's bytes say.
+fn is_own(target: &Target, ledger: &Ledger) -> bool {
+    let here = target.found.as_ref().is_none_or(|f| !f.other_ipc);
+    if !here || !matches!(ledger.trust(), Trust::Verified) {
+        return false;
+    }
+    let me = fgpu_core::sys::geteuid();
+    // SAFETY: the ledger's lock file, open for as long as `ledger`, which outlives this.
+    let file = unsafe { std::os::fd::BorrowedFd::borrow_raw(ledger.raw_fd()) };
+    let file_owner = fgpu_core::sys::fstat(file).map(|st| st.st_uid).ok();
+    // The segment is looked up by id in this IPC namespace, which is the ledger's (`here`).
+    let segment = fgpu_core::sys::shm_stat(ledger.shmid()).map(|ds| (ds.shm_perm.cuid, ds.shm_perm.uid));
+    file_owner == Some(me) && segment == Some((me, me))
 }
 
 /// Opens a target as an observer: a scanned one inside the root, and from the IPC
@@ -296,9 +329,10 @@ fn open(target: &Target) -> Result<Ledger, LedgerError> {
     Ledger::observe_file(file, path, Some(found.shmid), ns.as_ref())
 }
 
-/// Reads every target, in parallel, within [`READ_BUDGET`] in all: a ledger not read by
-/// then is reported as [`LedgerState::Timeout`] (its read goes on in the background and is
-/// dropped; a target whose earlier read is still running is not read again meanwhile).
+/// Reads every target, in parallel, within [`READ_BUDGET`] of the start of the look (the
+/// scan that found them included): a ledger not read by then is reported as
+/// [`LedgerState::Timeout`] (its read goes on in the background and is dropped; a target
+/// whose earlier read is still running is not read again meanwhile).
 pub fn collect(resolved: crate::ledgers::Resolved) -> StatusReport {
     collect_with(resolved, read, READ_BUDGET)
 }
@@ -308,7 +342,7 @@ fn collect_with(resolved: crate::ledgers::Resolved, read: fn(&Target) -> LedgerR
     use std::sync::{mpsc, Mutex};
     static RUNNING: Mutex<Option<HashSet<String>>> = Mutex::new(None);
     let key = |t: &Target| t.identity.clone().unwrap_or_else(|| t.open_path.display().to_string());
-    let deadline = std::time::Instant::now() + budget;
+    let deadline = resolved.started + budget;
     let (tx, rx) = mpsc::channel();
     let mut ledgers: Vec<Option<LedgerReport>> = vec![None; resolved.targets.len()];
     for (index, target) in resolved.targets.iter().enumerate() {
@@ -397,7 +431,7 @@ pub fn render_text(report: &StatusReport, width: usize) -> String {
         render_ledger(&mut out, ledger, width);
     }
     if !report.gpus.is_empty() {
-        out.push_str("\nGPUs: what is committed on each (caps of live ledgers seen here, and memory used beyond them)\n");
+        out.push_str("\nGPUs: what is committed on each (caps of this user's own live ledgers, and memory used beyond them)\n");
         for g in &report.gpus {
             let _ = writeln!(
                 out,
@@ -645,7 +679,11 @@ mod tests {
         }
         let targets = ["/a/slow", "/b/fast", "/c/fast"].iter().map(|p| Target::plain(p.into(), Origin::Argument)).collect();
         let started = std::time::Instant::now();
-        let report = collect_with(crate::ledgers::Resolved { targets, notes: vec![] }, slow_or_fast, std::time::Duration::from_millis(300));
+        let report = collect_with(
+            crate::ledgers::Resolved { targets, notes: vec![], started: std::time::Instant::now() },
+            slow_or_fast,
+            std::time::Duration::from_millis(300),
+        );
         assert!(started.elapsed() < std::time::Duration::from_secs(2), "waited for the slow one: {:?}", started.elapsed());
         let states: Vec<LedgerState> = report.ledgers.iter().map(|l| l.state).collect();
         assert_eq!(states, [LedgerState::Timeout, LedgerState::Missing, LedgerState::Missing]);
@@ -654,7 +692,7 @@ mod tests {
         assert_eq!(json["ledgers"][0]["state"], "timeout");
         // Still stuck: not read again (no pile of threads on a hung file system).
         let again = collect_with(
-            crate::ledgers::Resolved { targets: vec![Target::plain("/a/slow".into(), Origin::Argument)], notes: vec![] },
+            crate::ledgers::Resolved { targets: vec![Target::plain("/a/slow".into(), Origin::Argument)], notes: vec![], started: std::time::Instant::now() },
             slow_or_fast,
             std::time::Duration::from_millis(100),
         );

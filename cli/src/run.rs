@@ -248,18 +248,83 @@ impl Drop for Placed {
     }
 }
 
-/// The placement lock: one `--gpus auto` at a time chooses and claims, per user (in the
-/// directory of the user's default ledger, which no other user can write). Users do not
-/// see each other's ledgers anyway; root sees all.
-fn placement_lock() -> Option<std::fs::File> {
-    use std::os::fd::AsRawFd;
+/// The placement lock: one `--gpus auto` at a time chooses and claims, per user (placements
+/// of other users count only what the driver shows of this user's jobs, and this user's
+/// only what it shows of theirs). It lives in the directory of the user's default ledger,
+/// which no other user can write; where every such place is taken (another user squatted
+/// them), in `~/.cache/fgpu` if the user's home directory is the user's own; else the
+/// placement is refused, since two at once could both count the same room.
+fn placement_lock() -> Result<std::fs::File, String> {
     let uid = fgpu_core::sys::geteuid();
-    let dir = fgpu_core::ledger::default_path::choose(uid, &fgpu_core::ledger::default_path::OsPlaces).ok()?.path.parent()?.to_path_buf();
-    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(&dir).ok()?;
-    let file =
-        std::fs::OpenOptions::new().read(true).write(true).create(true).mode(0o600).custom_flags(libc::O_NOFOLLOW).open(dir.join("placement.lock")).ok()?;
+    let default = fgpu_core::ledger::default_path::choose(uid, &fgpu_core::ledger::default_path::OsPlaces)
+        .and_then(|d| d.path.parent().map(Path::to_path_buf).ok_or_else(|| "the default ledger has no directory".to_string()))
+        .and_then(|dir| {
+            std::fs::DirBuilder::new().recursive(true).mode(0o700).create(&dir).map_err(|e| format!("cannot make {}: {e}", dir.display()))?;
+            Ok(dir)
+        });
+    let dir = match default {
+        Ok(dir) => dir,
+        Err(why) => home_cache(uid).map_err(|home| {
+            format!("--gpus auto: no safe place for the placement lock ({why}; and {home}); two placements at once could pick the same room, so none is made")
+        })?,
+    };
+    let path = dir.join("placement.lock");
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(&path)
+        .map_err(|e| format!("--gpus auto: cannot open the placement lock {}: {e}", path.display()))?;
+    use std::os::fd::AsRawFd;
     // SAFETY: models flock(2) on a descriptor this File owns; waits for other placements.
-    (unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } == 0).then_some(file)
+    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } != 0 {
+        return Err(format!("--gpus auto: cannot lock {}: {}", path.display(), std::io::Error::last_os_error()));
+    }
+    Ok(file)
+}
+
+/// `~/.cache/fgpu` of user `uid` (home from the password database, not `HOME`), made 0700
+/// where missing: only if the home directory and each directory below it are the user's
+/// own, not links, and writable by nobody else.
+fn home_cache(uid: u32) -> Result<PathBuf, String> {
+    use std::os::unix::fs::MetadataExt;
+    let home = home_of(uid).ok_or_else(|| format!("uid {uid} has no home directory in the password database"))?;
+    let mut dir = home;
+    for (i, part) in ["", ".cache", "fgpu"].iter().enumerate() {
+        if i > 0 {
+            dir.push(part);
+            match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                Err(e) => return Err(format!("cannot make {}: {e}", dir.display())),
+            }
+        }
+        let meta = std::fs::symlink_metadata(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        if !meta.is_dir() || meta.uid() != uid || meta.mode() & 0o022 != 0 {
+            return Err(format!("{} is not a directory of uid {uid}'s that only it may write", dir.display()));
+        }
+    }
+    Ok(dir)
+}
+
+/// The home directory of `uid` in the password database.
+fn home_of(uid: u32) -> Option<PathBuf> {
+    // SAFETY: all-zero bytes are a valid passwd (null pointers, zero ids).
+    let mut entry: libc::passwd = unsafe { std::mem::zeroed() };
+    let mut buf = vec![0 as libc::c_char; 16384];
+    let mut found: *mut libc::passwd = std::ptr::null_mut();
+    // SAFETY: models getpwuid_r(3) with a passwd, a buffer of the length passed and an out
+    // pointer, all owned here and alive for the call.
+    let rc = unsafe { libc::getpwuid_r(uid, &mut entry, buf.as_mut_ptr(), buf.len(), &mut found) };
+    if rc != 0 || found.is_null() || entry.pw_dir.is_null() {
+        return None;
+    }
+    // SAFETY: pw_dir points into `buf`, NUL-terminated by getpwuid_r.
+    let dir = unsafe { std::ffi::CStr::from_ptr(entry.pw_dir) };
+    let dir = PathBuf::from(OsStr::from_bytes(dir.to_bytes()));
+    dir.is_absolute().then_some(dir)
 }
 
 /// `--gpus auto`: chooses the GPU with the most room for the job's cap and registers the
@@ -267,13 +332,13 @@ fn placement_lock() -> Option<std::fs::File> {
 fn place(args: &RunArgs, limit: Option<&str>, ledger: &Path) -> Result<Placed, String> {
     let spec = limit.map(parse_limit).transpose().map_err(|e| format!("--limit: {e}"))?;
     let compute = args.compute.as_ref().map(|c| fgpu_core::compute::parse_share(&c.text)).transpose().map_err(|e| format!("--compute: {e}"))?;
-    let mut said = false;
+    let (mut said, mut last_said) = (String::new(), std::time::Instant::now());
     loop {
         let probe = crate::doctor::probe_driver()?;
         if probe.devices.is_empty() {
             return Err(format!("--gpus auto: the driver lists no GPU ({})", probe.nvml.error.as_deref().unwrap_or("NVML lists none")));
         }
-        let _lock = placement_lock();
+        let _lock = placement_lock()?;
         let seen = crate::report::collect(crate::ledgers::resolve(&crate::args::LedgerSelection { all: true, ..Default::default() }));
         let rooms = crate::placement::rooms(&probe.devices, &seen.ledgers);
         let need = |r: &crate::report::GpuRoom| spec.as_ref().and_then(|s| s.cap_for(&r.uuid, r.total_bytes)).unwrap_or(0).min(r.total_bytes);
@@ -309,10 +374,13 @@ fn place(args: &RunArgs, limit: Option<&str>, ledger: &Path) -> Result<Placed, S
                 );
                 return Ok(Placed { uuid: room.uuid.clone(), held: Some((held, slot)) });
             }
-            Err(why) if args.wait => {
-                if !said {
-                    eprintln!("fgpu run: waiting for room: {why}");
-                    said = true;
+            Err(_) if args.wait => {
+                // Said at once, and again when it changes, at most every 10 s.
+                let why = crate::placement::waiting_for(&probe.devices, &rooms, &seen.ledgers, need);
+                if said.is_empty() || (why != said && last_said.elapsed() >= std::time::Duration::from_secs(10)) {
+                    eprintln!("fgpu run: {why}");
+                    said = why;
+                    last_said = std::time::Instant::now();
                 }
                 drop(_lock);
                 std::thread::sleep(std::time::Duration::from_secs(1));

@@ -111,6 +111,36 @@ pub unsafe fn shm_detach(base: NonNull<u8>) {
     unsafe { libc::shmdt(base.as_ptr().cast()) };
 }
 
+/// A shared anonymous mapping (`mmap(MAP_SHARED | MAP_ANONYMOUS)`), unmapped on drop. The
+/// kernel backs it with a file of the same internal shmem mount as System V segments.
+pub struct SharedAnonymous {
+    base: NonNull<u8>,
+    len: usize,
+}
+
+impl SharedAnonymous {
+    pub fn new(len: usize) -> io::Result<SharedAnonymous> {
+        // SAFETY: models mmap(2) of new anonymous memory at an address the kernel chooses;
+        // nothing existing is replaced, and the result is checked.
+        let ptr = unsafe { libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ, libc::MAP_SHARED | libc::MAP_ANONYMOUS, -1, 0) };
+        if ptr == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(SharedAnonymous { base: NonNull::new(ptr.cast()).ok_or_else(|| io::Error::other("mmap returned a null address"))?, len })
+    }
+
+    pub fn address(&self) -> u64 {
+        self.base.as_ptr() as u64
+    }
+}
+
+impl Drop for SharedAnonymous {
+    fn drop(&mut self) {
+        // SAFETY: models munmap(2) of the mapping this value made, which nothing borrows.
+        unsafe { libc::munmap(self.base.as_ptr().cast(), self.len) };
+    }
+}
+
 // ---- Unix sockets ----
 
 /// `getsockopt(SO_PEERCRED)`: the peer's PID as this process's PID namespace sees it (0 when
@@ -237,64 +267,222 @@ pub fn clock_ticks_per_second() -> u64 {
     }
 }
 
-// ---- glibc's own dlsym ----
+/// `sysconf(_SC_PAGESIZE)` (4096 where unknown).
+pub fn page_size() -> u64 {
+    // SAFETY: sysconf has no preconditions.
+    let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    if size > 0 {
+        size as u64
+    } else {
+        4096
+    }
+}
+
+// ---- glibc's own dlsym and dlvsym ----
 
 /// `dlsym(3)`'s C prototype.
 pub type DlsymFn = unsafe extern "C" fn(*mut std::ffi::c_void, *const std::ffi::c_char) -> *mut std::ffi::c_void;
+/// `dlvsym(3)`'s C prototype.
+pub type DlvsymFn = unsafe extern "C" fn(*mut std::ffi::c_void, *const std::ffi::c_char, *const std::ffi::c_char) -> *mut std::ffi::c_void;
 
-/// Where [`glibc_dlsym`] looks for glibc's `dlsym`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DlsymFrom {
-    /// `dlvsym(RTLD_NEXT, ...)`: the next definition after the object making the call. For
-    /// a library that defines `dlsym` itself (the shim) that is glibc's.
-    NextObject,
-    /// `dlvsym` on the handle of the libc already loaded (glibc before 2.34: libdl): glibc's
-    /// own definition whatever a preloaded library defines under that name, since a lookup
-    /// through a handle searches that library and its dependencies only (the `fgpu` command,
-    /// which must see the driver around any preloaded shim).
-    LoadedLibc,
-}
+/// The libraries that define glibc's lookup functions: libc.so.6 since glibc 2.34,
+/// libdl.so.2 before.
+const LOOKUP_LIBRARIES: [&[u8]; 2] = [b"libc.so.6", b"libdl.so.2"];
 
-/// The versions glibc has given `dlsym`: `GLIBC_2.34` (where it moved into libc),
-/// `GLIBC_2.2.5` (x86_64 before that) and `GLIBC_2.17` (aarch64 before that).
-const DLSYM_VERSIONS: [&std::ffi::CStr; 3] = [c"GLIBC_2.34", c"GLIBC_2.2.5", c"GLIBC_2.17"];
-
-/// The address of glibc's own `dlsym`, found without calling any `dlsym` (a library that
-/// interposes `dlsym` would be called instead, and `libc::dlsym` inside one lands back in
-/// it): `dlvsym(scope, "dlsym", version)` at each version glibc has given it, which no
-/// interposer of `dlsym` sees. Null when none is found. Allocates nothing (an allocator may
-/// be what looks a symbol up).
-pub fn glibc_dlsym_address(from: DlsymFrom) -> *mut std::ffi::c_void {
-    let scopes: [Option<&std::ffi::CStr>; 2] = match from {
-        DlsymFrom::NextObject => [None, None],
-        DlsymFrom::LoadedLibc => [Some(c"libc.so.6"), Some(c"libdl.so.2")],
-    };
-    for (i, library) in scopes.iter().enumerate() {
-        let scope = match library {
-            // SAFETY: models dlopen(3) with RTLD_NOLOAD: it only hands back a handle to a
-            // library already loaded (or null), and runs no initialiser.
-            Some(name) => unsafe { libc::dlopen(name.as_ptr(), libc::RTLD_LAZY | libc::RTLD_NOLOAD) },
-            None if i == 0 => libc::RTLD_NEXT,
-            None => continue,
-        };
-        if scope.is_null() {
-            continue;
-        }
-        for version in DLSYM_VERSIONS {
-            // SAFETY: models dlvsym(3) with RTLD_NEXT or a live handle, and NUL-terminated
-            // name and version; it returns null or the address of that definition.
-            let found = unsafe { libc::dlvsym(scope, c"dlsym".as_ptr(), version.as_ptr()) };
-            if !found.is_null() {
-                return found;
-            }
+/// The address of glibc's own `name` (`dlsym`, `dlvsym`), read from the dynamic symbol
+/// table of the libc.so.6 (else libdl.so.2) this process has loaded; null when neither
+/// defines it.
+///
+/// No lookup function is called for it: fgpu's front (and the shim, when preloaded
+/// directly) define `dlsym` and `dlvsym` themselves, and hand out their own for a lookup of
+/// either through any handle or version, so that a capped program cannot reach glibc's and
+/// through it the driver. Every call of `dlsym` or `dlvsym` in the process, fgpu's own
+/// included, lands in those; the table itself is what is left. Allocates nothing (an
+/// allocator may be what looks a symbol up).
+pub fn glibc_symbol(name: &std::ffi::CStr) -> *mut std::ffi::c_void {
+    for library in LOOKUP_LIBRARIES {
+        let mut search = SymbolSearch { library, name: name.to_bytes(), found: std::ptr::null_mut() };
+        // SAFETY: models dl_iterate_phdr(3) with a callback that only reads the loader's
+        // structures while it runs, and `search`, which outlives the call.
+        unsafe { libc::dl_iterate_phdr(Some(search_object), (&mut search as *mut SymbolSearch).cast()) };
+        if !search.found.is_null() {
+            return search.found;
         }
     }
     std::ptr::null_mut()
 }
 
-/// [`glibc_dlsym_address`] as a function.
-pub fn glibc_dlsym(from: DlsymFrom) -> Option<DlsymFn> {
-    let found = glibc_dlsym_address(from);
+/// glibc's own `dlsym` (see [`glibc_symbol`]).
+pub fn glibc_dlsym() -> Option<DlsymFn> {
+    let found = glibc_symbol(c"dlsym");
     // SAFETY: `found` is glibc's dlsym, whose C prototype DlsymFn describes.
     (!found.is_null()).then(|| unsafe { std::mem::transmute::<*mut std::ffi::c_void, DlsymFn>(found) })
+}
+
+/// glibc's own `dlvsym` (see [`glibc_symbol`]).
+pub fn glibc_dlvsym() -> Option<DlvsymFn> {
+    let found = glibc_symbol(c"dlvsym");
+    // SAFETY: `found` is glibc's dlvsym, whose C prototype DlvsymFn describes.
+    (!found.is_null()).then(|| unsafe { std::mem::transmute::<*mut std::ffi::c_void, DlvsymFn>(found) })
+}
+
+struct SymbolSearch<'a> {
+    library: &'a [u8],
+    name: &'a [u8],
+    found: *mut std::ffi::c_void,
+}
+
+/// `ElfW(Dyn)` (elf.h) on the 64-bit targets fgpu supports.
+#[repr(C)]
+struct Dyn {
+    tag: i64,
+    value: u64,
+}
+
+const DT_NULL: i64 = 0;
+const DT_HASH: i64 = 4;
+const DT_STRTAB: i64 = 5;
+const DT_SYMTAB: i64 = 6;
+const DT_GNU_HASH: i64 = 0x6fff_fef5;
+const DT_VERSYM: i64 = 0x6fff_fff0;
+const STT_FUNC: u8 = 2;
+/// The bit of a `.gnu.version` entry that marks a version other than the default.
+const VERSYM_HIDDEN: u16 = 0x8000;
+
+/// dl_iterate_phdr's callback: in the first loaded object named `search.library`, the
+/// function `search.name` (its default version first). Returns 1 (stop) at that object.
+unsafe extern "C" fn search_object(info: *mut libc::dl_phdr_info, _size: libc::size_t, data: *mut std::ffi::c_void) -> libc::c_int {
+    // SAFETY: dl_iterate_phdr passes a valid info and the `data` given, a SymbolSearch.
+    let (info, search) = unsafe { (&*info, &mut *data.cast::<SymbolSearch>()) };
+    if info.dlpi_name.is_null() {
+        return 0;
+    }
+    // SAFETY: the loader's NUL-terminated name of the object.
+    let path = unsafe { std::ffi::CStr::from_ptr(info.dlpi_name) }.to_bytes();
+    if path.rsplit(|b| *b == b'/').next() != Some(search.library) {
+        return 0;
+    }
+    // SAFETY: the object's program headers, as the loader describes them.
+    let headers = unsafe { std::slice::from_raw_parts(info.dlpi_phdr, info.dlpi_phnum as usize) };
+    let Some(dynamic) = headers.iter().find(|h| h.p_type == libc::PT_DYNAMIC) else { return 1 };
+    let base = info.dlpi_addr;
+    // The loader relocates the dynamic section's addresses in place on these targets; one
+    // it left as it is on disk is below the load address.
+    let at = |value: u64| if value < base { value + base } else { value };
+    let (mut strtab, mut symtab, mut gnu, mut sysv, mut versym) = (0u64, 0u64, 0u64, 0u64, 0u64);
+    let mut entry = (base + dynamic.p_vaddr) as *const Dyn;
+    loop {
+        // SAFETY: the dynamic section of a loaded object ends with DT_NULL.
+        let d = unsafe { &*entry };
+        match d.tag {
+            DT_NULL => break,
+            DT_STRTAB => strtab = at(d.value),
+            DT_SYMTAB => symtab = at(d.value),
+            DT_GNU_HASH => gnu = at(d.value),
+            DT_HASH => sysv = at(d.value),
+            DT_VERSYM => versym = at(d.value),
+            _ => {}
+        }
+        // SAFETY: still inside the section: DT_NULL was not reached.
+        entry = unsafe { entry.add(1) };
+    }
+    if strtab == 0 || symtab == 0 {
+        return 1;
+    }
+    let symbols = symtab as *const libc::Elf64_Sym;
+    // Whether symbol `index` is the function sought, and (when `default_only`) of its
+    // default version.
+    let matches = |index: u32, default_only: bool| -> bool {
+        // SAFETY: an index the object's own hash table gives, into its symbol table.
+        let sym = unsafe { &*symbols.add(index as usize) };
+        if sym.st_shndx == 0 || sym.st_info & 0xf != STT_FUNC || sym.st_value == 0 {
+            return false;
+        }
+        // SAFETY: the string table holds NUL-terminated names at each symbol's offset.
+        let name = unsafe { std::ffi::CStr::from_ptr((strtab + sym.st_name as u64) as *const std::ffi::c_char) }.to_bytes();
+        // SAFETY: .gnu.version has one entry per symbol.
+        let hidden = versym != 0 && unsafe { *(versym as *const u16).add(index as usize) } & VERSYM_HIDDEN != 0;
+        name == search.name && !(default_only && hidden)
+    };
+    for default_only in [true, false] {
+        // SAFETY: the hash tables of a loaded object, laid out as the ELF and GNU formats say.
+        let index = unsafe {
+            if gnu != 0 {
+                gnu_lookup(gnu as *const u32, search.name, |i| matches(i, default_only))
+            } else if sysv != 0 {
+                sysv_lookup(sysv as *const u32, search.name, |i| matches(i, default_only))
+            } else {
+                None
+            }
+        };
+        if let Some(index) = index {
+            // SAFETY: as in `matches`.
+            search.found = (base + unsafe { &*symbols.add(index as usize) }.st_value) as *mut std::ffi::c_void;
+            return 1;
+        }
+    }
+    1
+}
+
+/// Looks `name` up in a `DT_GNU_HASH` table: the first index of its chain that `matches`.
+///
+/// # Safety
+/// `table` is a loaded object's GNU hash table.
+unsafe fn gnu_lookup(table: *const u32, name: &[u8], matches: impl Fn(u32) -> bool) -> Option<u32> {
+    let hash = name.iter().fold(5381u32, |h, b| h.wrapping_mul(33).wrapping_add(*b as u32));
+    // SAFETY: the header is four words: buckets, first symbol, bloom words, bloom shift.
+    let (buckets, first, bloom_words) = unsafe { (*table, *table.add(1), *table.add(2)) };
+    if buckets == 0 {
+        return None;
+    }
+    // SAFETY: the bloom filter (64-bit words) follows the header, then the buckets, then
+    // one chain word per symbol from `first` on; a chain ends at a word with bit 0 set.
+    unsafe {
+        let bucket_words = table.add(4 + 2 * bloom_words as usize);
+        let chain = bucket_words.add(buckets as usize);
+        let mut index = *bucket_words.add((hash % buckets) as usize);
+        if index < first {
+            return None;
+        }
+        loop {
+            let word = *chain.add((index - first) as usize);
+            if (word | 1) == (hash | 1) && matches(index) {
+                return Some(index);
+            }
+            if word & 1 != 0 {
+                return None;
+            }
+            index += 1;
+        }
+    }
+}
+
+/// Looks `name` up in a `DT_HASH` table: the first index of its chain that `matches`.
+///
+/// # Safety
+/// `table` is a loaded object's ELF hash table.
+unsafe fn sysv_lookup(table: *const u32, name: &[u8], matches: impl Fn(u32) -> bool) -> Option<u32> {
+    let hash = name.iter().fold(0u32, |h, b| {
+        let h = (h << 4).wrapping_add(*b as u32);
+        let high = h & 0xf000_0000;
+        (h ^ (high >> 24)) & !high
+    });
+    // SAFETY: nbucket, nchain, then the buckets and the chains (one word per symbol).
+    unsafe {
+        let (buckets, chains) = (*table, *table.add(1));
+        if buckets == 0 {
+            return None;
+        }
+        let chain = table.add(2 + buckets as usize);
+        let mut index = *table.add(2 + (hash % buckets) as usize);
+        let mut steps = 0;
+        while index != 0 && index < chains && steps <= chains {
+            if matches(index) {
+                return Some(index);
+            }
+            index = *chain.add(index as usize);
+            steps += 1;
+        }
+    }
+    None
 }

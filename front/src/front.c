@@ -1,16 +1,23 @@
 /* libfgpu.so, the front: the library that is preloaded into every process.
  *
  * It defines every entry point fgpu hooks (the CUDA and NVML functions listed in
- * front/exports.txt, and dlsym), so all of them are interposed from a process's first
- * instruction, but it holds none of the shim. Each entry point jumps through a table that
- * stays empty until the process first calls one of them; that call loads libfgpu_shim.so
- * from the front's own directory with dlopen, fills the table from it, and goes on into
- * the shim with the caller's registers and stack untouched. `dlsym` loads the shim only
- * for the names in the table; every other lookup goes straight to glibc's dlsym with a
- * tail jump, so glibc still sees the original caller.
+ * front/exports.txt, dlsym and dlvsym), so all of them are interposed from a process's
+ * first instruction, but it holds none of the shim. Each entry point jumps through a table
+ * that stays empty until the process first calls one of them; that call loads
+ * libfgpu_shim.so from the front's own directory with dlopen, fills the table from it, and
+ * goes on into the shim with the caller's registers and stack untouched.
+ *
+ * dlsym and dlvsym load the shim only for the names in the table, and answer three kinds
+ * of lookup themselves, through any handle and any version, so that no lookup hands a
+ * program the driver's functions uncapped: a lookup of glibc's lookup functions (dlsym,
+ * dlvsym, and the names older glibc exported them under) gets the front's; a wrapped name
+ * looked up through a handle gets the shim's wrapper; a wrapped name looked up with
+ * RTLD_NEXT gets the front's entry point (the next definition after a library placed
+ * before the driver is the driver's own). Every other lookup goes straight to glibc's with
+ * a tail jump, so glibc still sees the original caller.
  *
  * What a process that never reaches CUDA or NVML (sh, ls, apt under /etc/ld.so.preload)
- * pays for it: one small file mapped, three weak symbols looked up, no constructor, no
+ * pays for it: one small file mapped, two weak symbols looked up, no constructor, no
  * thread-local storage, no relocated pointer (the table is zero-filled .bss, the names are
  * offsets into one string). See docs/benchmarks.md for what that measures.
  *
@@ -46,18 +53,19 @@
  *   fgpu_front_name_at / fgpu_front_family (each entry's offset in it and its family). */
 #include "fgpu_front_exports.h"
 
-/* dlopen, dlvsym and dlerror are weak and, in the release build (linked against glibc
- * 2.17's libraries, where they live in libdl.so.2, which the front does not link),
- * unversioned: on glibc >= 2.34 they bind to libc.so.6, before 2.34 to libdl.so.2 if the
- * process has it. A process that can reach a hooked function has: dlsym, libcuda.so.1
- * and libnvidia-ml.so.1 all need libdl.so.2 there. Without it the shim cannot be loaded
- * and the front refuses. Not linking libdl.so.2 (nor libpthread.so.0) is what keeps the
- * release build from loading two more files into every process on new systems. */
+/* dlopen and dlerror are weak and, in the release build (linked against glibc 2.17's
+ * libraries, where they live in libdl.so.2, which the front does not link), unversioned:
+ * on glibc >= 2.34 they bind to libc.so.6, before 2.34 to libdl.so.2 if the process has
+ * it. A process that can reach a hooked function has: dlsym, libcuda.so.1 and
+ * libnvidia-ml.so.1 all need libdl.so.2 there. Without it the shim cannot be loaded and
+ * the front refuses. Not linking libdl.so.2 (nor libpthread.so.0) is what keeps the
+ * release build from loading two more files into every process on new systems. glibc's
+ * dlsym and dlvsym are never called by name: the front defines both (see real_dlsym). */
 #pragma weak dlopen
-#pragma weak dlvsym
 #pragma weak dlerror
 
 typedef void *(*dlsym_fn)(void *handle, const char *name);
+typedef void *(*dlvsym_fn)(void *handle, const char *name, const char *version);
 
 /* The table: entry i's address in the shim once loaded, or the refusal of its family. */
 HIDDEN void *fgpu_front_slots[FGPU_FRONT_COUNT];
@@ -140,8 +148,10 @@ __asm__(".pushsection fgpu_front_entries,\"ax\",@progbits\n"
 __asm__(".pushsection fgpu_front_entries,\"ax\",@progbits\n"
         ".globl dlsym\n"
         ".type dlsym,@function\n"
+        ".hidden fgpu_front_dlsym_self\n"
         ".p2align 4\n"
         "dlsym:\n"
+        "fgpu_front_dlsym_self:\n"
         "    pushq %rdi\n"
         "    pushq %rsi\n"
         "    subq $8, %rsp\n"
@@ -151,6 +161,25 @@ __asm__(".pushsection fgpu_front_entries,\"ax\",@progbits\n"
         "    popq %rdi\n"
         "    jmp *%rax\n"
         ".size dlsym, .-dlsym\n"
+        ".popsection\n");
+
+/* dlvsym(handle, name, version): the same, with fgpu_front_dlvsym_route. */
+__asm__(".pushsection fgpu_front_entries,\"ax\",@progbits\n"
+        ".globl dlvsym\n"
+        ".type dlvsym,@function\n"
+        ".hidden fgpu_front_dlvsym_self\n"
+        ".p2align 4\n"
+        "dlvsym:\n"
+        "fgpu_front_dlvsym_self:\n"
+        "    pushq %rdi\n"
+        "    pushq %rsi\n"
+        "    pushq %rdx\n"
+        "    call fgpu_front_dlvsym_route\n"
+        "    popq %rdx\n"
+        "    popq %rsi\n"
+        "    popq %rdi\n"
+        "    jmp *%rax\n"
+        ".size dlvsym, .-dlvsym\n"
         ".popsection\n");
 
 #elif defined(__aarch64__)
@@ -207,8 +236,10 @@ __asm__(".pushsection fgpu_front_entries,\"ax\",@progbits\n"
 __asm__(".pushsection fgpu_front_entries,\"ax\",@progbits\n"
         ".globl dlsym\n"
         ".type dlsym,%function\n"
+        ".hidden fgpu_front_dlsym_self\n"
         ".p2align 4\n"
         "dlsym:\n"
+        "fgpu_front_dlsym_self:\n"
         "    stp x29, x30, [sp, #-32]!\n"
         "    mov x29, sp\n"
         "    stp x0, x1, [sp, #16]\n"
@@ -220,6 +251,26 @@ __asm__(".pushsection fgpu_front_entries,\"ax\",@progbits\n"
         ".size dlsym, .-dlsym\n"
         ".popsection\n");
 
+__asm__(".pushsection fgpu_front_entries,\"ax\",@progbits\n"
+        ".globl dlvsym\n"
+        ".type dlvsym,%function\n"
+        ".hidden fgpu_front_dlvsym_self\n"
+        ".p2align 4\n"
+        "dlvsym:\n"
+        "fgpu_front_dlvsym_self:\n"
+        "    stp x29, x30, [sp, #-48]!\n"
+        "    mov x29, sp\n"
+        "    stp x0, x1, [sp, #16]\n"
+        "    str x2, [sp, #32]\n"
+        "    bl fgpu_front_dlvsym_route\n"
+        "    mov x16, x0\n"
+        "    ldp x0, x1, [sp, #16]\n"
+        "    ldr x2, [sp, #32]\n"
+        "    ldp x29, x30, [sp], #48\n"
+        "    br x16\n"
+        ".size dlvsym, .-dlvsym\n"
+        ".popsection\n");
+
 #else
 #error "libfgpu.so's front has entry points for x86_64 and aarch64 only"
 #endif
@@ -229,6 +280,9 @@ FGPU_FRONT_EXPORTS(FRONT_ENTRY)
 /* The bounds of the section above, set by the linker: an address in it is one of ours. */
 extern const char __start_fgpu_front_entries[] HIDDEN;
 extern const char __stop_fgpu_front_entries[] HIDDEN;
+/* The front's own dlsym and dlvsym, reached without a relocation. */
+extern const char fgpu_front_dlsym_self[] HIDDEN;
+extern const char fgpu_front_dlvsym_self[] HIDDEN;
 
 /* ------------------------------------------------------------------------------------
  * Refusals. Called with the hooked function's arguments, which they ignore (the C calling
@@ -284,20 +338,136 @@ static int append(char *buf, size_t size, size_t *len, const char *s) {
 }
 
 /* ------------------------------------------------------------------------------------
- * glibc's dlsym, found as the shim finds it (field notes, "dlsym inside an interposer"). */
+ * glibc's own dlsym and dlvsym.
+ *
+ * The front defines both, so every call of either by name, its own included, lands in the
+ * front, and the answer to a lookup of either is the front's. glibc's are read from the
+ * dynamic symbol table of the loaded libc.so.6 (glibc >= 2.34) or libdl.so.2 (before),
+ * which dl_iterate_phdr shows; no lookup function is called. The default version of the
+ * name is taken, else any. core/src/sys.rs (glibc_symbol) does the same for the shim and
+ * the fgpu command. */
+
+struct symbol_search {
+    const char *library;
+    const char *name;
+    void *found;
+};
+
+static int same(const char *a, const char *b) { return compare(a, b) == 0; }
+
+/* Whether `path`'s last component is `name`. */
+static int file_name_is(const char *path, const char *name) {
+    const char *last = path;
+    for (const char *p = path; *p != '\0'; p++)
+        if (*p == '/') last = p + 1;
+    return same(last, name);
+}
+
+/* Whether symbol `index` of the table is the function sought (of its default version when
+ * `default_only`). */
+static int symbol_matches(const ElfW(Sym) *symtab, const char *strtab, const ElfW(Half) *versym, uint32_t index, const char *name, int default_only) {
+    const ElfW(Sym) *sym = &symtab[index];
+    if (sym->st_shndx == SHN_UNDEF || ELF64_ST_TYPE(sym->st_info) != STT_FUNC || sym->st_value == 0) return 0;
+    if (default_only && versym != NULL && (versym[index] & 0x8000) != 0) return 0;
+    return same(strtab + sym->st_name, name);
+}
+
+/* dl_iterate_phdr callback: `name` in the first loaded object called `library`. */
+static int search_object(struct dl_phdr_info *info, size_t size, void *data) {
+    struct symbol_search *search = data;
+    const ElfW(Dyn) *dyn = NULL;
+    const char *strtab = NULL;
+    const ElfW(Sym) *symtab = NULL;
+    const uint32_t *gnu = NULL, *sysv = NULL;
+    const ElfW(Half) *versym = NULL;
+    uintptr_t base = (uintptr_t)info->dlpi_addr;
+    (void)size;
+    if (info->dlpi_name == NULL || !file_name_is(info->dlpi_name, search->library)) return 0;
+    for (int i = 0; i < info->dlpi_phnum; i++)
+        if (info->dlpi_phdr[i].p_type == PT_DYNAMIC) dyn = (const ElfW(Dyn) *)(base + info->dlpi_phdr[i].p_vaddr);
+    if (dyn == NULL) return 1;
+    for (; dyn->d_tag != DT_NULL; dyn++) {
+        /* The loader relocates these addresses in place on x86_64 and aarch64; one left as
+         * on disk is below the load address. */
+        uintptr_t at = (uintptr_t)dyn->d_un.d_ptr;
+        if (at < base) at += base;
+        switch (dyn->d_tag) {
+        case DT_STRTAB: strtab = (const char *)at; break;
+        case DT_SYMTAB: symtab = (const ElfW(Sym) *)at; break;
+        case DT_GNU_HASH: gnu = (const uint32_t *)at; break;
+        case DT_HASH: sysv = (const uint32_t *)at; break;
+        case DT_VERSYM: versym = (const ElfW(Half) *)at; break;
+        default: break;
+        }
+    }
+    if (strtab == NULL || symtab == NULL) return 1;
+    for (int default_only = 1; default_only >= 0; default_only--) {
+        if (gnu != NULL) {
+            /* DT_GNU_HASH: buckets, first symbol, bloom words (ElfW(Addr) each), shift; the
+             * bloom filter, the buckets, then one chain word per symbol from the first on;
+             * a chain ends at a word with bit 0 set. */
+            uint32_t hash = 5381, buckets = gnu[0], first = gnu[1];
+            for (const char *c = search->name; *c != '\0'; c++) hash = hash * 33 + (unsigned char)*c;
+            const uint32_t *bucket = gnu + 4 + gnu[2] * (sizeof(ElfW(Addr)) / 4);
+            const uint32_t *chain = bucket + buckets;
+            uint32_t index = buckets != 0 ? bucket[hash % buckets] : 0;
+            for (; buckets != 0 && index >= first; index++) {
+                uint32_t word = chain[index - first];
+                if ((word | 1) == (hash | 1) && symbol_matches(symtab, strtab, versym, index, search->name, default_only)) {
+                    search->found = (void *)(base + symtab[index].st_value);
+                    return 1;
+                }
+                if (word & 1) break;
+            }
+        } else if (sysv != NULL) {
+            /* DT_HASH: nbucket, nchain, the buckets, then one chain word per symbol. */
+            uint32_t hash = 0, buckets = sysv[0], chains = sysv[1], steps = 0;
+            for (const char *c = search->name; *c != '\0'; c++) {
+                hash = (hash << 4) + (unsigned char)*c;
+                uint32_t high = hash & 0xf0000000u;
+                hash = (hash ^ (high >> 24)) & ~high;
+            }
+            uint32_t index = buckets != 0 ? sysv[2 + hash % buckets] : 0;
+            for (; index != 0 && index < chains && steps <= chains; index = sysv[2 + buckets + index], steps++) {
+                if (symbol_matches(symtab, strtab, versym, index, search->name, default_only)) {
+                    search->found = (void *)(base + symtab[index].st_value);
+                    return 1;
+                }
+            }
+        }
+    }
+    return 1;
+}
+
+/* glibc's own `name`, or NULL. */
+static void *glibc_symbol(const char *name) {
+    struct symbol_search search;
+    search.name = name;
+    search.found = NULL;
+    search.library = "libc.so.6";
+    dl_iterate_phdr(search_object, &search);
+    if (search.found != NULL) return search.found;
+    search.library = "libdl.so.2";
+    dl_iterate_phdr(search_object, &search);
+    return search.found;
+}
 
 static dlsym_fn real_dlsym_cache;
+static dlvsym_fn real_dlvsym_cache;
 
 static dlsym_fn real_dlsym(void) {
     dlsym_fn f = __atomic_load_n(&real_dlsym_cache, __ATOMIC_ACQUIRE);
-    if (f != NULL || dlvsym == NULL) return f;
-    f = (dlsym_fn)dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.34");
-#if defined(__x86_64__)
-    if (f == NULL) f = (dlsym_fn)dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.2.5");
-#else
-    if (f == NULL) f = (dlsym_fn)dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.17");
-#endif
+    if (f != NULL) return f;
+    f = (dlsym_fn)glibc_symbol("dlsym");
     if (f != NULL) __atomic_store_n(&real_dlsym_cache, f, __ATOMIC_RELEASE);
+    return f;
+}
+
+static dlvsym_fn real_dlvsym(void) {
+    dlvsym_fn f = __atomic_load_n(&real_dlvsym_cache, __ATOMIC_ACQUIRE);
+    if (f != NULL) return f;
+    f = (dlvsym_fn)glibc_symbol("dlvsym");
+    if (f != NULL) __atomic_store_n(&real_dlvsym_cache, f, __ATOMIC_RELEASE);
     return f;
 }
 
@@ -310,6 +480,7 @@ enum { UNLOADED = 0, LOADING = 1, LOADED = 2, FAILED = 3 };
 static long load_state = UNLOADED;
 static long loader_tid;
 static dlsym_fn shim_dlsym;
+static dlvsym_fn shim_dlvsym;
 
 struct self_search {
     uintptr_t address;
@@ -332,17 +503,24 @@ static int find_self(struct dl_phdr_info *info, size_t size, void *data) {
     return 0;
 }
 
-/* libfgpu_shim.so in the directory this library was loaded from. */
-static int shim_path(char *buf, size_t size) {
+/* The path this library was loaded from, or NULL. */
+static const char *own_path(void) {
     struct self_search search;
-    size_t len = 0, slash = 0;
     /* Assigned, not initialised: a constant initialiser holding an address would become a
      * relocated word that the loader writes in every process. */
     search.address = (uintptr_t)(void *)find_self;
     search.path = NULL;
-    if (dl_iterate_phdr(find_self, &search) == 0 || search.path == NULL) return 0;
+    if (dl_iterate_phdr(find_self, &search) == 0) return NULL;
+    return search.path;
+}
+
+/* libfgpu_shim.so in the directory this library was loaded from. */
+static int shim_path(char *buf, size_t size) {
+    const char *own = own_path();
+    size_t len = 0, slash = 0;
+    if (own == NULL) return 0;
     buf[0] = '\0';
-    if (!append(buf, size, &len, search.path)) return 0;
+    if (!append(buf, size, &len, own)) return 0;
     for (size_t i = 0; i < len; i++)
         if (buf[i] == '/') slash = i + 1;
     len = slash;
@@ -412,6 +590,7 @@ static int load_shim(void) {
         __atomic_store_n(&fgpu_front_slots[i], address, __ATOMIC_RELEASE);
     }
     __atomic_store_n(&shim_dlsym, (dlsym_fn)real(shim, "dlsym"), __ATOMIC_RELEASE);
+    __atomic_store_n(&shim_dlvsym, (dlvsym_fn)real(shim, "dlvsym"), __ATOMIC_RELEASE);
     if (missing != NULL) {
         const char *parts[] = { path, " lacks ", missing, " and maybe more that libfgpu.so forwards (another fgpu version?); calls to them are refused" };
         say(parts, 4);
@@ -457,25 +636,99 @@ HIDDEN void *fgpu_front_target(unsigned index) {
     return slot != NULL ? slot : refusal(index);
 }
 
-/* dlsym for a hooked name (never RTLD_NEXT). What glibc finds is returned as it is when
- * it is our own entry point (a lookup through RTLD_DEFAULT finds the preloaded front
- * first); anything else is the driver's, and goes to the shim's dlsym, which remembers it
- * and answers with its wrapper, as when the shim itself is preloaded. */
-static void *dlsym_hooked(void *handle, const char *name) {
-    dlsym_fn real = real_dlsym();
-    void *found = real != NULL ? real(handle, name) : NULL;
+/* ------------------------------------------------------------------------------------
+ * dlsym and dlvsym. */
+
+/* Whether `name` is one glibc has exported a lookup function under: 1 for dlsym's kind
+ * (handle, name), 2 for dlvsym's (and a version), 0 for neither. __libc_dlsym, _dl_sym and
+ * their versioned twins are glibc's before 2.34. */
+static int lookup_function(const char *name) {
+    if (name[0] != 'd' && name[0] != '_') return 0;
+    if (same(name, "dlsym") || same(name, "__libc_dlsym") || same(name, "_dl_sym")) return 1;
+    if (same(name, "dlvsym") || same(name, "__libc_dlvsym") || same(name, "_dl_vsym")) return 2;
+    return 0;
+}
+
+static void *own_lookup_function(const char *name) {
+    return (void *)(lookup_function(name) == 1 ? fgpu_front_dlsym_self : fgpu_front_dlvsym_self);
+}
+
+/* What glibc found for a hooked name (never RTLD_NEXT), as the answer. Our own entry point
+ * (a lookup through RTLD_DEFAULT finds the preloaded front first) goes back as it is;
+ * anything else is the driver's, and goes to the shim, which remembers it and answers with
+ * its wrapper, as when the shim itself is preloaded. */
+static void *hooked_answer(void *found, void *handle, const char *name, const char *version) {
     if (found == NULL) return NULL;
     if ((const char *)found >= __start_fgpu_front_entries && (const char *)found < __stop_fgpu_front_entries)
         return found;
     if (!loaded()) return NULL;
-    dlsym_fn shim = __atomic_load_n(&shim_dlsym, __ATOMIC_ACQUIRE);
-    return shim != NULL ? shim(handle, name) : NULL;
+    if (version == NULL) {
+        dlsym_fn shim = __atomic_load_n(&shim_dlsym, __ATOMIC_ACQUIRE);
+        return shim != NULL ? shim(handle, name) : NULL;
+    }
+    dlvsym_fn shim = __atomic_load_n(&shim_dlvsym, __ATOMIC_ACQUIRE);
+    return shim != NULL ? shim(handle, name, version) : NULL;
+}
+
+static void *dlsym_hooked(void *handle, const char *name) {
+    dlsym_fn real = real_dlsym();
+    return hooked_answer(real != NULL ? real(handle, name) : NULL, handle, name, NULL);
+}
+
+static void *dlvsym_hooked(void *handle, const char *name, const char *version) {
+    dlvsym_fn real = real_dlvsym();
+    return hooked_answer(real != NULL ? real(handle, name, version) : NULL, handle, name, version);
+}
+
+/* A lookup of a glibc lookup function through a handle (or RTLD_DEFAULT): the front's own,
+ * where glibc finds one at all. */
+static void *dlsym_lookup_function(void *handle, const char *name) {
+    dlsym_fn real = real_dlsym();
+    if (real == NULL || real(handle, name) == NULL) return NULL;
+    return own_lookup_function(name);
+}
+
+static void *dlvsym_lookup_function(void *handle, const char *name, const char *version) {
+    dlvsym_fn real = real_dlvsym();
+    if (real == NULL || real(handle, name, version) == NULL) return NULL;
+    return own_lookup_function(name);
+}
+
+/* An RTLD_NEXT lookup of a hooked name or of a lookup function (dlsym's and dlvsym's, the
+ * version ignored). The next definition after the caller cannot be told without being the
+ * caller, and whatever it is, it would be glibc's or the driver's: the answer is the
+ * front's own, found through the front's own handle (which searches the front first). */
+static void *next_answer(void *handle, const char *name) {
+    static void *self;
+    void *own = __atomic_load_n(&self, __ATOMIC_ACQUIRE);
+    dlsym_fn real = real_dlsym();
+    (void)handle;
+    if (lookup_function(name)) return own_lookup_function(name);
+    if (own == NULL && dlopen != NULL) {
+        const char *path = own_path();
+        own = path != NULL ? dlopen(path, RTLD_LAZY | RTLD_NOLOAD) : NULL;
+        if (own != NULL) __atomic_store_n(&self, own, __ATOMIC_RELEASE);
+    }
+    return own != NULL && real != NULL ? real(own, name) : NULL;
 }
 
 /* Called by the exported dlsym with its arguments: where to continue with them. */
 HIDDEN void *fgpu_front_dlsym_route(void *handle, const char *name) {
     dlsym_fn real = real_dlsym();
     if (real == NULL) return (void *)find_nothing;
-    if (handle == RTLD_NEXT || name == NULL || hooked_index(name) < 0) return (void *)real;
-    return (void *)dlsym_hooked;
+    if (name == NULL) return (void *)real;
+    if (lookup_function(name)) return handle == RTLD_NEXT ? (void *)next_answer : (void *)dlsym_lookup_function;
+    if (hooked_index(name) < 0) return (void *)real;
+    return handle == RTLD_NEXT ? (void *)next_answer : (void *)dlsym_hooked;
+}
+
+/* Called by the exported dlvsym with its arguments: where to continue with them. */
+HIDDEN void *fgpu_front_dlvsym_route(void *handle, const char *name, const char *version) {
+    dlvsym_fn real = real_dlvsym();
+    (void)version;
+    if (real == NULL) return (void *)find_nothing;
+    if (name == NULL) return (void *)real;
+    if (lookup_function(name)) return handle == RTLD_NEXT ? (void *)next_answer : (void *)dlvsym_lookup_function;
+    if (hooked_index(name) < 0) return (void *)real;
+    return handle == RTLD_NEXT ? (void *)next_answer : (void *)dlvsym_hooked;
 }

@@ -1113,9 +1113,16 @@ fn run_gpus_auto_puts_jobs_where_there_is_room() {
         assert_eq!(g["committed_bytes"], 50 * GIB, "{status}");
         assert!(g["left_bytes"].as_u64().unwrap() < 30 * GIB, "{status}");
     }
-    // --wait: placed once the first job ends.
+    // --wait: placed once the first job ends, and not before: until then `fgpu run` waits,
+    // and its job has neither started (no child, nothing printed) nor touched a GPU.
     let mut waiting = job(&["--wait"]).spawn();
     std::thread::sleep(Duration::from_millis(1500));
+    waiting.assert_running("fgpu run --wait, while no GPU has room");
+    let children = std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", waiting.pid())).unwrap_or_default();
+    assert!(children.trim().is_empty(), "the waiting job started (fgpu run has children {children:?}) before the first ended");
+    assert!(waiting.lines_so_far().is_empty(), "the waiting job printed {:?} before the first ended", waiting.lines_so_far());
+    let on_gpus = env.sim().processes().into_iter().filter(|p| p.per_device_used.iter().any(|u| *u >= GIB)).count();
+    assert_eq!(on_gpus, 2, "only the first two jobs hold memory on the GPUs while the third waits: {:?}", env.sim().processes());
     first.finish();
     waiting.wait_for("holding");
     assert_eq!(gpu_of(child_of(&waiting)), 0, "the room the first job left");

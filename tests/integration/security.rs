@@ -224,10 +224,13 @@ fn h2_a_run_ledger_is_private_to_its_user() {
     first.wait_for("holding");
     let second = run_as(4243, &["--ledger", &ledger, "--shared-ledger"]).args(["init", "primary", "alloc", "600M"]).success();
     assert_eq!(second.rc("alloc"), 2, "one cap for both users: 600M + 600M + contexts > 1G\n{second}");
-    // Without --shared-ledger the other user may not use the file at all.
+    first.finish();
+    // Without --shared-ledger the other user may not use the file at all: asked once the
+    // first user's job has ended, when the cap alone would grant 1 MiB, and refused for
+    // the file's owner.
     let refused = run_as(4243, &["--ledger", &ledger]).args(["init", "primary", "alloc", "1M"]).success();
     assert_eq!(refused.rc("alloc"), 2, "{refused}");
-    first.finish();
+    assert!(refused.stderr().contains("belongs to uid 4242, not to this user (uid 4243)"), "refused for another reason than the file's owner\n{refused}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -407,6 +410,10 @@ fn m2_the_exporter_survives_a_flood() {
         std::thread::sleep(Duration::from_millis(10));
     }
     assert!(start.elapsed() < Duration::from_secs(8));
+    // The flood happened: its connections were made and are held (a flood that could not
+    // connect would leave the exporter nothing to survive).
+    println!("the flood holds {} connections", flood.len());
+    assert_load("connections of the flood held open", flood.len(), 300);
     // A head far past the limit: refused, never read whole.
     let mut big = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
     big.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
@@ -463,14 +470,17 @@ fn m3_the_service_answers_while_flooded() {
     let mut service = fgpu(&env).args(["service", "--socket"]).arg(&socket).spawn();
     eventually("the service listens", Duration::from_secs(10), || std::os::unix::net::UnixStream::connect(&socket).is_ok());
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    // Requests of the flood the service took (a send that succeeded).
+    let sent = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
     let flooders: Vec<_> = (0..12)
         .map(|_| {
-            let (socket, stop) = (socket.clone(), stop.clone());
+            let (socket, stop, sent) = (socket.clone(), stop.clone(), sent.clone());
             std::thread::spawn(move || {
                 let mut open = Vec::new();
                 while !stop.load(std::sync::atomic::Ordering::Relaxed) {
                     if let Ok(s) = fgpu_core::hostpid::Request::send(&socket) {
                         open.push(s);
+                        sent.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     }
                     if open.len() > 64 {
                         open.clear();
@@ -480,6 +490,7 @@ fn m3_the_service_answers_while_flooded() {
         })
         .collect();
     std::thread::sleep(Duration::from_millis(300));
+    let sent_before = sent.load(std::sync::atomic::Ordering::Relaxed);
     let mut failed = Vec::new();
     for _ in 0..300 {
         let mut delay = Duration::from_millis(1);
@@ -501,10 +512,15 @@ fn m3_the_service_answers_while_flooded() {
             failed.push(answer);
         }
     }
+    // The flood ran while the newcomers asked: the service took at least ten of the
+    // flooders' requests for each newcomer's (a quiet machine takes about 20 000 a second).
+    let flooded = sent.load(std::sync::atomic::Ordering::Relaxed) - sent_before;
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     for f in flooders {
         f.join().unwrap();
     }
+    println!("the flooders sent {flooded} requests while the 300 newcomers asked ({sent_before} before)");
+    assert_load("the flooders' requests the service took while the newcomers asked", flooded, 3000);
     assert!(failed.is_empty(), "{} of 300 newcomers got no host PID: {:?}", failed.len(), &failed[..failed.len().min(5)]);
     service.kill(libc::SIGTERM);
 }

@@ -22,17 +22,29 @@ fn processes_of_one_ledger_share_the_cap_and_a_killed_one_is_reclaimed() {
     assert_eq!(env.ledger_used(), 0);
 }
 
+/// Liveness is a lock the kernel drops at death, not a PID comparison: a new process never
+/// sees a dead one's slot as its own, whatever its PID. Each process here is PID 1 of a PID
+/// namespace of its own, so each has, for certain, the PID of every dead one before it.
 #[test]
 fn a_reused_pid_cannot_inherit_a_share() {
-    // Liveness is a lock the kernel drops at death, not a PID comparison: a new process
-    // never sees a dead one's slot as its own, whatever its PID.
-    let env = Env::new("reuse");
-    for _ in 0..3 {
-        let mut p = env.client(&["init", "primary", "alloc", "512M", "hold"]).shim().limit("1G").spawn();
-        p.wait_for("holding");
-        p.kill(libc::SIGKILL);
+    if !prerequisite(is_root() && tool("unshare"), "needs root and unshare(1): each process is PID 1 of a PID namespace of its own") {
+        return;
     }
-    let run = env.client(&["init", "primary", "alloc", "700M", "info"]).shim().limit("1G").success();
+    let env = Env::new("reuse");
+    let as_pid_1 = |args: &[&str]| env.command("unshare").args(["--pid", "--fork", "--mount-proc"]).arg(client("cuclient")).args(args).shim().limit("1G");
+    for round in 0..3 {
+        let mut p = as_pid_1(&["init", "primary", "alloc", "512M", "hold"]).spawn();
+        p.wait_for("holding");
+        // The ledger knows the holder by PID 1, the PID the dead holders before it had.
+        let seen = env.ledger().snapshot(None);
+        let live: Vec<u32> = seen.processes.iter().filter(|p| p.alive).map(|p| p.pid).collect();
+        assert_eq!(live, [1], "round {round}: one live process, PID 1 of its namespace\n{seen:?}");
+        let holder = first_child(p.pid());
+        // SAFETY: signalling the process this test started (unshare's child).
+        unsafe { libc::kill(holder as i32, libc::SIGKILL) };
+        p.finish();
+    }
+    let run = as_pid_1(&["init", "primary", "alloc", "700M", "info"]).success();
     assert_eq!(run.rc("alloc"), 0, "{run}");
     assert_eq!(run.field("info", "free"), (GIB - 300 * MIB - 700 * MIB).to_string(), "{run}");
 }
@@ -55,8 +67,12 @@ fn a_forked_child_does_not_keep_its_dead_parent_counted() {
         std::thread::sleep(Duration::from_millis(20));
         last = env.client(&["init", "primary", "alloc", "1G"]).shim().limit("2G").success();
     }
+    // The child still lives once the share has come back (it sleeps 20 s): had it died, its
+    // inherited descriptor would have gone with it, and the test would prove nothing.
+    let child_alive = process_alive(child as u32);
     // SAFETY: signalling the orphaned child we caused to exist.
     unsafe { libc::kill(child, libc::SIGKILL) };
+    assert!(child_alive, "the forked child (pid {child}, state {:?}) died before the parent's share came back\n{last}", process_state(child as u32));
     assert_eq!(last.rc("alloc"), 0, "the dead parent's 1 GiB is reclaimed while its child lives\n{last}");
 }
 

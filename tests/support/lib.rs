@@ -2,10 +2,14 @@
 //! GPU and ledger, commands whose failures show everything, and C clients built on demand.
 //!
 //! The tests drive the release build (`cargo build --release` first; `tests/run.sh` does).
+//!
+//! The rule every test follows (tests/README.md says it in full): every load proves it
+//! happened ([`assert_load`], [`Background::assert_running`], [`process_alive`]), every
+//! skip goes through [`prerequisite`] and is counted, and every range is as tight as the
+//! ground truth (the simulator's own figures) allows.
 
 pub mod c_layout;
 pub mod dra;
-pub use fgpu_kubelet_plugin::proto as dra_proto;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -548,6 +552,30 @@ impl Background {
         }
     }
 
+    /// Whether the process is still running: started, not finished, and not exited.
+    pub fn running(&mut self) -> bool {
+        self.child.as_mut().is_some_and(|c| matches!(c.try_wait(), Ok(None)))
+    }
+
+    /// Panics, with the process's output, unless it is still running: for a test whose
+    /// finding means nothing once the process it relies on (a holder, a neighbour, a job that
+    /// must be waiting) has gone.
+    #[track_caller]
+    pub fn assert_running(&mut self, why: &str) {
+        if !self.running() {
+            let out = self.finish();
+            panic!("{why}: the process ended\n{out}");
+        }
+    }
+
+    /// The lines the process has printed so far, without waiting for more.
+    pub fn lines_so_far(&mut self) -> &[String] {
+        while let Ok(line) = self.receiver.try_recv() {
+            self.lines.push(line);
+        }
+        &self.lines
+    }
+
     /// Kills the process with `signal` and reaps it.
     pub fn kill(&mut self, signal: i32) {
         if let Some(child) = self.child.as_mut() {
@@ -597,6 +625,40 @@ impl Drop for Background {
     }
 }
 
+/// Whether the process `pid` is alive: it exists and is neither a zombie nor dead (a
+/// zombie has ended and only waits for its parent to read its status).
+pub fn process_alive(pid: u32) -> bool {
+    process_state(pid).is_some_and(|s| !matches!(s, 'Z' | 'X' | 'x'))
+}
+
+/// The state letter of `/proc/PID/stat` (R, S, D, T, Z, ...), if the process exists.
+pub fn process_state(pid: u32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(") ").and_then(|(_, rest)| rest.chars().next())
+}
+
+/// Proves that a test's load happened before its absence of harm means anything: `done`
+/// (connections held, requests answered, kernels run, bytes held) must be at least
+/// `at_least`, the least the setup gives when it works. A test whose setup can fail
+/// quietly (a flood whose connections are refused, a load that crashed) calls this before
+/// asserting that nothing went wrong.
+#[track_caller]
+pub fn assert_load<T: PartialOrd + std::fmt::Display>(what: &str, done: T, at_least: T) {
+    assert!(done >= at_least, "the test's load did not happen: {what}: {done}, the setup gives at least {at_least}");
+}
+
+/// The PID, in this namespace, of the first child of `pid` (the process `unshare --fork`
+/// started, PID 1 of its new PID namespace), waiting up to 10 s for it to exist.
+pub fn first_child(pid: u32) -> u32 {
+    let mut found = 0;
+    eventually("the process's child", Duration::from_secs(10), || {
+        let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
+        found = children.split_whitespace().next().and_then(|c| c.parse().ok()).unwrap_or(0);
+        found != 0
+    });
+    found
+}
+
 /// Waits until `condition` holds, polling; panics with `what` after `timeout`.
 pub fn eventually(what: &str, timeout: Duration, mut condition: impl FnMut() -> bool) {
     let deadline = Instant::now() + timeout;
@@ -633,15 +695,39 @@ fn ci_value_means_ci(value: Option<&std::ffi::OsStr>) -> bool {
 /// The one skip policy of the tests: whether a test's prerequisite (root, a tool, a file
 /// tests/run.sh prepares) is there. Under CI ([`under_ci`]) a missing one is a failure: CI
 /// runs as root and tests/run.sh installs every tool, so a test never passes there without
-/// having run. Elsewhere the test prints `SKIPPED:` and why, and the caller skips the test,
-/// or the part of it that needs the prerequisite (`if prerequisite(..) { .. }`). Never skip
-/// any other way.
+/// having run. Elsewhere the skip is counted ([`record_skip`]) and the caller skips the
+/// test, or the part of it that needs the prerequisite (`if prerequisite(..) { .. }`).
+/// Never skip any other way.
 pub fn prerequisite(present: bool, what: &str) -> bool {
     if !present {
         assert!(!under_ci(), "missing under CI: {what} (CI runs as root; tests/run.sh installs the tools)");
-        println!("SKIPPED: {what}");
+        record_skip(what);
     }
     present
+}
+
+/// The variable naming the file every skip is written to, one line each (tests/run.sh sets
+/// it, counts the lines in its summary, and fails under CI when there is any).
+pub const SKIP_LOG_VAR: &str = "FGPU_TEST_SKIP_LOG";
+
+/// Makes a skip visible and counted. cargo test captures what a passing test prints, so
+/// the line `SKIPPED: <test>: <why>` goes to the process's own standard error, which the
+/// capture does not take, and is appended to the file [`SKIP_LOG_VAR`] names, if any.
+/// Called by [`prerequisite`]; a test never calls it itself.
+fn record_skip(what: &str) {
+    use std::io::Write;
+    let thread = std::thread::current();
+    let test = thread.name().filter(|n| *n != "main").unwrap_or("(a test)");
+    let line = format!("SKIPPED: {test}: {}\n", what.replace('\n', " "));
+    // Written whole in one call each, so lines of tests running at once do not interleave.
+    let _ = std::io::stderr().write_all(line.as_bytes());
+    if let Some(log) = std::env::var_os(SKIP_LOG_VAR).filter(|p| !p.is_empty()) {
+        let file = std::fs::OpenOptions::new().create(true).append(true).open(&log);
+        let written = file.and_then(|mut f| f.write_all(line.as_bytes()));
+        if let Err(e) = written {
+            panic!("cannot record the skip in {SKIP_LOG_VAR}={}: {e}", Path::new(&log).display());
+        }
+    }
 }
 
 /// A path tests/run.sh provides through the variable `var` (a Python venv, a tool it
@@ -721,6 +807,26 @@ mod tests {
         }
         for not in [None, Some(""), Some("false"), Some("False"), Some("0"), Some("no"), Some(" false ")] {
             assert!(!means(not), "{not:?}");
+        }
+    }
+
+    /// tests/run.sh decides whether it runs under CI (skips fail, prerequisites must be
+    /// there) by the same rule as the tests: `bash tests/run.sh --is-ci` agrees with
+    /// `under_ci` on every value.
+    #[test]
+    fn run_sh_decides_ci_by_the_same_rule() {
+        let script = super::workspace().join("tests/run.sh");
+        for value in [None, Some(""), Some("true"), Some("TRUE"), Some("1"), Some("yes"), Some("github"), Some("false"), Some(" False "), Some("0"), Some("no")]
+        {
+            let mut bash = std::process::Command::new("bash");
+            bash.arg(&script).arg("--is-ci");
+            match value {
+                Some(v) => bash.env("CI", v),
+                None => bash.env_remove("CI"),
+            };
+            let status = bash.status().expect("bash");
+            let tests_say = super::ci_value_means_ci(value.map(std::ffi::OsStr::new));
+            assert_eq!(status.success(), tests_say, "CI={value:?}: tests/run.sh --is-ci exits {status}, the tests say {tests_say}");
         }
     }
 }

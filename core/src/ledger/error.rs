@@ -9,8 +9,8 @@ use thiserror::Error;
 pub enum LedgerError {
     #[error("ledger {path}: cannot {op}: {source}")]
     Io { path: PathBuf, op: &'static str, source: io::Error },
-    #[error("ledger {path}: no memory left to create its shared memory ({need} bytes)")]
-    NoSpace { path: PathBuf, need: usize },
+    #[error("ledger {path}: cannot create its shared memory ({need} bytes): {why}")]
+    NoSpace { path: PathBuf, need: usize, why: String },
     #[error("ledger {path}: {why}")]
     Untrusted { path: PathBuf, why: String },
     #[error("ledger {path}: the file was deleted or replaced while processes still use the ledger (shared memory id {shmid}), and they cannot be reached from here; accounting cannot be trusted, so GPU memory is refused until they exit")]

@@ -31,10 +31,13 @@ pub mod layout;
 #[allow(unsafe_code)]
 mod lock;
 mod lock_file;
+#[allow(unsafe_code)]
+pub mod maps;
 mod memory;
 mod reclaim;
 #[allow(unsafe_code)]
 mod segment;
+pub mod shm_usage;
 mod slots;
 mod snapshot;
 #[allow(unsafe_code)]
@@ -183,7 +186,9 @@ impl Ledger {
     }
 
     /// Whether the ledger's path still names the lock file its processes lock; `Some(why)`
-    /// when it does not (deleted or replaced).
+    /// when it does not (deleted or replaced). The path is looked up in the caller's own
+    /// file system: ask only of a ledger the caller named, never of one whose path another
+    /// user's processes wrote (the answer would tell them what exists here).
     pub fn file_problem(&self) -> Option<String> {
         let mine = store::identity(&self.store.file).ok()?;
         match std::fs::symlink_metadata(self.path()) {

@@ -73,15 +73,12 @@ pub(super) fn detach(base: NonNull<u8>) {
 }
 
 /// Whether the process `pid` (in this PID namespace) maps segment `shmid`: the kernel's
-/// word, where a slot's PID is only what the ledger's processes wrote.
+/// word, where a slot's PID is only what the ledger's processes wrote. Decided from the
+/// maps line alone (`maps.rs`): a file of the process's own named like a segment is not one.
 pub(super) fn maps_segment(pid: u32, shmid: i32) -> bool {
+    let Some(device) = super::maps::shm_device() else { return false };
     let Ok(maps) = std::fs::read_to_string(format!("/proc/{pid}/maps")) else { return false };
-    maps.lines().any(|line| {
-        let mut fields = line.split_whitespace();
-        let perms = fields.nth(1).unwrap_or("");
-        let inode = fields.nth(2).and_then(|i| i.parse::<i64>().ok());
-        perms.as_bytes().get(3) == Some(&b's') && inode == Some(shmid as i64) && fields.next().is_some_and(|p| p.starts_with("/SYSV"))
-    })
+    maps.lines().filter_map(|line| super::maps::attachment(line, device)).any(|a| a.shared && a.shmid == shmid)
 }
 
 /// The lock file a live ledger's members still hold, reached through `/proc/PID/fd` of a

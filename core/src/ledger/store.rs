@@ -368,7 +368,9 @@ fn random_id() -> [u64; 2] {
 
 fn create_segment(path: &Path, sharing: Sharing, me: (u64, u64), ipcns: u64) -> Result<(i32, NonNull<u8>), LedgerError> {
     let shmid = crate::sys::shm_create(SEGMENT_SIZE, sharing.mode() as i32).map_err(|source| match source.raw_os_error() {
-        Some(libc::ENOSPC) | Some(libc::ENOMEM) => LedgerError::NoSpace { path: path.to_path_buf(), need: SEGMENT_SIZE },
+        Some(libc::ENOSPC) | Some(libc::ENOMEM) => {
+            LedgerError::NoSpace { path: path.to_path_buf(), need: SEGMENT_SIZE, why: super::shm_usage::why_no_segment(SEGMENT_SIZE as u64) }
+        }
         _ => LedgerError::Io { path: path.to_path_buf(), op: "create its shared memory", source },
     })?;
     let attached = crate::sys::shm_attach(shmid, false);

@@ -61,6 +61,8 @@ impl Active {
             Err(rc) => return rc,
         };
         fgpu_core::crash_point!("alloc.reserved");
+        #[cfg(feature = "slowed-for-bench")]
+        slowed_for_bench();
         let (rc, ptr, actual) = allocate();
         fgpu_core::crash_point!("alloc.allocated");
         if rc == CUDA_SUCCESS {
@@ -142,5 +144,15 @@ impl Active {
             _ => {}
         }
         rc
+    }
+}
+
+/// The `slowed-for-bench` test build's deliberate cost: 200 ns of CPU spun per counted
+/// allocation, so that `fgpu-bench --check` can be shown to fail a slower shim.
+#[cfg(feature = "slowed-for-bench")]
+fn slowed_for_bench() {
+    let until = std::time::Instant::now() + std::time::Duration::from_nanos(200);
+    while std::time::Instant::now() < until {
+        std::hint::spin_loop();
     }
 }

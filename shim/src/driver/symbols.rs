@@ -4,7 +4,7 @@
 //! comes from, in order: what the program itself got back from `dlsym`/`cuGetProcAddress`
 //! (remembered by those hooks, so a driver loaded from an unusual path is still the one
 //! called), or our own `dlopen` of `libcuda.so.1` / `libnvidia-ml.so.1` looked up with
-//! glibc's `dlsym`, which `fgpu_core::sys::glibc_dlsym_address` finds past our own `dlsym`
+//! glibc's `dlsym`, which `fgpu_core::sys::glibc_symbol` finds past our own `dlsym`
 //! hook. An address inside this library (one of its own exported hooks) is never taken
 //! for the driver's.
 
@@ -84,14 +84,15 @@ const _: () = {
 };
 
 /// Resolves glibc's `dlsym`. Called once by the `dlsym` entry point (and by anyone else
-/// needing it first). Returns null only if glibc has no `dlsym` at any known version.
-#[no_mangle]
+/// needing it first). Returns null only if glibc has no `dlsym` at any known version. Not
+/// exported: a program that could call it would get glibc's `dlsym`, and through it the
+/// driver's functions uncapped.
 pub extern "C" fn fgpu_init_real_dlsym() -> *mut c_void {
     let current = REAL_DLSYM.load(Ordering::Acquire);
     if !current.is_null() {
         return current;
     }
-    let found = fgpu_core::sys::glibc_dlsym_address(fgpu_core::sys::DlsymFrom::NextObject);
+    let found = fgpu_core::sys::glibc_symbol(c"dlsym");
     if !found.is_null() {
         REAL_DLSYM.store(found, Ordering::Release);
     }

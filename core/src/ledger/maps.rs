@@ -1,0 +1,135 @@
+//! Which lines of `/proc/PID/maps` are attachments of System V shared memory, decided from
+//! the line alone.
+//!
+//! The kernel writes a process's maps, but not the names in them: a file's path is what
+//! whoever made it chose, and a tenant can map a file of its own of any size under a path
+//! that starts with `/SYSV` (on a FUSE mount it serves itself, which answers when it
+//! pleases). Anything done to such a file, even a `stat` of `/proc/PID/map_files/...`,
+//! reaches that file system and can wait forever. So an attachment is recognised by fields
+//! no tenant can choose, and nothing of the file is touched:
+//!
+//! - the **device**: every System V segment is a file of one internal shmem mount of the
+//!   kernel, the same for all processes and all IPC namespaces, which no user can mount
+//!   again; its device number is learnt from an attachment this process makes itself
+//!   ([`shm_device`]). A FUSE file, a tmpfs file, a file anywhere a user can reach has
+//!   another device number;
+//! - the **name**: `/SYSV` and eight hex digits (the segment's key), then ` (deleted)`.
+//!   Other files of that mount are named otherwise (`/memfd:NAME`, `/dev/zero`), and a name
+//!   the kernel writes escapes any line break, so a name cannot fake a line.
+//!
+//! On that mount the kernel numbers a segment's inode with the segment's id, so the id is
+//! the line's inode field, which no tenant can choose there either. (The name holds the
+//! segment's key, not its id: every fgpu ledger is made with `IPC_PRIVATE`, key 0.)
+
+use std::sync::OnceLock;
+
+/// One attachment of a System V segment, as one line of `/proc/PID/maps` shows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Attachment {
+    pub start: u64,
+    pub end: u64,
+    /// Mapped shared (`s` in the permissions), as every `shmat` is.
+    pub shared: bool,
+    /// The segment's id in the IPC namespace of the process that maps it.
+    pub shmid: i32,
+}
+
+/// The `MAJOR:MINOR` device field (as `/proc/PID/maps` writes it) of the kernel's System V
+/// segments: learnt once per process from a segment it attaches itself, else (when no
+/// segment can be made: `kernel.shmmni` reached) from a shared anonymous mapping, which the
+/// kernel backs with a file of the same mount. `None` if neither can be made or found.
+pub fn shm_device() -> Option<&'static str> {
+    static DEVICE: OnceLock<Option<String>> = OnceLock::new();
+    DEVICE.get_or_init(|| learn_shm_device(&own_maps)).as_deref()
+}
+
+fn learn_shm_device(maps: &dyn Fn() -> Option<String>) -> Option<String> {
+    let page = 4096;
+    if let Ok(shmid) = crate::sys::shm_create(page, 0o600) {
+        let attached = crate::sys::shm_attach(shmid, true);
+        crate::sys::shm_remove(shmid);
+        if let Ok(base) = attached {
+            let device = maps().and_then(|maps| device_at(&maps, base.as_ptr() as u64));
+            // SAFETY: attached just above, detached once, and nothing of it was borrowed.
+            unsafe { crate::sys::shm_detach(base) };
+            if device.is_some() {
+                return device;
+            }
+        }
+    }
+    let mapping = crate::sys::SharedAnonymous::new(page).ok()?;
+    device_at(&maps()?, mapping.address())
+}
+
+fn own_maps() -> Option<String> {
+    std::fs::read_to_string("/proc/self/maps").ok()
+}
+
+/// The device field of the line of `maps` that starts at `address`.
+fn device_at(maps: &str, address: u64) -> Option<String> {
+    maps.lines().find_map(|line| {
+        let mut fields = line.split_ascii_whitespace();
+        let start = u64::from_str_radix(fields.next()?.split_once('-')?.0, 16).ok()?;
+        (start == address).then(|| fields.nth(2).map(str::to_string)).flatten()
+    })
+}
+
+/// The attachment a line of `/proc/PID/maps` shows, if it is one of a System V segment:
+/// its device is `shm_device` and its name `/SYSV` and eight hex digits. Reads the line
+/// only.
+pub fn attachment(line: &str, shm_device: &str) -> Option<Attachment> {
+    let mut fields = line.splitn(6, ' ');
+    let (range, perms, _offset, device, inode) = (fields.next()?, fields.next()?, fields.next()?, fields.next()?, fields.next()?);
+    if device != shm_device {
+        return None;
+    }
+    let name = fields.next().unwrap_or("").trim_start_matches(' ');
+    let name = name.strip_suffix(" (deleted)").unwrap_or(name);
+    let key = name.strip_prefix("/SYSV")?;
+    if key.len() != 8 || !key.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    let (start, end) = range.split_once('-')?;
+    Some(Attachment {
+        start: u64::from_str_radix(start, 16).ok()?,
+        end: u64::from_str_radix(end, 16).ok()?,
+        shared: perms.as_bytes().get(3) == Some(&b's'),
+        shmid: inode.parse::<u32>().ok().and_then(|id| i32::try_from(id).ok())?,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_segment_is_told_by_its_device_and_name_and_its_id_is_the_inode() {
+        let dev = shm_device().expect("this process can attach a segment or map shared memory");
+        let line = |dev: &str, inode: &str, name: &str| format!("7f0a1c000000-7f0a1c051000 rw-s 00000000 {dev} {inode}                    {name}");
+        let seen = attachment(&line(dev, "42", "/SYSV00000000 (deleted)"), dev).unwrap();
+        assert_eq!(seen, Attachment { start: 0x7f0a1c000000, end: 0x7f0a1c051000, shared: true, shmid: 42 });
+        assert_eq!(attachment(&line(dev, "7", "/SYSV1234abcd"), dev).unwrap().shmid, 7, "a key of its own, not deleted yet");
+        // What a tenant can choose: the path, the inode of a file on its own file system.
+        let fuse = if dev == "00:99" { "00:98" } else { "00:99" };
+        assert_eq!(attachment(&line(fuse, "42", "/SYSV00000000 (deleted)"), dev), None, "another device");
+        for name in ["/SYSVfs/ledger", "/SYSV0000000", "/SYSV000000000", "/SYSV0000000g", "/memfd:SYSV00000000 (deleted)", "/dev/zero (deleted)", "", "/SYSV"] {
+            assert_eq!(attachment(&line(dev, "42", name), dev), None, "{name:?}");
+        }
+        assert_eq!(attachment(&line(dev, "-1", "/SYSV00000000"), dev), None, "not an id");
+        assert_eq!(attachment(&line(dev, "2147483648", "/SYSV00000000"), dev), None, "not an id");
+        assert_eq!(attachment("garbage", dev), None);
+    }
+
+    #[test]
+    fn the_device_of_segments_is_that_of_shared_anonymous_memory() {
+        // The fallback for a namespace at kernel.shmmni rests on this.
+        let from_segment = shm_device().unwrap();
+        let from_anonymous = learn_shm_device(&|| {
+            // A look at this process's maps that hides every System V attachment, as if
+            // none could be made.
+            let maps = own_maps()?;
+            Some(maps.lines().filter(|l| !l.contains("/SYSV")).collect::<Vec<_>>().join("\n"))
+        });
+        assert_eq!(from_anonymous.as_deref(), Some(from_segment));
+    }
+}
