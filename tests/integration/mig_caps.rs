@@ -56,7 +56,8 @@ fn a_cap_inside_a_mig_instance_is_what_cuda_nvml_and_nvidia_smi_show() {
     let mut a = on(&env, &m3.uuid_string(), "4G", &["init", "primary", "info", "total", "alloc", "3G", "alloc", "1G", "info", "hold"]).spawn();
     a.wait_for("holding");
     let lines = a.lines.clone();
-    let line = |prefix: &str, nth: usize| lines.iter().filter(|l| l.starts_with(prefix)).nth(nth).cloned().unwrap_or_else(|| panic!("no {prefix} {nth}: {lines:?}"));
+    let line =
+        |prefix: &str, nth: usize| lines.iter().filter(|l| l.starts_with(prefix)).nth(nth).cloned().unwrap_or_else(|| panic!("no {prefix} {nth}: {lines:?}"));
     assert_eq!((number(&line("info", 0), "total"), number(&line("info", 0), "free")), (4 * GIB, 4 * GIB - context), "cuMemGetInfo: {lines:?}");
     assert_eq!(number(&line("total", 0), "total"), 4 * GIB, "cuDeviceTotalMem");
     assert_eq!((line("alloc", 0), line("alloc", 1)), ("alloc 3221225472 rc=0".into(), "alloc 1073741824 rc=2".into()), "the cap refuses, not the instance");
