@@ -4,20 +4,13 @@
 mod args;
 mod cdi;
 mod doctor;
-mod driver_lists;
-mod driver_probe;
+mod driver;
 mod elf;
-mod exporter;
-mod ledgers;
-mod placement;
-mod report;
-mod run;
+mod jobs;
+mod observe;
 mod service;
 mod shimpath;
-mod signals;
 mod sim_env;
-mod status;
-mod top;
 
 use args::{Cli, Command};
 use clap::Parser;
@@ -31,18 +24,18 @@ fn main() {
         }
     };
     let code = match cli.command {
-        Command::Run(args) => run::run(args),
-        Command::Status(args) => status::status(&args),
-        Command::Top(args) => top::top(&args),
+        Command::Run(args) => jobs::run::run(args),
+        Command::Status(args) => observe::status::status(&args),
+        Command::Top(args) => observe::top::top(&args),
         Command::Doctor(args) => doctor::doctor(&args),
-        Command::Exporter(args) => exporter::exporter(&args),
+        Command::Exporter(args) => observe::exporter::exporter(&args),
         Command::Completions(args) => {
             clap_complete::generate(args.shell, &mut args::completion_command(), "fgpu", &mut std::io::stdout());
             0
         }
         Command::Cdi(args) => cdi::cdi(&args),
         Command::Service(args) => service::service(&args),
-        Command::DriverProbe => driver_probe::main(),
+        Command::DriverProbe => driver::probe::main(),
         Command::SimEnv(args) => sim_env::sim_env(&args),
     };
     std::process::exit(code);

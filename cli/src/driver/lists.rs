@@ -16,7 +16,7 @@
 //! `nvml_still_lists`): not listed, the kernel having dropped its lock. Keeping it would keep
 //! its bytes counted for good, as nothing could ever show it gone.
 
-use crate::driver_probe::{Library, NvmlCount, NvmlHandle, NvmlInit, NvmlProcessInfoV1, NvmlProcesses};
+use crate::driver::probe::{Library, NvmlCount, NvmlHandle, NvmlInit, NvmlProcessInfoV1, NvmlProcesses};
 use fgpu_core::ledger::DeadProcess;
 use fgpu_core::pidns;
 use std::collections::HashSet;

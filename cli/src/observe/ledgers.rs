@@ -117,11 +117,11 @@ pub struct Resolved {
     pub targets: Vec<Target>,
     pub notes: Vec<String>,
     /// When the look began: finding the ledgers (a scan) and reading them share one budget
-    /// from here ([`crate::report::READ_BUDGET`]).
+    /// from here ([`crate::observe::report::READ_BUDGET`]).
     pub started: Instant,
 }
 
-/// How long a scan of the machine's processes may take, of [`crate::report::READ_BUDGET`]:
+/// How long a scan of the machine's processes may take, of [`crate::observe::report::READ_BUDGET`]:
 /// the rest is for reading the ledgers found.
 pub const SCAN_BUDGET: Duration = Duration::from_millis(1500);
 

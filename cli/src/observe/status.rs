@@ -1,8 +1,8 @@
 //! `fgpu status`.
 
 use crate::args::StatusArgs;
-use crate::ledgers;
-use crate::report::{self, LedgerState};
+use crate::observe::ledgers;
+use crate::observe::report::{self, LedgerState};
 
 pub fn status(args: &StatusArgs) -> i32 {
     let mut report = report::collect(ledgers::resolve_with_runs(&args.select));
@@ -37,8 +37,8 @@ fn gpus(report: &report::StatusReport, all: bool) -> Vec<report::GpuRoom> {
         return Vec::new();
     }
     if all {
-        return crate::placement::rooms(&probe.devices, &report.ledgers);
+        return crate::jobs::placement::rooms(&probe.devices, &report.ledgers);
     }
     let seen = report::collect(ledgers::resolve(&crate::args::LedgerSelection { all: true, ..Default::default() }));
-    crate::placement::rooms(&probe.devices, &seen.ledgers)
+    crate::jobs::placement::rooms(&probe.devices, &seen.ledgers)
 }

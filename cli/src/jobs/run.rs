@@ -122,7 +122,7 @@ impl PrivateLedger {
     /// still use the ledger (they would lose nothing, but `fgpu status` could not find it).
     pub fn finish(&mut self) {
         let Ok(ledger) = Ledger::open_existing(&self.path) else { return };
-        ledger.set_still_held(Box::new(crate::driver_lists::may_still_hold));
+        ledger.set_still_held(Box::new(crate::driver::lists::may_still_hold));
         ledger.reclaim_dead(None);
         let snapshot = ledger.snapshot(None);
         let alive: Vec<String> = snapshot.processes.iter().filter(|p| p.alive).map(|p| format!("{} ({})", p.pid_here.unwrap_or(p.pid), p.name)).collect();
@@ -204,7 +204,7 @@ pub fn sweep_stale(base: &Path) -> usize {
 fn still_used(path: &Path) -> bool {
     match Ledger::open_existing(path) {
         Ok(ledger) => {
-            ledger.set_still_held(Box::new(crate::driver_lists::may_still_hold));
+            ledger.set_still_held(Box::new(crate::driver::lists::may_still_hold));
             ledger.reclaim_dead(None);
             ledger.snapshot(None).processes.iter().any(|p| p.alive)
         }
@@ -339,10 +339,10 @@ fn place(args: &RunArgs, limit: Option<&str>, ledger: &Path) -> Result<Placed, S
             return Err(format!("--gpus auto: the driver lists no GPU ({})", probe.nvml.error.as_deref().unwrap_or("NVML lists none")));
         }
         let _lock = placement_lock()?;
-        let seen = crate::report::collect(crate::ledgers::resolve(&crate::args::LedgerSelection { all: true, ..Default::default() }));
-        let rooms = crate::placement::rooms(&probe.devices, &seen.ledgers);
-        let need = |r: &crate::report::GpuRoom| spec.as_ref().and_then(|s| s.cap_for(&r.uuid, r.total_bytes)).unwrap_or(0).min(r.total_bytes);
-        match crate::placement::choose(&rooms, need) {
+        let seen = crate::observe::report::collect(crate::observe::ledgers::resolve(&crate::args::LedgerSelection { all: true, ..Default::default() }));
+        let rooms = crate::jobs::placement::rooms(&probe.devices, &seen.ledgers);
+        let need = |r: &crate::observe::report::GpuRoom| spec.as_ref().and_then(|s| s.cap_for(&r.uuid, r.total_bytes)).unwrap_or(0).min(r.total_bytes);
+        match crate::jobs::placement::choose(&rooms, need) {
             Ok(room) if spec.is_none() => {
                 // No memory cap: nothing to commit; the GPU with the most room is enough.
                 eprintln!(
@@ -376,7 +376,7 @@ fn place(args: &RunArgs, limit: Option<&str>, ledger: &Path) -> Result<Placed, S
             }
             Err(_) if args.wait => {
                 // Said at once, and again when it changes, at most every 10 s.
-                let why = crate::placement::waiting_for(&probe.devices, &rooms, &seen.ledgers, need);
+                let why = crate::jobs::placement::waiting_for(&probe.devices, &rooms, &seen.ledgers, need);
                 if said.is_empty() || (why != said && last_said.elapsed() >= std::time::Duration::from_secs(10)) {
                     eprintln!("fgpu run: {why}");
                     said = why;
@@ -451,11 +451,11 @@ pub fn run(args: RunArgs) -> i32 {
         command.env(ENV_COMPUTE, &compute.text);
     }
 
-    crate::signals::install_forwarding();
+    crate::jobs::signals::install_forwarding();
     let mut child = match command.spawn() {
         Ok(child) => child,
         Err(e) => {
-            crate::signals::restore_defaults();
+            crate::jobs::signals::restore_defaults();
             let why = match e.kind() {
                 std::io::ErrorKind::NotFound => "command not found".to_string(),
                 std::io::ErrorKind::PermissionDenied => "permission denied".to_string(),
@@ -465,9 +465,9 @@ pub fn run(args: RunArgs) -> i32 {
             return spawn_failure_code(&e);
         }
     };
-    crate::signals::set_child(child.id() as libc::pid_t);
+    crate::jobs::signals::set_child(child.id() as libc::pid_t);
     let status = child.wait();
-    crate::signals::restore_defaults();
+    crate::jobs::signals::restore_defaults();
     // fgpu's own place in the ledger goes first, so that only the command's processes can
     // keep the private directory.
     drop(placed);
@@ -478,7 +478,7 @@ pub fn run(args: RunArgs) -> i32 {
     match status {
         Ok(status) => match fate_of(status) {
             Fate::Exited(code) => code,
-            Fate::Signaled(signal) => crate::signals::die_of(signal),
+            Fate::Signaled(signal) => crate::jobs::signals::die_of(signal),
         },
         Err(e) => {
             eprintln!("fgpu run: cannot wait for {}: {e}", program.to_string_lossy());

@@ -4,7 +4,7 @@
 //! The JSON shape is a stable interface (documented in docs/cli.md): fields are only ever
 //! added; `schema` changes if one is removed or changes meaning.
 
-use crate::ledgers::Target;
+use crate::observe::ledgers::Target;
 use fgpu_core::ledger::compute::ComputeView;
 use fgpu_core::ledger::{DeviceId, Ledger, LedgerError, ProcessView, Snapshot, Trust};
 use fgpu_core::limit::format_bytes;
@@ -257,7 +257,7 @@ pub fn read(target: &Target) -> LedgerReport {
             // memory go.
             let before = ledger.snapshot(None);
             if target.found.is_none() {
-                ledger.set_still_held(Box::new(crate::driver_lists::may_still_hold));
+                ledger.set_still_held(Box::new(crate::driver::lists::may_still_hold));
                 ledger.reclaim_dead(None);
             }
             let after = ledger.snapshot(None);
@@ -333,11 +333,11 @@ fn open(target: &Target) -> Result<Ledger, LedgerError> {
 /// scan that found them included): a ledger not read by then is reported as
 /// [`LedgerState::Timeout`] (its read goes on in the background and is dropped; a target
 /// whose earlier read is still running is not read again meanwhile).
-pub fn collect(resolved: crate::ledgers::Resolved) -> StatusReport {
+pub fn collect(resolved: crate::observe::ledgers::Resolved) -> StatusReport {
     collect_with(resolved, read, READ_BUDGET)
 }
 
-fn collect_with(resolved: crate::ledgers::Resolved, read: fn(&Target) -> LedgerReport, budget: std::time::Duration) -> StatusReport {
+fn collect_with(resolved: crate::observe::ledgers::Resolved, read: fn(&Target) -> LedgerReport, budget: std::time::Duration) -> StatusReport {
     use std::collections::HashSet;
     use std::sync::{mpsc, Mutex};
     static RUNNING: Mutex<Option<HashSet<String>>> = Mutex::new(None);
@@ -591,7 +591,7 @@ pub(crate) mod tests_support {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ledgers::Origin;
+    use crate::observe::ledgers::Origin;
     use fgpu_core::ledger::{DeviceId, DeviceView, SlotId};
     use std::path::PathBuf;
 
@@ -672,7 +672,7 @@ mod tests {
         let targets = ["/a/slow", "/b/fast", "/c/fast"].iter().map(|p| Target::plain(p.into(), Origin::Argument)).collect();
         let started = std::time::Instant::now();
         let report = collect_with(
-            crate::ledgers::Resolved { targets, notes: vec![], started: std::time::Instant::now() },
+            crate::observe::ledgers::Resolved { targets, notes: vec![], started: std::time::Instant::now() },
             slow_or_fast,
             std::time::Duration::from_millis(300),
         );
@@ -684,7 +684,7 @@ mod tests {
         assert_eq!(json["ledgers"][0]["state"], "timeout");
         // Still stuck: not read again (no pile of threads on a hung file system).
         let again = collect_with(
-            crate::ledgers::Resolved { targets: vec![Target::plain("/a/slow".into(), Origin::Argument)], notes: vec![], started: std::time::Instant::now() },
+            crate::observe::ledgers::Resolved { targets: vec![Target::plain("/a/slow".into(), Origin::Argument)], notes: vec![], started: std::time::Instant::now() },
             slow_or_fast,
             std::time::Duration::from_millis(100),
         );

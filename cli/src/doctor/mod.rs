@@ -6,11 +6,11 @@
 //! with made-up facts.
 
 use crate::args::DoctorArgs;
-use crate::driver_probe::DriverProbe;
+use crate::driver::probe::DriverProbe;
 #[cfg(test)]
-use crate::driver_probe::{LibraryProbe, ProbedDevice};
+use crate::driver::probe::{LibraryProbe, ProbedDevice};
 use crate::elf::{self, ElfInfo};
-use crate::ledgers::{self, Origin};
+use crate::observe::ledgers::{self, Origin};
 use crate::shimpath::{self, ShimError};
 use fgpu_core::config::{Config, ConfigError, LimitSource, CONFIG_PATH};
 use fgpu_core::ledger::shm_usage::ShmUsage;

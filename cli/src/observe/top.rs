@@ -1,8 +1,8 @@
 //! `fgpu top`: `fgpu status`, refreshed in the terminal's alternate screen until `q`.
 
 use crate::args::TopArgs;
-use crate::ledgers;
-use crate::report::{self, StatusReport};
+use crate::observe::ledgers;
+use crate::observe::report::{self, StatusReport};
 use crossterm::event::{self, Event, KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 use crossterm::{cursor, execute, queue, style, terminal};
 use std::io::{IsTerminal, Write};

@@ -14,12 +14,12 @@
 //! write anything into it, a cap of 16 GiB on a GPU they never use included: it counts as
 //! the memory the driver shows its processes holding, which is in the GPU's used memory.
 
-use crate::driver_probe::ProbedDevice;
-use crate::report::{GpuRoom, LedgerReport, LedgerState};
+use crate::driver::probe::ProbedDevice;
+use crate::observe::report::{GpuRoom, LedgerReport, LedgerState};
 use fgpu_core::limit::format_bytes;
 
 /// The caller's own live ledgers with a cap on GPU `uuid`, and their entry for it.
-fn own_on<'a>(ledgers: &'a [LedgerReport], uuid: &'a str) -> impl Iterator<Item = (&'a LedgerReport, &'a crate::report::DeviceReport)> + 'a {
+fn own_on<'a>(ledgers: &'a [LedgerReport], uuid: &'a str) -> impl Iterator<Item = (&'a LedgerReport, &'a crate::observe::report::DeviceReport)> + 'a {
     ledgers
         .iter()
         .filter(|l| l.own && l.state == LedgerState::Ok && !l.processes.is_empty())
@@ -98,7 +98,7 @@ pub fn waiting_for(devices: &[ProbedDevice], rooms: &[GpuRoom], ledgers: &[Ledge
         let own: Vec<String> = own_on(ledgers, &d.uuid)
             .map(|(l, g)| {
                 let pids: Vec<String> = l.processes.iter().filter_map(|p| p.pid).map(|p| p.to_string()).collect();
-                format!("{} by {} (PID {})", format_bytes(g.cap_bytes.min(d.total_bytes).max(g.used_bytes)), crate::report::clean(&l.path), pids.join(", "))
+                format!("{} by {} (PID {})", format_bytes(g.cap_bytes.min(d.total_bytes).max(g.used_bytes)), crate::observe::report::clean(&l.path), pids.join(", "))
             })
             .collect();
         if !own.is_empty() {
@@ -122,7 +122,7 @@ pub fn waiting_for(devices: &[ProbedDevice], rooms: &[GpuRoom], ledgers: &[Ledge
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::DeviceReport;
+    use crate::observe::report::DeviceReport;
 
     const GIB: u64 = 1 << 30;
 
@@ -131,8 +131,8 @@ mod tests {
     }
 
     fn ledger(uuid: &str, cap: u64, used: u64) -> LedgerReport {
-        let target = crate::ledgers::Target::plain("/l".into(), crate::ledgers::Origin::Scan);
-        let mut l = crate::report::tests_support::empty(&target);
+        let target = crate::observe::ledgers::Target::plain("/l".into(), crate::observe::ledgers::Origin::Scan);
+        let mut l = crate::observe::report::tests_support::empty(&target);
         l.state = LedgerState::Ok;
         l.own = true;
         l.devices.push(DeviceReport {
@@ -149,7 +149,7 @@ mod tests {
             compute_seconds: 0.0,
             compute_wait_seconds: 0.0,
         });
-        l.processes.push(crate::report::tests_support::process());
+        l.processes.push(crate::observe::report::tests_support::process());
         l
     }
 

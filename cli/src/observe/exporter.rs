@@ -11,8 +11,8 @@
 //! the exporter runs), `host_pid` (empty while unknown) and `name`.
 
 use crate::args::ExporterArgs;
-use crate::ledgers;
-use crate::report::{self, LedgerState, StatusReport};
+use crate::observe::ledgers;
+use crate::observe::report::{self, LedgerState, StatusReport};
 use http_body_util::Full;
 use hyper::body::Bytes;
 use prometheus_client::encoding::{prometheus_text, text};
@@ -496,7 +496,7 @@ pub fn exporter(args: &ExporterArgs) -> i32 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::{DeviceReport, LedgerReport, ProcessDevice, ProcessReport};
+    use crate::observe::report::{DeviceReport, LedgerReport, ProcessDevice, ProcessReport};
 
     fn ledger(path: &str, id: &str) -> LedgerReport {
         LedgerReport {

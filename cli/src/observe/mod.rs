@@ -1,0 +1,9 @@
+//! Observing the ledgers: which ledgers to show (`ledgers.rs`: the one in effect, a named
+//! one, or the `--all` scan), what is shown of each (`report.rs`), and the commands that show
+//! it: `fgpu status` (`status.rs`), `fgpu top` (`top.rs`) and `fgpu exporter` (`exporter.rs`).
+
+pub mod exporter;
+pub mod ledgers;
+pub mod report;
+pub mod status;
+pub mod top;
