@@ -9,7 +9,9 @@
 //! beside it, the owner) is checked before the first directory is created, so a refusal
 //! leaves nothing half-written behind.
 
-use crate::args::{CdiArgs, CdiCommand, CdiGenerateArgs};
+pub mod args;
+
+use args::{CdiArgs, CdiCommand, CdiGenerateArgs};
 use crate::doctor;
 use crate::elf;
 use crate::shimpath;

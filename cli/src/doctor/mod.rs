@@ -5,7 +5,9 @@
 //! without the shim preloaded); [`assess`] turns facts into findings and is unit-tested
 //! with made-up facts.
 
-use crate::args::DoctorArgs;
+pub mod args;
+
+use args::DoctorArgs;
 use crate::driver::probe::DriverProbe;
 #[cfg(test)]
 use crate::driver::probe::{LibraryProbe, ProbedDevice};

@@ -1,7 +1,7 @@
 //! `fgpu run`: start a command with the front (`libfgpu.so`, which loads the shim) preloaded,
 //! the cap set and a ledger of its own, forward signals to it, and leave the way it left.
 
-use crate::args::{DeviceArg, LimitArg, RunArgs};
+use super::args::{DeviceArg, LimitArg, RunArgs};
 use crate::shimpath;
 use fgpu_core::config::{ENV_COMPUTE, ENV_LEDGER, ENV_LEDGER_SHARED, ENV_LIMIT};
 use fgpu_core::ledger::Ledger;
@@ -339,7 +339,7 @@ fn place(args: &RunArgs, limit: Option<&str>, ledger: &Path) -> Result<Placed, S
             return Err(format!("--gpus auto: the driver lists no GPU ({})", probe.nvml.error.as_deref().unwrap_or("NVML lists none")));
         }
         let _lock = placement_lock()?;
-        let seen = crate::observe::report::collect(crate::observe::ledgers::resolve(&crate::args::LedgerSelection { all: true, ..Default::default() }));
+        let seen = crate::observe::report::collect(crate::observe::ledgers::resolve(&crate::observe::args::LedgerSelection { all: true, ..Default::default() }));
         let rooms = crate::jobs::placement::rooms(&probe.devices, &seen.ledgers);
         let need = |r: &crate::observe::report::GpuRoom| spec.as_ref().and_then(|s| s.cap_for(&r.uuid, r.total_bytes)).unwrap_or(0).min(r.total_bytes);
         match crate::jobs::placement::choose(&rooms, need) {

@@ -10,7 +10,7 @@
 //! DCGM exporter labels it: join the two on `UUID`), and per process `pid` (as seen where
 //! the exporter runs), `host_pid` (empty while unknown) and `name`.
 
-use crate::args::ExporterArgs;
+use super::args::ExporterArgs;
 use crate::observe::ledgers;
 use crate::observe::report::{self, LedgerState, StatusReport};
 use http_body_util::Full;

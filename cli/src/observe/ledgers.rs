@@ -14,7 +14,7 @@
 //! is looked up in that process's IPC namespace. Attachments of one segment by many
 //! processes are folded by IPC namespace and id.
 
-use crate::args::LedgerSelection;
+use super::args::LedgerSelection;
 use fgpu_core::config::{Config, LedgerOrigin, Sources};
 use fgpu_core::ledger::layout::SEGMENT_SIZE;
 use fgpu_core::ledger::store;

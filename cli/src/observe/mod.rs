@@ -2,6 +2,7 @@
 //! one, or the `--all` scan), what is shown of each (`report.rs`), and the commands that show
 //! it: `fgpu status` (`status.rs`), `fgpu top` (`top.rs`) and `fgpu exporter` (`exporter.rs`).
 
+pub mod args;
 pub mod exporter;
 pub mod ledgers;
 pub mod report;

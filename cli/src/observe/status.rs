@@ -1,6 +1,6 @@
 //! `fgpu status`.
 
-use crate::args::StatusArgs;
+use super::args::StatusArgs;
 use crate::observe::ledgers;
 use crate::observe::report::{self, LedgerState};
 
@@ -39,6 +39,6 @@ fn gpus(report: &report::StatusReport, all: bool) -> Vec<report::GpuRoom> {
     if all {
         return crate::jobs::placement::rooms(&probe.devices, &report.ledgers);
     }
-    let seen = report::collect(ledgers::resolve(&crate::args::LedgerSelection { all: true, ..Default::default() }));
+    let seen = report::collect(ledgers::resolve(&super::args::LedgerSelection { all: true, ..Default::default() }));
     crate::jobs::placement::rooms(&probe.devices, &seen.ledgers)
 }

@@ -1,6 +1,6 @@
 //! `fgpu top`: `fgpu status`, refreshed in the terminal's alternate screen until `q`.
 
-use crate::args::TopArgs;
+use super::args::TopArgs;
 use crate::observe::ledgers;
 use crate::observe::report::{self, StatusReport};
 use crossterm::event::{self, Event, KeyCode, KeyEvent, KeyEventKind, KeyModifiers};

@@ -12,7 +12,9 @@
 //! kernel allows, so a newcomer's connect finds room while others hammer the socket, and
 //! the shim asks again, later, when a connect is refused with EAGAIN.
 
-use crate::args::ServiceArgs;
+pub mod args;
+
+use args::ServiceArgs;
 use fgpu_core::hostpid;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};

@@ -17,7 +17,9 @@
 //! its GPUs start in MIG mode, `--mig`, among them). With `--dry-run` it prints the commands
 //! that make the layout instead of making it.
 
-use crate::args::SimEnvArgs;
+pub mod args;
+
+use args::SimEnvArgs;
 use std::path::{Path, PathBuf};
 
 /// The built libraries and the names they are loaded under.
@@ -174,12 +176,12 @@ mod tests {
     fn the_product_and_mig_mode_are_exported() {
         let mut a = args("/x");
         a.product = Some("a100-80gb".into());
-        a.mig = Some(crate::args::parse_mig("0,1").unwrap());
+        a.mig = Some(args::parse_mig("0,1").unwrap());
         let out = script(Path::new("/w/sim"), Path::new("/b/release"), &a).unwrap();
         assert!(out.ends_with("export FGPU_SIM_PRODUCT='a100-80gb'\nexport FGPU_SIM_MIG='0,1'\n"), "{out}");
-        assert_eq!(crate::args::parse_mig("all").as_deref(), Ok("all"));
-        assert!(crate::args::parse_mig("0,9").unwrap_err().contains("0,9"));
-        assert!(crate::args::parse_mig("on").is_err());
+        assert_eq!(args::parse_mig("all").as_deref(), Ok("all"));
+        assert!(args::parse_mig("0,9").unwrap_err().contains("0,9"));
+        assert!(args::parse_mig("on").is_err());
     }
 
     #[test]
