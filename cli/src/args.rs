@@ -75,6 +75,33 @@ pub struct CompletionsArgs {
     pub shell: clap_complete::Shell,
 }
 
+/// A usage error as the user should read it. clap's tip for an unknown option, "to pass
+/// '--bogus' as a value, use '-- --bogus'", is wrong for fgpu: under `fgpu run` everything
+/// after `--` is the command, so following it would run `--bogus` as the command. The tip is
+/// dropped, and under `fgpu run` replaced by what the grammar means: fgpu run's options come
+/// first, then the command and its own arguments.
+pub fn usage_error(mut e: clap::Error) -> clap::Error {
+    use clap::builder::StyledStr;
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    if e.kind() != ErrorKind::UnknownArgument {
+        return e;
+    }
+    let Some(ContextValue::String(arg)) = e.get(ContextKind::InvalidArg).cloned() else { return e };
+    let mut tips = match e.get(ContextKind::Suggested) {
+        Some(ContextValue::StyledStrs(tips)) => tips.clone(),
+        _ => Vec::new(),
+    };
+    tips.retain(|tip| !tip.to_string().contains("as a value, use '"));
+    let under_run = matches!(e.get(ContextKind::Usage), Some(ContextValue::StyledStr(usage)) if usage.to_string().contains("fgpu run "));
+    if under_run {
+        tips.push(StyledStr::from(format!(
+            "'{arg}' is not an option of fgpu run (fgpu run --help lists them); the command and its own arguments come after fgpu run's options, as in 'fgpu run --limit 8G -- ./job {arg}'"
+        )));
+    }
+    e.insert(ContextKind::Suggested, ContextValue::StyledStrs(tips));
+    e
+}
+
 #[cfg(test)]
 /// Parses `fgpu ARGS...` as the command line would (for the families' grammar tests).
 pub(crate) fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
@@ -89,6 +116,25 @@ mod tests {
     #[test]
     fn grammar_is_consistent() {
         Cli::command().debug_assert();
+    }
+
+    /// clap's "use '-- --bogus'" would run `--bogus` as the command under fgpu run.
+    #[test]
+    fn an_unknown_option_gets_no_tip_that_would_run_it() {
+        let e = usage_error(parse(&["run", "--limit", "8G", "--bogus", "--", "true"]).unwrap_err());
+        let text = e.to_string();
+        assert!(!text.contains("-- --bogus'"), "{text}");
+        assert!(text.contains("'--bogus' is not an option of fgpu run") && text.contains("'fgpu run --limit 8G -- ./job --bogus'"), "{text}");
+        assert_eq!(e.exit_code(), 2);
+        // A near miss keeps clap's suggestion.
+        let text = usage_error(parse(&["run", "--limt", "8G", "--", "true"]).unwrap_err()).to_string();
+        assert!(text.contains("--limit"), "{text}");
+        // Elsewhere the tip is dropped, and nothing about fgpu run is said.
+        let text = usage_error(parse(&["sim-env", "--bogus", "/tmp/x"]).unwrap_err()).to_string();
+        assert!(!text.contains("as a value") && !text.contains("fgpu run"), "{text}");
+        // Other errors pass through untouched.
+        let e = parse(&["top", "--interval", "0"]).unwrap_err();
+        assert_eq!(usage_error(e).kind(), clap::error::ErrorKind::ValueValidation);
     }
 
     #[test]

@@ -155,16 +155,7 @@ pub fn newest_glibc_needed(info: &ElfInfo) -> Option<String> {
 
 /// The glibc this process runs with.
 pub fn running_glibc() -> Option<String> {
-    extern "C" {
-        fn gnu_get_libc_version() -> *const libc::c_char;
-    }
-    // SAFETY: glibc returns a pointer to a static NUL-terminated string.
-    let ptr = unsafe { gnu_get_libc_version() };
-    if ptr.is_null() {
-        return None;
-    }
-    // SAFETY: non-null, static, NUL-terminated (see above).
-    Some(unsafe { std::ffi::CStr::from_ptr(ptr) }.to_string_lossy().into_owned())
+    fgpu_core::sys::host::glibc_version()
 }
 
 /// The machine this process runs as.

@@ -11,10 +11,9 @@
 
 pub mod args;
 
-use args::{CdiArgs, CdiCommand, CdiGenerateArgs};
-use crate::doctor;
 use crate::elf;
 use crate::shimpath;
+use args::{CdiArgs, CdiCommand, CdiGenerateArgs};
 use fgpu_cdi::files::{absolute, create_dir, prepare_dir, resolve_owner, write_file, Payload};
 use fgpu_cdi::{config_text, device_dir, no_longer_generated, plan, spec, to_yaml, Gpu, CONFIG_FILE, DEVICES_SUBDIR, HEADER, KIND};
 use std::path::Path;
@@ -110,8 +109,7 @@ fn generate(args: &CdiGenerateArgs) -> Result<(), String> {
             front.display()
         );
     }
-    // SAFETY: geteuid(2) has no failure mode and touches no memory of ours.
-    let euid = unsafe { libc::geteuid() };
+    let euid = fgpu_core::sys::geteuid();
     if owner.is_none() && euid != 0 {
         eprintln!(
             "fgpu cdi generate: the files in {} are owned by uid {euid}, not root: only containers of rootless podman run by uid {euid} trust them (docs/cdi.md, Rootless podman)",
@@ -129,7 +127,7 @@ fn glibc_newer_than_release(info: &elf::ElfInfo) -> Option<String> {
 
 /// The GPUs NVML lists, read by `fgpu __driver-probe` in a child process without the shim.
 fn probe_gpus() -> Result<Vec<Gpu>, String> {
-    let probe = doctor::probe_driver().map_err(|e| format!("cannot read the GPUs: {e}"))?;
+    let probe = crate::driver::probe::probe_driver().map_err(|e| format!("cannot read the GPUs: {e}"))?;
     fgpu_cdi::probe::gpus(&probe)
 }
 

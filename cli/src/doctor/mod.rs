@@ -7,13 +7,13 @@
 
 pub mod args;
 
-use args::DoctorArgs;
 use crate::driver::probe::DriverProbe;
 #[cfg(test)]
 use crate::driver::probe::{LibraryProbe, ProbedDevice};
 use crate::elf::{self, ElfInfo};
 use crate::observe::ledgers::{self, Origin};
 use crate::shimpath::{self, ShimError};
+use args::DoctorArgs;
 use fgpu_core::config::{Config, ConfigError, LimitSource, CONFIG_PATH};
 use fgpu_core::ledger::shm_usage::ShmUsage;
 use fgpu_core::ledger::{Ledger, LedgerError};
@@ -619,23 +619,6 @@ fn trial_load_companion(front: &Path) -> Result<(), String> {
     trial_load(&shim).map_err(|why| format!("{}, which it loads on a process's first CUDA or NVML call: {why}", shim.display()))
 }
 
-/// Runs `fgpu __driver-probe` without the shim in `LD_PRELOAD` and reads its JSON (a shim in
-/// /etc/ld.so.preload is loaded there too, and the probe goes around it: `driver_probe.rs`).
-pub(crate) fn probe_driver() -> Result<DriverProbe, String> {
-    let exe = std::env::current_exe().map_err(|e| format!("cannot find the fgpu binary: {e}"))?;
-    let out = Command::new(exe)
-        .arg("__driver-probe")
-        .env_remove("LD_PRELOAD")
-        .stdin(std::process::Stdio::null())
-        .output()
-        .map_err(|e| format!("cannot start the probe: {e}"))?;
-    if !out.status.success() {
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        return Err(format!("loading the driver libraries crashed the probe ({}): {}", out.status, stderr.trim()));
-    }
-    serde_json::from_slice(&out.stdout).map_err(|e| format!("the probe printed something unexpected: {e}"))
-}
-
 fn ledger_fact(path: &Path) -> LedgerFact {
     match Ledger::open_existing(path) {
         Ok(ledger) => {
@@ -649,10 +632,7 @@ fn ledger_fact(path: &Path) -> LedgerFact {
             // The shim creates missing directories; the first existing ancestor must be writable.
             let dir = path.parent().map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from("/"));
             let existing = dir.ancestors().find(|a| a.exists()).unwrap_or(Path::new("/")).to_path_buf();
-            let writable = std::ffi::CString::new(existing.as_os_str().as_bytes())
-                // SAFETY: access(2) on a valid NUL-terminated path.
-                .map(|c| unsafe { libc::access(c.as_ptr(), libc::W_OK | libc::X_OK) } == 0)
-                .unwrap_or(false);
+            let writable = fgpu_core::sys::files::access(&existing, libc::W_OK | libc::X_OK).is_ok();
             let dir_problem = (!writable).then(|| format!("{} is not writable by this user", existing.display()));
             LedgerFact::Missing { dir: existing, dir_problem }
         }
@@ -692,7 +672,7 @@ pub fn gather() -> Facts {
     let ld_preload = std::env::var("LD_PRELOAD").ok();
     let ld_so_preload = std::fs::read_to_string(LD_SO_PRELOAD).ok();
     let (target, _) = ledgers::in_effect(&fgpu_core::config::OsSources);
-    let driver = probe_driver();
+    let driver = crate::driver::probe::probe_driver().map_err(|e| e.to_string());
     let host_pid = ask_host_pid();
     let nvml_pids = nvml_pids_here(&driver, &target.open_path);
     Facts {

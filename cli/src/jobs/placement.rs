@@ -98,7 +98,12 @@ pub fn waiting_for(devices: &[ProbedDevice], rooms: &[GpuRoom], ledgers: &[Ledge
         let own: Vec<String> = own_on(ledgers, &d.uuid)
             .map(|(l, g)| {
                 let pids: Vec<String> = l.processes.iter().filter_map(|p| p.pid).map(|p| p.to_string()).collect();
-                format!("{} by {} (PID {})", format_bytes(g.cap_bytes.min(d.total_bytes).max(g.used_bytes)), crate::observe::report::clean(&l.path), pids.join(", "))
+                format!(
+                    "{} by {} (PID {})",
+                    format_bytes(g.cap_bytes.min(d.total_bytes).max(g.used_bytes)),
+                    crate::observe::report::clean(&l.path),
+                    pids.join(", ")
+                )
             })
             .collect();
         if !own.is_empty() {

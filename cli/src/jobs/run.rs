@@ -107,7 +107,7 @@ impl PrivateLedger {
     pub fn create() -> std::io::Result<PrivateLedger> {
         let base = std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from).filter(|p| p.is_absolute() && writable_dir(p)).unwrap_or_else(std::env::temp_dir);
         sweep_stale(&base);
-        let dir = mkdtemp(&base.join(format!("{PRIVATE_PREFIX}XXXXXX")))?;
+        let dir = fgpu_core::sys::files::mkdtemp(&base.join(format!("{PRIVATE_PREFIX}XXXXXX")))?;
         let owner = match take_owner_lock(&dir) {
             Ok(owner) => owner,
             Err(e) => {
@@ -157,9 +157,7 @@ fn take_owner_lock(dir: &Path) -> std::io::Result<std::fs::File> {
 
 /// Takes an exclusive `flock` on `file` without waiting; false if another holds it.
 fn try_flock(file: &std::fs::File) -> bool {
-    use std::os::fd::AsRawFd;
-    // SAFETY: models flock(2) on a descriptor this File owns and keeps open.
-    unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) == 0 }
+    fgpu_core::sys::files::flock(std::os::fd::AsFd::as_fd(file), fgpu_core::sys::files::FlockWait::NoWait).is_ok()
 }
 
 /// Removes the private directories under `base` left by runs that are over: this user's
@@ -171,8 +169,7 @@ fn try_flock(file: &std::fs::File) -> bool {
 pub fn sweep_stale(base: &Path) -> usize {
     use std::os::unix::fs::MetadataExt;
     let Ok(entries) = std::fs::read_dir(base) else { return 0 };
-    // SAFETY: geteuid has no preconditions.
-    let me = unsafe { libc::geteuid() };
+    let me = fgpu_core::sys::geteuid();
     let mut removed = 0;
     for entry in entries.flatten() {
         let name = entry.file_name();
@@ -214,21 +211,7 @@ fn still_used(path: &Path) -> bool {
 }
 
 fn writable_dir(path: &Path) -> bool {
-    let Ok(c) = std::ffi::CString::new(path.as_os_str().as_bytes()) else { return false };
-    // SAFETY: access(2) on a valid NUL-terminated path.
-    path.is_dir() && unsafe { libc::access(c.as_ptr(), libc::W_OK | libc::X_OK) } == 0
-}
-
-fn mkdtemp(template: &Path) -> std::io::Result<PathBuf> {
-    let mut bytes = template.as_os_str().as_bytes().to_vec();
-    bytes.push(0);
-    // SAFETY: mkdtemp(3) rewrites the trailing XXXXXX of a writable NUL-terminated buffer.
-    let rc = unsafe { libc::mkdtemp(bytes.as_mut_ptr().cast()) };
-    if rc.is_null() {
-        return Err(std::io::Error::last_os_error());
-    }
-    bytes.pop();
-    Ok(PathBuf::from(OsString::from(OsStr::from_bytes(&bytes))))
+    path.is_dir() && fgpu_core::sys::files::access(path, libc::W_OK | libc::X_OK).is_ok()
 }
 
 /// Where `--gpus auto` put the job: the GPU, and fgpu's own place in the job's ledger,
@@ -277,10 +260,9 @@ fn placement_lock() -> Result<std::fs::File, String> {
         .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
         .open(&path)
         .map_err(|e| format!("--gpus auto: cannot open the placement lock {}: {e}", path.display()))?;
-    use std::os::fd::AsRawFd;
-    // SAFETY: models flock(2) on a descriptor this File owns; waits for other placements.
-    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } != 0 {
-        return Err(format!("--gpus auto: cannot lock {}: {}", path.display(), std::io::Error::last_os_error()));
+    // Waits for other placements.
+    if let Err(e) = fgpu_core::sys::files::flock(std::os::fd::AsFd::as_fd(&file), fgpu_core::sys::files::FlockWait::Wait) {
+        return Err(format!("--gpus auto: cannot lock {}: {e}", path.display()));
     }
     Ok(file)
 }
@@ -290,7 +272,7 @@ fn placement_lock() -> Result<std::fs::File, String> {
 /// own, not links, and writable by nobody else.
 fn home_cache(uid: u32) -> Result<PathBuf, String> {
     use std::os::unix::fs::MetadataExt;
-    let home = home_of(uid).ok_or_else(|| format!("uid {uid} has no home directory in the password database"))?;
+    let home = fgpu_core::sys::host::home_of(uid).ok_or_else(|| format!("uid {uid} has no home directory in the password database"))?;
     let mut dir = home;
     for (i, part) in ["", ".cache", "fgpu"].iter().enumerate() {
         if i > 0 {
@@ -309,24 +291,6 @@ fn home_cache(uid: u32) -> Result<PathBuf, String> {
     Ok(dir)
 }
 
-/// The home directory of `uid` in the password database.
-fn home_of(uid: u32) -> Option<PathBuf> {
-    // SAFETY: all-zero bytes are a valid passwd (null pointers, zero ids).
-    let mut entry: libc::passwd = unsafe { std::mem::zeroed() };
-    let mut buf = vec![0 as libc::c_char; 16384];
-    let mut found: *mut libc::passwd = std::ptr::null_mut();
-    // SAFETY: models getpwuid_r(3) with a passwd, a buffer of the length passed and an out
-    // pointer, all owned here and alive for the call.
-    let rc = unsafe { libc::getpwuid_r(uid, &mut entry, buf.as_mut_ptr(), buf.len(), &mut found) };
-    if rc != 0 || found.is_null() || entry.pw_dir.is_null() {
-        return None;
-    }
-    // SAFETY: pw_dir points into `buf`, NUL-terminated by getpwuid_r.
-    let dir = unsafe { std::ffi::CStr::from_ptr(entry.pw_dir) };
-    let dir = PathBuf::from(OsStr::from_bytes(dir.to_bytes()));
-    dir.is_absolute().then_some(dir)
-}
-
 /// `--gpus auto`: chooses the GPU with the most room for the job's cap and registers the
 /// cap there in the job's ledger.
 fn place(args: &RunArgs, limit: Option<&str>, ledger: &Path) -> Result<Placed, String> {
@@ -334,12 +298,13 @@ fn place(args: &RunArgs, limit: Option<&str>, ledger: &Path) -> Result<Placed, S
     let compute = args.compute.as_ref().map(|c| fgpu_core::compute::parse_share(&c.text)).transpose().map_err(|e| format!("--compute: {e}"))?;
     let (mut said, mut last_said) = (String::new(), std::time::Instant::now());
     loop {
-        let probe = crate::doctor::probe_driver()?;
+        let probe = crate::driver::probe::probe_driver().map_err(|e| e.to_string())?;
         if probe.devices.is_empty() {
             return Err(format!("--gpus auto: the driver lists no GPU ({})", probe.nvml.error.as_deref().unwrap_or("NVML lists none")));
         }
         let _lock = placement_lock()?;
-        let seen = crate::observe::report::collect(crate::observe::ledgers::resolve(&crate::observe::args::LedgerSelection { all: true, ..Default::default() }));
+        let seen =
+            crate::observe::report::collect(crate::observe::ledgers::resolve(&crate::observe::args::LedgerSelection { all: true, ..Default::default() }));
         let rooms = crate::jobs::placement::rooms(&probe.devices, &seen.ledgers);
         let need = |r: &crate::observe::report::GpuRoom| spec.as_ref().and_then(|s| s.cap_for(&r.uuid, r.total_bytes)).unwrap_or(0).min(r.total_bytes);
         match crate::jobs::placement::choose(&rooms, need) {
@@ -465,7 +430,7 @@ pub fn run(args: RunArgs) -> i32 {
             return spawn_failure_code(&e);
         }
     };
-    crate::jobs::signals::set_child(child.id() as libc::pid_t);
+    crate::jobs::signals::set_child(child.id() as i32);
     let status = child.wait();
     crate::jobs::signals::restore_defaults();
     // fgpu's own place in the ledger goes first, so that only the command's processes can

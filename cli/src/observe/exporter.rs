@@ -57,7 +57,7 @@ fn configured_gpus(ledger: &str) -> Vec<ConfiguredGpu> {
     if !config.is_active() {
         return Vec::new();
     }
-    let Ok(probe) = crate::doctor::probe_driver() else { return Vec::new() };
+    let Ok(probe) = crate::driver::probe::probe_driver() else { return Vec::new() };
     probe
         .devices
         .iter()
@@ -330,11 +330,7 @@ impl Connections {
 /// How many connections to hold at most: [`MAX_CONNECTIONS`], or fewer when the soft limit
 /// on open descriptors leaves less room (keeping some for ledgers, /proc and the listener).
 fn connection_limit() -> usize {
-    // SAFETY: all-zero bytes are a valid rlimit; getrlimit(2) writes into it.
-    let mut limit: libc::rlimit = unsafe { std::mem::zeroed() };
-    // SAFETY: models getrlimit(2) with a valid, exclusively borrowed rlimit.
-    let rc = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) };
-    let soft = if rc == 0 { limit.rlim_cur as usize } else { 1024 };
+    let soft = fgpu_core::sys::host::open_files_limit().map_or(1024, |n| usize::try_from(n).unwrap_or(usize::MAX));
     MAX_CONNECTIONS.min(soft.saturating_sub(64).max(8))
 }
 

@@ -134,12 +134,8 @@ pub fn resolve(select: &LedgerSelection) -> Resolved {
         let scan = scan_of(Path::new("/proc"), std::process::id(), None, started + SCAN_BUDGET);
         let mut notes = scan.notes();
         if scan.denied > 0 {
-            // SAFETY: geteuid has no preconditions.
-            let hint = if unsafe { libc::geteuid() } == 0 {
-                "not even by root: they belong to a more privileged namespace"
-            } else {
-                "run as root to see every ledger"
-            };
+            let hint =
+                if fgpu_core::sys::geteuid() == 0 { "not even by root: they belong to a more privileged namespace" } else { "run as root to see every ledger" };
             notes.push(format!("{} process(es) could not be inspected (permission denied; {hint})", scan.denied));
         }
         return Resolved { targets: scan.targets, notes, started };
@@ -445,9 +441,7 @@ mod tests {
     }
 
     fn mkfifo(path: &Path) {
-        let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
-        // SAFETY: models mkfifo(3) with a NUL-terminated path.
-        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0, "mkfifo {}", path.display());
+        fgpu_core::sys::files::mkfifo(path, 0o600).unwrap_or_else(|e| panic!("mkfifo {}: {e}", path.display()));
     }
 
     /// Lets a read blocked on opening `fifo` go on (and see its end), so no thread of the

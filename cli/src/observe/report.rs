@@ -300,9 +300,7 @@ fn is_own(target: &Target, ledger: &Ledger) -> bool {
         return false;
     }
     let me = fgpu_core::sys::geteuid();
-    // SAFETY: the ledger's lock file, open for as long as `ledger`, which outlives this.
-    let file = unsafe { std::os::fd::BorrowedFd::borrow_raw(ledger.raw_fd()) };
-    let file_owner = fgpu_core::sys::fstat(file).map(|st| st.st_uid).ok();
+    let file_owner = fgpu_core::sys::fstat(ledger.lock_file()).map(|st| st.st_uid).ok();
     // The segment is looked up by id in this IPC namespace, which is the ledger's (`here`).
     let segment = fgpu_core::sys::shm_stat(ledger.shmid()).map(|ds| (ds.shm_perm.cuid, ds.shm_perm.uid));
     file_owner == Some(me) && segment == Some((me, me))
@@ -684,7 +682,11 @@ mod tests {
         assert_eq!(json["ledgers"][0]["state"], "timeout");
         // Still stuck: not read again (no pile of threads on a hung file system).
         let again = collect_with(
-            crate::observe::ledgers::Resolved { targets: vec![Target::plain("/a/slow".into(), Origin::Argument)], notes: vec![], started: std::time::Instant::now() },
+            crate::observe::ledgers::Resolved {
+                targets: vec![Target::plain("/a/slow".into(), Origin::Argument)],
+                notes: vec![],
+                started: std::time::Instant::now(),
+            },
             slow_or_fast,
             std::time::Duration::from_millis(100),
         );

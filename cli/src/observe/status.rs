@@ -32,7 +32,7 @@ pub fn terminal_width() -> usize {
 /// What is committed on each GPU, from every ledger this user can see (a second scan when
 /// the report is not of all of them already).
 fn gpus(report: &report::StatusReport, all: bool) -> Vec<report::GpuRoom> {
-    let Ok(probe) = crate::doctor::probe_driver() else { return Vec::new() };
+    let Ok(probe) = crate::driver::probe::probe_driver() else { return Vec::new() };
     if probe.devices.is_empty() {
         return Vec::new();
     }
