@@ -1,56 +1,12 @@
-//! Where a job goes on a machine with several GPUs (`fgpu run --gpus auto`), and what each
-//! GPU has committed (`fgpu status`).
-//!
-//! A GPU's room is its memory less what is committed there: the caps of the caller's own
-//! live ledgers on it, and what the driver says is used on it beyond what those ledgers
-//! hold (processes fgpu does not cap, other users' and containers' jobs, the driver's own
-//! reserve). A job goes to the GPU with the most room that fits its cap, the lower index on
-//! a tie. Choosing and claiming happen under a placement lock, and `fgpu run` registers the
-//! job's cap in the job's ledger before the lock is let go, so the next job counts it.
-//!
-//! Only the caller's own ledgers (verified, made and owned by the user who places, in its
-//! IPC namespace: [`LedgerReport::own`]) count with their caps. Every other ledger (another
-//! user's, a container's, one that is not verified) was written by processes that can
-//! write anything into it, a cap of 16 GiB on a GPU they never use included: it counts as
-//! the memory the driver shows its processes holding, which is in the GPU's used memory.
+//! Where a job goes on a machine with several GPUs (`fgpu run --gpus auto`): the GPU with
+//! the most room (`crate::observe::rooms`) that fits its cap, the lower index on a tie.
+//! Choosing and claiming happen under a placement lock, and `fgpu run` registers the job's
+//! cap in the job's ledger before the lock is let go, so the next job counts it.
 
 use crate::driver::probe::ProbedDevice;
-use crate::observe::report::{GpuRoom, LedgerReport, LedgerState};
+use crate::observe::report::{GpuRoom, LedgerReport};
+use crate::observe::rooms::own_on;
 use fgpu_core::limit::format_bytes;
-
-/// The caller's own live ledgers with a cap on GPU `uuid`, and their entry for it.
-fn own_on<'a>(ledgers: &'a [LedgerReport], uuid: &'a str) -> impl Iterator<Item = (&'a LedgerReport, &'a crate::observe::report::DeviceReport)> + 'a {
-    ledgers
-        .iter()
-        .filter(|l| l.own && l.state == LedgerState::Ok && !l.processes.is_empty())
-        .flat_map(move |l| l.devices.iter().filter(move |g| g.uuid.eq_ignore_ascii_case(uuid)).map(move |g| (l, g)))
-}
-
-/// The room on each GPU the driver lists, from the ledgers seen (a scan of every ledger
-/// this user may look at).
-pub fn rooms(devices: &[ProbedDevice], ledgers: &[LedgerReport]) -> Vec<GpuRoom> {
-    devices
-        .iter()
-        .map(|d| {
-            let (mut committed, mut held, mut count) = (0u64, 0u64, 0usize);
-            for (_, g) in own_on(ledgers, &d.uuid) {
-                committed = committed.saturating_add(g.cap_bytes.min(d.total_bytes).max(g.used_bytes));
-                held = held.saturating_add(g.used_bytes);
-                count += 1;
-            }
-            let outside = d.used_bytes.saturating_sub(held);
-            GpuRoom {
-                index: d.index,
-                uuid: d.uuid.clone(),
-                total_bytes: d.total_bytes,
-                committed_bytes: committed,
-                ledgers: count,
-                used_outside_bytes: outside,
-                left_bytes: d.total_bytes.saturating_sub(committed).saturating_sub(outside),
-            }
-        })
-        .collect()
-}
 
 /// The GPU with the most room that fits `need(gpu)` bytes (the lower index on a tie), or
 /// one line naming each GPU and what it has left.
@@ -127,7 +83,8 @@ pub fn waiting_for(devices: &[ProbedDevice], rooms: &[GpuRoom], ledgers: &[Ledge
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::observe::report::DeviceReport;
+    use crate::observe::report::{DeviceReport, LedgerState};
+    use crate::observe::rooms::rooms;
 
     const GIB: u64 = 1 << 30;
 

@@ -305,7 +305,7 @@ fn place(args: &RunArgs, limit: Option<&str>, ledger: &Path) -> Result<Placed, S
         let _lock = placement_lock()?;
         let seen =
             crate::observe::report::collect(crate::observe::ledgers::resolve(&crate::observe::args::LedgerSelection { all: true, ..Default::default() }));
-        let rooms = crate::jobs::placement::rooms(&probe.devices, &seen.ledgers);
+        let rooms = crate::observe::rooms::rooms(&probe.devices, &seen.ledgers);
         let need = |r: &crate::observe::report::GpuRoom| spec.as_ref().and_then(|s| s.cap_for(&r.uuid, r.total_bytes)).unwrap_or(0).min(r.total_bytes);
         match crate::jobs::placement::choose(&rooms, need) {
             Ok(room) if spec.is_none() => {

@@ -37,8 +37,8 @@ fn gpus(report: &report::StatusReport, all: bool) -> Vec<report::GpuRoom> {
         return Vec::new();
     }
     if all {
-        return crate::jobs::placement::rooms(&probe.devices, &report.ledgers);
+        return crate::observe::rooms::rooms(&probe.devices, &report.ledgers);
     }
     let seen = report::collect(ledgers::resolve(&super::args::LedgerSelection { all: true, ..Default::default() }));
-    crate::jobs::placement::rooms(&probe.devices, &seen.ledgers)
+    crate::observe::rooms::rooms(&probe.devices, &seen.ledgers)
 }
