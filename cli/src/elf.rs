@@ -42,14 +42,27 @@ struct Section {
     info: u32,
 }
 
-pub fn read(path: &Path) -> Result<ElfInfo, String> {
-    let bytes = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+/// Why a file's ELF facts cannot be read.
+#[derive(Debug, thiserror::Error)]
+pub enum ElfError {
+    #[error("cannot read {}: {source}", path.display())]
+    Read { path: std::path::PathBuf, source: std::io::Error },
+    #[error("not an ELF file")]
+    NotElf,
+    #[error("truncated ELF file")]
+    Truncated,
+    #[error("bad ELF section header size")]
+    BadSectionHeaderSize,
+}
+
+pub fn read(path: &Path) -> Result<ElfInfo, ElfError> {
+    let bytes = std::fs::read(path).map_err(|source| ElfError::Read { path: path.to_path_buf(), source })?;
     parse(&bytes)
 }
 
-pub fn parse(b: &[u8]) -> Result<ElfInfo, String> {
+pub fn parse(b: &[u8]) -> Result<ElfInfo, ElfError> {
     if b.len() < 20 || &b[..4] != b"\x7fELF" {
-        return Err("not an ELF file".into());
+        return Err(ElfError::NotElf);
     }
     let class64 = b[4] == 2;
     let little_endian = b[5] == 1;
@@ -58,7 +71,7 @@ pub fn parse(b: &[u8]) -> Result<ElfInfo, String> {
     if !(class64 && little_endian) {
         return Ok(info);
     }
-    let truncated = || "truncated ELF file".to_string();
+    let truncated = || ElfError::Truncated;
     let shoff = u64_at(b, 0x28).ok_or_else(truncated)? as usize;
     let shentsize = u16_at(b, 0x3a).ok_or_else(truncated)? as usize;
     let shnum = u16_at(b, 0x3c).ok_or_else(truncated)? as usize;
@@ -66,7 +79,7 @@ pub fn parse(b: &[u8]) -> Result<ElfInfo, String> {
         return Ok(info); // no section headers: nothing more to learn cheaply
     }
     if shentsize < 64 {
-        return Err("bad ELF section header size".into());
+        return Err(ElfError::BadSectionHeaderSize);
     }
     let sections: Vec<Section> = (0..shnum)
         .map(|i| {
