@@ -166,6 +166,13 @@ pub fn newest_glibc_needed(info: &ElfInfo) -> Option<String> {
         .map(|(_, v)| v.trim_start_matches("GLIBC_").to_string())
 }
 
+/// The newest glibc any of `libraries` needs, and the library that needs it. The front and
+/// the shim it loads are one installation, and the shim may need a newer glibc than the
+/// front (a native build links it against the glibc it was built on).
+pub fn newest_glibc_among<'a>(libraries: &[(&'a Path, Option<&ElfInfo>)]) -> Option<(String, &'a Path)> {
+    libraries.iter().filter_map(|(path, info)| Some((newest_glibc_needed((*info)?)?, *path))).max_by(|a, b| glibc_version(&a.0).cmp(&glibc_version(&b.0)))
+}
+
 /// The glibc this process runs with.
 pub fn running_glibc() -> Option<String> {
     fgpu_core::sys::host::glibc_version()

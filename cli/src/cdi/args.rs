@@ -72,26 +72,39 @@ pub struct CdiGenerateArgs {
     pub owner: Option<String>,
 }
 
+/// Why a `--sizes` or `--percents` item is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum OfferError {
+    #[error(transparent)]
+    Size(#[from] fgpu_core::limit::LimitError),
+    #[error("{0:?} is not a positive whole number of MiB (such as 8g or 1536m)")]
+    NotWholeMib(String),
+    #[error("{0:?} is not a whole percentage such as 25")]
+    NotPercentage(String),
+    #[error("{0:?} is not between 1 and 100")]
+    PercentOutOfRange(String),
+}
+
 /// An empty item (as in `--sizes=`) parses as 0, which means "none" and is dropped.
-fn parse_cdi_size(text: &str) -> Result<u64, String> {
+fn parse_cdi_size(text: &str) -> Result<u64, OfferError> {
     if text.trim().is_empty() {
         return Ok(0);
     }
-    let bytes = fgpu_core::limit::parse_size(text).map_err(|e| e.to_string())?;
+    let bytes = fgpu_core::limit::parse_size(text)?;
     if bytes == 0 || bytes % (1 << 20) != 0 {
-        return Err(format!("{text:?} is not a positive whole number of MiB (such as 8g or 1536m)"));
+        return Err(OfferError::NotWholeMib(text.to_string()));
     }
     Ok(bytes)
 }
 
 /// An empty item (as in `--percents=`) parses as 0, which means "none" and is dropped.
-fn parse_cdi_percent(text: &str) -> Result<u32, String> {
+fn parse_cdi_percent(text: &str) -> Result<u32, OfferError> {
     if text.trim().is_empty() {
         return Ok(0);
     }
-    let value: u32 = text.trim().trim_end_matches('%').parse().map_err(|_| format!("{text:?} is not a whole percentage such as 25"))?;
+    let value: u32 = text.trim().trim_end_matches('%').parse().map_err(|_| OfferError::NotPercentage(text.to_string()))?;
     if !(1..=100).contains(&value) {
-        return Err(format!("{text:?} is not between 1 and 100"));
+        return Err(OfferError::PercentOutOfRange(text.to_string()));
     }
     Ok(value)
 }

@@ -1,7 +1,7 @@
 //! `fgpu run`'s arguments.
 
 use clap::{ArgGroup, Args};
-use fgpu_core::limit::parse_limit;
+use fgpu_core::limit::{parse_limit, LimitError};
 use std::ffi::OsString;
 use std::path::PathBuf;
 
@@ -93,23 +93,34 @@ pub struct DeviceArg {
     pub amount: String,
 }
 
-fn parse_limit_arg(text: &str) -> Result<LimitArg, String> {
-    parse_limit(text).map_err(|e| e.to_string())?;
+/// Why a `--device` value is refused.
+#[derive(Debug, thiserror::Error)]
+pub enum DeviceArgError {
+    #[error("{0:?} is not UUID=SIZE (for example GPU-1a2b3c4d=8G)")]
+    NotKeyValue(String),
+    #[error("'*' is not a device; use --limit for every device")]
+    Star,
+    #[error(transparent)]
+    Limit(#[from] LimitError),
+}
+
+fn parse_limit_arg(text: &str) -> Result<LimitArg, LimitError> {
+    parse_limit(text)?;
     Ok(LimitArg { text: text.trim().to_string() })
 }
 
-fn parse_compute_arg(text: &str) -> Result<LimitArg, String> {
-    fgpu_core::compute::parse_share(text).map_err(|e| e.to_string())?;
+fn parse_compute_arg(text: &str) -> Result<LimitArg, LimitError> {
+    fgpu_core::compute::parse_share(text)?;
     Ok(LimitArg { text: text.trim().to_string() })
 }
 
-fn parse_device_arg(text: &str) -> Result<DeviceArg, String> {
-    let (key, amount) = text.split_once('=').ok_or_else(|| format!("{text:?} is not UUID=SIZE (for example GPU-1a2b3c4d=8G)"))?;
+fn parse_device_arg(text: &str) -> Result<DeviceArg, DeviceArgError> {
+    let (key, amount) = text.split_once('=').ok_or_else(|| DeviceArgError::NotKeyValue(text.to_string()))?;
     let (key, amount) = (key.trim(), amount.trim());
     if key == "*" {
-        return Err("'*' is not a device; use --limit for every device".into());
+        return Err(DeviceArgError::Star);
     }
-    parse_limit(&format!("{key}={amount}")).map_err(|e| e.to_string())?;
+    parse_limit(&format!("{key}={amount}"))?;
     Ok(DeviceArg { key: key.to_string(), amount: amount.to_string() })
 }
 

@@ -61,10 +61,19 @@ pub struct TopArgs {
     pub interval: f64,
 }
 
-fn parse_interval(text: &str) -> Result<f64, String> {
-    let value: f64 = text.trim().parse().map_err(|_| format!("{text:?} is not a number of seconds"))?;
+/// Why a `--interval` value is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum IntervalError {
+    #[error("{0:?} is not a number of seconds")]
+    NotANumber(String),
+    #[error("{0:?} is not between 0.1 and 3600 seconds")]
+    OutOfRange(String),
+}
+
+fn parse_interval(text: &str) -> Result<f64, IntervalError> {
+    let value: f64 = text.trim().parse().map_err(|_| IntervalError::NotANumber(text.to_string()))?;
     if !(0.1..=3600.0).contains(&value) {
-        return Err(format!("{text:?} is not between 0.1 and 3600 seconds"));
+        return Err(IntervalError::OutOfRange(text.to_string()));
     }
     Ok(value)
 }

@@ -59,18 +59,23 @@ pub struct SimEnvArgs {
     pub dry_run: bool,
 }
 
-fn parse_sim_size(text: &str) -> Result<String, String> {
-    fgpu_core::limit::parse_size(text).map_err(|e| e.to_string())?;
+fn parse_sim_size(text: &str) -> Result<String, fgpu_core::limit::LimitError> {
+    fgpu_core::limit::parse_size(text)?;
     Ok(text.trim().to_string())
 }
 
+/// A `--mig` value that is not one.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0:?} is not all, none or a list of GPU indices (0 to 7) such as 0,2")]
+pub struct MigListError(pub String);
+
 /// Checks `--mig`: `all`, `none`, or comma-separated GPU indices below 8 (the simulator
 /// checks them against the number of GPUs when it creates the state file).
-pub fn parse_mig(text: &str) -> Result<String, String> {
+pub fn parse_mig(text: &str) -> Result<String, MigListError> {
     let text = text.trim();
     if text == "all" || text == "none" || text.split(',').all(|i| i.trim().parse::<u32>().is_ok_and(|i| i < 8)) {
         Ok(text.to_string())
     } else {
-        Err(format!("{text:?} is not all, none or a list of GPU indices (0 to 7) such as 0,2"))
+        Err(MigListError(text.to_string()))
     }
 }

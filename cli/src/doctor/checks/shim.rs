@@ -4,19 +4,8 @@
 
 use crate::doctor::facts::Facts;
 use crate::doctor::finding::{finding, Finding, Level};
-use crate::elf::{self, ElfInfo};
+use crate::elf;
 use crate::shimpath;
-use std::path::Path;
-
-/// The newest glibc the front or the shim it loads needs, and the library that needs it:
-/// the two are one installation, and the shim may need a newer one than the front (a
-/// native build links it against the glibc it was built on).
-pub fn glibc_needed<'a>(libraries: &[(&'a Path, Option<&ElfInfo>)]) -> Option<(String, &'a Path)> {
-    libraries
-        .iter()
-        .filter_map(|(path, info)| Some((elf::newest_glibc_needed((*info)?)?, *path)))
-        .max_by(|a, b| elf::glibc_version(&a.0).cmp(&elf::glibc_version(&b.0)))
-}
 
 /// Whether the front and the shim it loads can be loaded here; says why not.
 pub fn check(f: &Facts, out: &mut Vec<Finding>) -> bool {
@@ -60,7 +49,8 @@ pub fn check(f: &Facts, out: &mut Vec<Finding>) -> bool {
     }
     let companion = shimpath::companion(&found.path);
     let companion_info = f.companion_elf.as_ref().and_then(|r| r.as_ref().ok());
-    let need = glibc_needed(&[(&found.path, front_info), (&companion, companion_info)]);
+    // The front and the shim it loads are one installation: the larger need counts.
+    let need = elf::newest_glibc_among(&[(&found.path, front_info), (&companion, companion_info)]);
     let newer = need.as_ref().filter(|(need, _)| {
         let have = f.glibc.as_deref().and_then(elf::glibc_version);
         have.is_some_and(|have| elf::glibc_version(need).is_some_and(|need| need > have))
