@@ -115,8 +115,8 @@ if ! cargo fmt --version >/dev/null 2>&1; then
     rustup component add rustfmt || { echo "cannot install rustfmt (rustup component add rustfmt)"; exit 1; }
 fi
 
-step "python clients (.venv: pynvml, gpustat, nvitop, cuda-bindings, jsonschema, PyYAML, kubernetes-validate)"
-if [ ! -x .venv/bin/python ] || ! .venv/bin/python -c 'import pynvml, gpustat, nvitop, cuda.bindings, jsonschema, yaml, kubernetes_validate' 2>/dev/null; then
+step "python clients (.venv: pynvml, gpustat, nvitop, cuda-bindings, jsonschema, PyYAML, kubernetes-validate, grpcio, h2, cel-python)"
+if [ ! -x .venv/bin/python ] || ! .venv/bin/python -c 'import pynvml, gpustat, nvitop, cuda.bindings, jsonschema, yaml, kubernetes_validate, grpc, grpc_tools, h2, celpy' 2>/dev/null; then
     python3 -m venv .venv && .venv/bin/pip install -q --disable-pip-version-check -r tests/python/requirements.txt \
         || { echo "cannot set up .venv"; exit 1; }
 fi
