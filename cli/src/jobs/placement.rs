@@ -67,7 +67,7 @@ pub fn waiting_for(devices: &[ProbedDevice], rooms: &[GpuRoom], ledgers: &[Ledge
                 format!(
                     "{} by {} (PID {})",
                     format_bytes(g.cap_bytes.min(d.total_bytes).max(g.used_bytes)),
-                    crate::observe::report::clean(&l.path),
+                    crate::observe::text::clean(&l.path),
                     pids.join(", ")
                 )
             })

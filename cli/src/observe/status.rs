@@ -19,7 +19,7 @@ pub fn status(args: &StatusArgs) -> i32 {
         for note in &report.notes {
             eprintln!("fgpu status: {note}");
         }
-        print!("{}", report::render_text(&report, terminal_width()));
+        print!("{}", crate::observe::text::render_text(&report, terminal_width()));
     }
     i32::from(failed)
 }
