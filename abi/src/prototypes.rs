@@ -152,6 +152,8 @@ macro_rules! prototypes {
             Nvml fn nvmlDeviceGetMigMode(device: NvmlDevice, currentMode: *mut c_uint, pendingMode: *mut c_uint) -> NvmlReturn;
             Nvml fn nvmlDeviceGetMaxMigDeviceCount(device: NvmlDevice, count: *mut c_uint) -> NvmlReturn;
             Nvml fn nvmlDeviceGetMigDeviceHandleByIndex(device: NvmlDevice, index: c_uint, migDevice: *mut NvmlDevice) -> NvmlReturn;
+            Nvml fn nvmlDeviceGetGpuInstanceId(device: NvmlDevice, id: *mut c_uint) -> NvmlReturn;
+            Nvml fn nvmlDeviceGetComputeInstanceId(device: NvmlDevice, id: *mut c_uint) -> NvmlReturn;
             Nvml fn nvmlSystemGetDriverVersion(version: *mut c_char, length: c_uint) -> NvmlReturn;
         }
     };

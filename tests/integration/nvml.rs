@@ -152,7 +152,7 @@ fn u(value: &Value) -> u64 {
 fn ledger_view(env: &Env, sim_index: usize) -> (Vec<(u32, u64)>, u64) {
     let uuid = fgpu_sim_state::device_uuid_bytes(sim_index as u32);
     let snapshot = env.ledger().snapshot(None);
-    let Some(device) = snapshot.devices.iter().find(|d| d.uuid == uuid) else { return (Vec::new(), 0) };
+    let Some(device) = snapshot.devices.iter().find(|d| d.uuid.bytes == uuid) else { return (Vec::new(), 0) };
     let id = device.id.0;
     let mut procs: Vec<(u32, u64)> = snapshot
         .processes

@@ -438,7 +438,15 @@ pub(crate) mod tests_support {
     pub fn snapshot(processes: Vec<ProcessView>, used: u64) -> Snapshot {
         Snapshot {
             path: PathBuf::from("/l"),
-            devices: vec![DeviceView { id: DeviceId(0), uuid: [0xab; 16], cap: 8 * GIB, used, peak: 6 * GIB, refusals: 2, total_memory: 80 * GIB }],
+            devices: vec![DeviceView {
+                id: DeviceId(0),
+                uuid: fgpu_core::uuid::DeviceUuid::gpu([0xab; 16]),
+                cap: 8 * GIB,
+                used,
+                peak: 6 * GIB,
+                refusals: 2,
+                total_memory: 80 * GIB,
+            }],
             processes,
         }
     }
