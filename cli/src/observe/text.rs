@@ -195,8 +195,8 @@ fn render_ledger(out: &mut String, l: &LedgerReport, width: usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::observe::fixtures::{process_view, snapshot, GIB};
     use crate::observe::ledgers::{Origin, Target};
-    use crate::observe::report::tests_support::{process_view, snapshot, GIB};
     use crate::observe::report::SCHEMA;
 
     #[test]
@@ -221,13 +221,13 @@ mod tests {
 
     #[test]
     fn fgpu_run_keeping_a_place_is_said_as_such_not_listed_as_holding_nothing() {
-        let mut launcher = crate::observe::report::tests_support::process();
+        let mut launcher = crate::observe::fixtures::process();
         launcher.pid = Some(4242);
         launcher.name = "fgpu".into();
-        let mut job = crate::observe::report::tests_support::process();
+        let mut job = crate::observe::fixtures::process();
         job.name = "python".into();
         let target = Target::plain("/l".into(), Origin::Env);
-        let mut r = crate::observe::report::tests_support::empty(&target);
+        let mut r = crate::observe::fixtures::empty(&target);
         r.state = LedgerState::Ok;
         r.processes = vec![launcher.clone()];
         let text = render_text(&StatusReport { schema: SCHEMA, ledgers: vec![r.clone()], notes: vec![], gpus: vec![] }, 100);
