@@ -38,6 +38,28 @@ pub(super) fn private_dirs_left(env: &Env) -> Vec<String> {
     std::fs::read_dir(&env.dir).unwrap().filter_map(|e| e.ok()?.file_name().into_string().ok()).filter(|n| n.starts_with("fgpu-run-")).collect()
 }
 
+/// `promtool check metrics` accepts `body` (where promtool is installed; counted as a skip
+/// where not).
+pub(super) fn promtool_accepts(body: &str) {
+    if prerequisite(tool("promtool"), "promtool is not installed (Debian package prometheus)") {
+        let mut check = Command::new("promtool")
+            .args(["check", "metrics"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        check.stdin.take().unwrap().write_all(body.as_bytes()).unwrap();
+        let out = check.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "promtool check metrics failed:\n{}{}\n--- metrics ---\n{body}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
 /// The simulated driver's own figures for the live processes: (pid, bytes it holds for
 /// them on device 0, their CUDA context memory there).
 pub(super) fn sim_processes(env: &Env) -> std::collections::HashMap<u32, (u64, u64)> {

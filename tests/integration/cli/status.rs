@@ -194,23 +194,7 @@ fn run_with_a_compute_share_alone_and_what_status_and_the_exporter_show() {
     let _exporter = fgpu(&env).args(["exporter", "--listen", &format!("127.0.0.1:{port}"), "--ledger"]).arg(&ledger).spawn();
     eventually("the exporter listens", Duration::from_secs(10), || std::net::TcpStream::connect(("127.0.0.1", port)).is_ok());
     let (_, body) = http_get(port, "/metrics", "text/plain").unwrap();
-    if prerequisite(tool("promtool"), "promtool is not installed (Debian package prometheus)") {
-        let mut check = Command::new("promtool")
-            .args(["check", "metrics"])
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        check.stdin.take().unwrap().write_all(body.as_bytes()).unwrap();
-        let out = check.wait_with_output().unwrap();
-        assert!(
-            out.status.success(),
-            "promtool check metrics failed:\n{}{}\n--- metrics ---\n{body}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
+    promtool_accepts(&body);
     let (recent, busy, idle) = timeline();
     let labels = vec![("gpu", "0".to_string())];
     assert_eq!(sample(&body, "fgpu_compute_share_ratio", &labels), Some(0.3), "{body}");
