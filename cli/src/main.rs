@@ -9,6 +9,7 @@ mod driver_probe;
 mod elf;
 mod exporter;
 mod ledgers;
+mod nvml_events;
 mod placement;
 mod report;
 mod run;
@@ -43,6 +44,7 @@ fn main() {
         Command::Cdi(args) => cdi::cdi(&args),
         Command::Service(args) => service::service(&args),
         Command::DriverProbe => driver_probe::main(),
+        Command::NvmlEvents => nvml_events::main(),
         Command::SimEnv(args) => sim_env::sim_env(&args),
     };
     std::process::exit(code);

@@ -21,6 +21,7 @@ mod ledger_file;
 mod lookup_escapes;
 mod mig_sim;
 mod nvml;
+mod nvml_events;
 mod pid_modes;
 mod security;
 mod sharing;
