@@ -18,6 +18,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
+/// Device health and metrics.
+mod health;
+
 const NODE: &str = "node-a";
 const NODE_UID: &str = "2c4a3a4e-9f0e-4d5e-8d0a-6f1b8e0c1d2f";
 const RESERVE: u64 = 512 * MIB;
