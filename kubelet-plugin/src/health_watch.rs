@@ -24,6 +24,15 @@ const LONGEST_PAUSE: Duration = Duration::from_secs(30);
 /// A child that ran this long is not failing: the next restart pauses [`FIRST_PAUSE`].
 const SETTLED: Duration = Duration::from_secs(60);
 
+/// Why the helper could not be started.
+#[derive(Debug, thiserror::Error)]
+pub enum HelperError {
+    #[error("the driver's library directory {} cannot go on LD_LIBRARY_PATH: {source}", dir.display())]
+    LibraryPath { dir: PathBuf, source: std::env::JoinPathsError },
+    #[error("cannot start {} __nvml-events: {source}", fgpu.display())]
+    Spawn { fgpu: PathBuf, source: std::io::Error },
+}
+
 /// How to run the helper.
 pub struct Helper {
     /// The `fgpu` command.
@@ -33,22 +42,23 @@ pub struct Helper {
 }
 
 impl Helper {
-    fn command(&self) -> Result<tokio::process::Command, String> {
+    fn command(&self) -> Result<tokio::process::Command, HelperError> {
         let mut command = tokio::process::Command::new(&self.fgpu);
         command.arg("__nvml-events").env_remove("LD_PRELOAD").stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::inherit()).kill_on_drop(true);
         if let Some(dir) = &self.library_dir {
             let mut paths = vec![dir.clone()];
             paths.extend(std::env::var_os("LD_LIBRARY_PATH").map(|p| std::env::split_paths(&p).collect::<Vec<_>>()).unwrap_or_default());
-            command.env("LD_LIBRARY_PATH", std::env::join_paths(paths).map_err(|e| format!("{}: {e}", dir.display()))?);
+            command.env("LD_LIBRARY_PATH", std::env::join_paths(paths).map_err(|source| HelperError::LibraryPath { dir: dir.clone(), source })?);
         }
         Ok(command)
     }
 
     /// One run of the child: why it ended.
     async fn run_once(&self, monitor: &HealthMonitor) -> String {
-        let mut child = match self.command().and_then(|mut c| c.spawn().map_err(|e| e.to_string())) {
+        let spawned = self.command().and_then(|mut c| c.spawn().map_err(|source| HelperError::Spawn { fgpu: self.fgpu.clone(), source }));
+        let mut child = match spawned {
             Ok(child) => child,
-            Err(e) => return format!("cannot start {} __nvml-events: {e}", self.fgpu.display()),
+            Err(e) => return e.to_string(),
         };
         let pid = child.id().unwrap_or(0);
         monitor.helper_started(pid);

@@ -336,7 +336,7 @@ async fn run(args: RunArgs) -> Result<(), String> {
     }
     let metrics = Arc::new(Metrics::default());
     if let Some(address) = args.metrics_address {
-        let listener = tokio::net::TcpListener::bind(address).await.map_err(|e| format!("--metrics-address {address}: cannot listen: {e}"))?;
+        let listener = metrics_http::listen(address).await.map_err(|e| e.to_string())?;
         let bound = listener.local_addr().map(|a| a.to_string()).unwrap_or_else(|_| address.to_string());
         status.update(|s| s.metrics = Some(bound.clone()));
         log(&format!("serving metrics on http://{bound}/metrics"));

@@ -52,6 +52,19 @@ fn handle(request: &hyper::Request<hyper::body::Incoming>, scrape: &Scrape) -> h
     }
 }
 
+/// Why the endpoint cannot be served.
+#[derive(Debug, thiserror::Error)]
+#[error("--metrics-address {address}: cannot listen: {source}")]
+pub struct ListenError {
+    address: std::net::SocketAddr,
+    source: std::io::Error,
+}
+
+/// A listener on `address` (`--metrics-address`).
+pub async fn listen(address: std::net::SocketAddr) -> Result<TcpListener, ListenError> {
+    TcpListener::bind(address).await.map_err(|source| ListenError { address, source })
+}
+
 /// Serves `listener` for as long as the plugin runs.
 pub async fn serve(listener: TcpListener, scrape: Scrape) {
     let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
