@@ -374,7 +374,10 @@ fn dra_plugin_registers_publishes_the_gpus_and_prepares_capped_claims() {
 
     // Registration, as kubelet's plugin watcher does it.
     let info = node.kubelet.register(&node.registration()).unwrap();
-    assert_eq!(info, json!({"type": "DRAPlugin", "name": "gpu.fgpu.io", "endpoint": node.dra().display().to_string(), "supportedVersions": ["v1.DRAPlugin"]}));
+    assert_eq!(
+        info,
+        json!({"type": "DRAPlugin", "name": "gpu.fgpu.io", "endpoint": node.dra().display().to_string(), "supportedVersions": ["v1.DRAPlugin", "v1.DRAResourceHealth", "v1alpha1.DRAResourceHealth"]})
+    );
     node.kubelet.notify(&node.registration(), false, "version mismatch").unwrap();
 
     // The slice, field by field, against the simulator's figures.
