@@ -101,21 +101,10 @@ pub fn unix_now() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
 }
 
-/// `2025-01-31T12:00:00Z`.
+/// `2025-01-31T12:00:00Z` (RFC 3339, as the API's times).
 pub fn utc(secs: u64) -> String {
-    let days = (secs / 86_400) as i64;
-    let rest = secs % 86_400;
-    // Civil date from days since 1970-01-01 (the proleptic Gregorian calendar).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!("{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z", rest / 3600, rest % 3600 / 60, rest % 60)
+    let secs = i64::try_from(secs).unwrap_or(i64::MAX);
+    k8s_openapi::jiff::Timestamp::from_second(secs).map_or_else(|_| format!("{secs} s after the epoch"), |t| t.to_string())
 }
 
 impl HealthMonitor {
