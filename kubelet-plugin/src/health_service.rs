@@ -2,11 +2,10 @@
 //! the DRA socket beside the DRA service, in the two versions kubelets call:
 //!
 //! - `v1alpha1.DRAResourceHealth` (k8s.io/kubelet/pkg/apis/dra-health/v1alpha1): kubelet 1.34
-//!   and 1.35 with the `ResourceHealthStatus` gate on. 1.34's kubelet opens the stream on
-//!   every plugin it registers; later ones only on a plugin that lists the service among its
-//!   supported versions, which this one does.
-//! - `v1.DRAResourceHealth` (…/dra-health/v1): kubelet 1.36 and later, which prefer it when
-//!   a plugin lists both.
+//!   and 1.35 with the `ResourceHealthStatus` gate on, which open the stream on every plugin
+//!   they register (and again 5 s after it ends), whatever it lists.
+//! - `v1.DRAResourceHealth` (…/dra-health/v1): kubelet 1.36 and later, which pick from the
+//!   plugin's supported versions, v1 first, then v1alpha1: this plugin lists both.
 //!
 //! A stream sends every GPU of the node (device `gpu-<index>` of the node's pool) with its
 //! health ([`crate::health`]) at once, again whenever a GPU's health changes, and every

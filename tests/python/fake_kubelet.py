@@ -30,10 +30,11 @@ Usage (every command prints one JSON object):
   fake_kubelet.py [--authority A] [--kubelet 1.34|1.35|1.36] watch-health REG_SOCKET
       kubelet's device health stream (DRAResourceHealth.NodeWatchResources, gate
       ResourceHealthStatus): GetInfo on the registration socket, then the stream on the DRA
-      socket it names, with the service that kubelet version picks: 1.34 calls
-      v1alpha1.DRAResourceHealth whatever the plugin lists; 1.35 only when the plugin lists
-      it; 1.36 prefers v1.DRAResourceHealth, else v1alpha1, and calls neither when the
-      plugin lists neither. Prints {"service": ...} (null: none is called, and it exits),
+      socket it names, with the service that kubelet version picks: 1.34 and 1.35 call
+      v1alpha1.DRAResourceHealth on every plugin they register, whatever it lists
+      (DRAPluginManager.add); 1.36 picks from the plugin's supported versions,
+      v1.DRAResourceHealth first, else v1alpha1, and calls neither when the plugin lists
+      neither (pickHealthService). Prints {"service": ...} (null: none is called, and it exits),
       then one JSON line per message received, with "t", the seconds since the stream was
       opened, and each device's pool, name, health, time, timeout and message; runs until
       the stream ends ({"ended": ...}) or it is killed. Not with --authority absent.
@@ -210,10 +211,8 @@ HEALTH_SERVICES = {"v1": "v1.DRAResourceHealth", "v1alpha1": "v1alpha1.DRAResour
 def pick_health_service(kubelet, supported):
     """The health service a kubelet of this version calls, given the plugin's supported
     versions (kubelet's pkg/kubelet/cm/dra/plugin): None when it calls none."""
-    if kubelet == "1.34":
+    if kubelet in ("1.34", "1.35"):
         return "v1alpha1"
-    if kubelet == "1.35":
-        return "v1alpha1" if HEALTH_SERVICES["v1alpha1"] in supported else None
     for version in ("v1", "v1alpha1"):
         if HEALTH_SERVICES[version] in supported:
             return version

@@ -50,7 +50,7 @@ fn dra_health_reaches_kubelet_from_injected_xids_and_lost_gpus() {
     let info = node.kubelet.register(&node.registration()).unwrap();
     assert_eq!(info["supportedVersions"], json!(["v1.DRAPlugin", "v1.DRAResourceHealth", "v1alpha1.DRAResourceHealth"]), "{info}");
 
-    // kubelet 1.36 picks v1; 1.34 calls v1alpha1 on every plugin; 1.35 when it is listed.
+    // kubelet 1.36 picks v1 from the supported versions; 1.34 and 1.35 call v1alpha1.
     let mut v1 = node.kubelet.watch_health(&node.registration(), "1.36");
     let mut alpha = node.kubelet.watch_health(&node.registration(), "1.34");
     let mut beta = node.kubelet.watch_health(&node.registration(), "1.35");
