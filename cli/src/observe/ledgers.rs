@@ -14,7 +14,7 @@
 //! is looked up in that process's IPC namespace. Attachments of one segment by many
 //! processes are folded by IPC namespace and id.
 
-use crate::args::LedgerSelection;
+use super::args::LedgerSelection;
 use fgpu_core::config::{Config, LedgerOrigin, Sources};
 use fgpu_core::ledger::layout::SEGMENT_SIZE;
 use fgpu_core::ledger::store;
@@ -117,11 +117,11 @@ pub struct Resolved {
     pub targets: Vec<Target>,
     pub notes: Vec<String>,
     /// When the look began: finding the ledgers (a scan) and reading them share one budget
-    /// from here ([`crate::report::READ_BUDGET`]).
+    /// from here ([`crate::observe::report::READ_BUDGET`]).
     pub started: Instant,
 }
 
-/// How long a scan of the machine's processes may take, of [`crate::report::READ_BUDGET`]:
+/// How long a scan of the machine's processes may take, of [`crate::observe::report::READ_BUDGET`]:
 /// the rest is for reading the ledgers found.
 pub const SCAN_BUDGET: Duration = Duration::from_millis(1500);
 
@@ -134,12 +134,8 @@ pub fn resolve(select: &LedgerSelection) -> Resolved {
         let scan = scan_of(Path::new("/proc"), std::process::id(), None, started + SCAN_BUDGET);
         let mut notes = scan.notes();
         if scan.denied > 0 {
-            // SAFETY: geteuid has no preconditions.
-            let hint = if unsafe { libc::geteuid() } == 0 {
-                "not even by root: they belong to a more privileged namespace"
-            } else {
-                "run as root to see every ledger"
-            };
+            let hint =
+                if fgpu_core::sys::geteuid() == 0 { "not even by root: they belong to a more privileged namespace" } else { "run as root to see every ledger" };
             notes.push(format!("{} process(es) could not be inspected (permission denied; {hint})", scan.denied));
         }
         return Resolved { targets: scan.targets, notes, started };
@@ -403,7 +399,7 @@ mod tests {
         fn euid(&self) -> u32 {
             1000
         }
-        fn default_ledger(&self, uid: u32) -> Result<fgpu_core::config::DefaultLedger, String> {
+        fn default_ledger(&self, uid: u32) -> Result<fgpu_core::config::DefaultLedger, fgpu_core::config::NoPlaceLeft> {
             Ok(fgpu_core::config::DefaultLedger { path: format!("/tmp/fgpu-{uid}/ledger-ipc1").into(), note: None })
         }
     }
@@ -445,9 +441,7 @@ mod tests {
     }
 
     fn mkfifo(path: &Path) {
-        let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
-        // SAFETY: models mkfifo(3) with a NUL-terminated path.
-        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0, "mkfifo {}", path.display());
+        fgpu_core::sys::files::mkfifo(path, 0o600).unwrap_or_else(|e| panic!("mkfifo {}: {e}", path.display()));
     }
 
     /// Lets a read blocked on opening `fifo` go on (and see its end), so no thread of the
