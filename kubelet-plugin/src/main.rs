@@ -44,6 +44,8 @@ See docs/kubernetes.md.";
 /// How long a stopping plugin waits for the calls in flight (kubelet gives each 45 s; the
 /// DaemonSet's grace period is longer).
 const STOP_GRACE: Duration = Duration::from_secs(50);
+/// How long the relays may take, once the servers stopped, to pass their last answers on.
+const RELAY_DRAIN: Duration = Duration::from_secs(5);
 
 /// The Kubernetes DRA driver gpu.fgpu.io: GPUs shared by memory and compute, each claim capped.
 #[derive(Debug, Parser)]
@@ -347,18 +349,12 @@ async fn run(args: RunArgs) -> Result<(), String> {
     let reg_socket = server::registration_socket(&registrar_dir);
     let dra_listener = server::listen(&dra_socket)?;
     let health_service = monitor.as_ref().map(|m| HealthService::new(m.clone(), plugin.clone(), stop_rx.clone()));
-    let mut dra =
-        tokio::spawn(server::serve_dra(plugin.clone(), metrics.clone(), health_service, dra_listener, Notice::new(&dra_socket), stopped(stop_rx.clone())));
+    let (dra_notice, reg_notice) = (Notice::new(&dra_socket), Notice::new(&reg_socket));
+    let mut dra = tokio::spawn(server::serve_dra(plugin.clone(), metrics.clone(), health_service, dra_listener, dra_notice.clone(), stopped(stop_rx.clone())));
     let reg_listener = server::listen(&reg_socket)?;
     let versions = server::supported_versions(monitor.is_some());
-    let mut registration = tokio::spawn(server::serve_registration(
-        dra_socket.clone(),
-        versions,
-        status.clone(),
-        reg_listener,
-        Notice::new(&reg_socket),
-        stopped(stop_rx.clone()),
-    ));
+    let mut registration =
+        tokio::spawn(server::serve_registration(dra_socket.clone(), versions, status.clone(), reg_listener, reg_notice.clone(), stopped(stop_rx.clone())));
     log(&format!("serving {} and {}", reg_socket.display(), dra_socket.display()));
 
     let publisher = Arc::new(Publisher::new(api.clone(), &node, status.clone()));
@@ -402,6 +398,12 @@ async fn run(args: RunArgs) -> Result<(), String> {
         };
         if tokio::time::timeout(STOP_GRACE, both).await.is_err() {
             log("calls still in flight after the grace period are cut");
+        }
+        // The servers are done; their last answers are still on their way through the
+        // relays to kubelet.
+        let drained = dra_notice.drained(RELAY_DRAIN).await & reg_notice.drained(RELAY_DRAIN).await;
+        if !drained {
+            log(&format!("a connection was still passing answers to kubelet after {} s, and is cut", RELAY_DRAIN.as_secs()));
         }
     }
     let _ = std::fs::remove_file(&dra_socket);
