@@ -11,12 +11,41 @@ pub const NVML_ERROR_NOT_SUPPORTED: NvmlReturn = 3;
 pub const NVML_ERROR_NO_PERMISSION: NvmlReturn = 4;
 pub const NVML_ERROR_NOT_FOUND: NvmlReturn = 6;
 pub const NVML_ERROR_INSUFFICIENT_SIZE: NvmlReturn = 7;
+pub const NVML_ERROR_TIMEOUT: NvmlReturn = 10;
 pub const NVML_ERROR_FUNCTION_NOT_FOUND: NvmlReturn = 13;
+pub const NVML_ERROR_GPU_IS_LOST: NvmlReturn = 15;
 pub const NVML_ERROR_ARGUMENT_VERSION_MISMATCH: NvmlReturn = 25;
 pub const NVML_ERROR_UNKNOWN: NvmlReturn = 999;
 
 /// Instance IDs reported when MIG is off.
 pub const NVML_NO_INSTANCE: c_uint = 0xFFFF_FFFF;
+
+/// `nvmlEventSet_t`: a handle on an opaque set.
+pub type NvmlEventSet = *mut c_void;
+
+/// `nvmlEventTypeSingleBitEccError`.
+pub const NVML_EVENT_TYPE_SINGLE_BIT_ECC_ERROR: u64 = 0x1;
+/// `nvmlEventTypeDoubleBitEccError`.
+pub const NVML_EVENT_TYPE_DOUBLE_BIT_ECC_ERROR: u64 = 0x2;
+/// `nvmlEventTypeXidCriticalError`: `eventData` is the XID.
+pub const NVML_EVENT_TYPE_XID_CRITICAL_ERROR: u64 = 0x8;
+
+/// `nvmlEventData_t` (r450 and later), what `nvmlEventSetWait_v2` writes.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct NvmlEventData {
+    pub device: NvmlDevice,
+    pub event_type: u64,
+    pub event_data: u64,
+    pub gpu_instance_id: c_uint,
+    pub compute_instance_id: c_uint,
+}
+
+impl Default for NvmlEventData {
+    fn default() -> Self {
+        NvmlEventData { device: std::ptr::null_mut(), event_type: 0, event_data: 0, gpu_instance_id: 0, compute_instance_id: 0 }
+    }
+}
 
 /// `nvmlMemory_t`.
 #[repr(C)]
@@ -203,6 +232,8 @@ const _: () = {
     assert!(offset_of!(NvmlEncoderSessionInfo, pid) == 4);
     assert!(size_of::<NvmlFbcSessionInfo>() == 48);
     assert!(offset_of!(NvmlFbcSessionInfo, pid) == 4);
+    assert!(size_of::<NvmlEventData>() == 32);
+    assert!(offset_of!(NvmlEventData, gpu_instance_id) == 24);
     assert!(size_of::<NvmlAccountingStatsV2>() == 64);
     assert!(offset_of!(NvmlAccountingStatsV2, pid) == 0);
     assert!(offset_of!(NvmlAccountingStatsV2, sum_gpu_util) == 32);

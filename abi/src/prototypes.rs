@@ -162,8 +162,9 @@ macro_rules! prototypes {
 /// `tool_prototypes!(then)`: as [`prototypes!`](crate::prototypes), the driver functions
 /// fgpu's tools call and the shim does not (`fgpu doctor`'s driver probe and the observers'
 /// NVML lists in `cli/`: the driver's version, `cuInit`, the unversioned NVML names a
-/// driver older than their `_v2` has, a device's name, `nvmlShutdown`). The tools call the
-/// shim's list too; a function is in one list only.
+/// driver older than their `_v2` has, a device's name, `nvmlShutdown`; the event API that
+/// `fgpu __nvml-events` watches GPU health with). The tools call the shim's list too; a
+/// function is in one list only.
 #[macro_export]
 macro_rules! tool_prototypes {
     ($then:ident) => {
@@ -177,6 +178,11 @@ macro_rules! tool_prototypes {
             Nvml fn nvmlSystemGetCudaDriverVersion_v2(cudaDriverVersion: *mut c_int) -> NvmlReturn;
             Nvml fn nvmlDeviceGetCount(deviceCount: *mut c_uint) -> NvmlReturn;
             Nvml fn nvmlDeviceGetName(device: NvmlDevice, name: *mut c_char, length: c_uint) -> NvmlReturn;
+            Nvml fn nvmlDeviceGetSupportedEventTypes(device: NvmlDevice, eventTypes: *mut u64) -> NvmlReturn;
+            Nvml fn nvmlEventSetCreate(set: *mut NvmlEventSet) -> NvmlReturn;
+            Nvml fn nvmlDeviceRegisterEvents(device: NvmlDevice, eventTypes: u64, set: NvmlEventSet) -> NvmlReturn;
+            Nvml fn nvmlEventSetWait_v2(set: NvmlEventSet, data: *mut NvmlEventData, timeoutms: c_uint) -> NvmlReturn;
+            Nvml fn nvmlEventSetFree(set: NvmlEventSet) -> NvmlReturn;
         }
     };
 }

@@ -44,6 +44,10 @@ pub enum Command {
     /// `fgpu doctor` in a child process without the shim preloaded).
     #[command(name = "__driver-probe", hide = true)]
     DriverProbe,
+    /// Internal: watches the GPUs' health through NVML's events and prints one JSON line per
+    /// event (run by fgpu-kubelet-plugin as a child process).
+    #[command(name = "__nvml-events", hide = true)]
+    NvmlEvents,
     /// For development: set up fgpu's simulated driver (docs/simulator.md). Hidden: it needs
     /// the simulator built in the workspace, which an installed fgpu does not ship.
     #[command(hide = true)]

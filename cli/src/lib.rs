@@ -6,7 +6,7 @@
 //!
 //! * [`jobs`]: `fgpu run`, the signals it forwards, and `--gpus auto`'s placement;
 //! * [`observe`]: `fgpu status`, `top` and `exporter`, the ledgers they find and what they
-//!   show of each;
+//!   show of each; the hidden `fgpu __nvml-events`, the GPUs' health for the DRA driver;
 //! * [`doctor`]: `fgpu doctor`, one function per check;
 //! * [`cdi`]: `fgpu cdi generate`;
 //! * [`service`]: `fgpu service`, the host-PID helper;
@@ -51,6 +51,7 @@ pub fn run(cli: Cli) -> i32 {
         Command::Cdi(args) => cdi::cdi(&args),
         Command::Service(args) => service::service(&args),
         Command::DriverProbe => driver::probe::main(),
+        Command::NvmlEvents => observe::nvml_events::main(),
         Command::SimEnv(args) => sim_env::sim_env(&args),
     }
 }

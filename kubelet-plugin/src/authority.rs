@@ -57,15 +57,40 @@ pub fn acceptable(authority: &str) -> bool {
     authority.parse::<http::uri::Authority>().is_ok()
 }
 
-/// What a relay says once per socket: the first authority it had to replace.
+/// What a socket's relays share: the first authority one had to replace (said once), and
+/// how many are still running.
 pub struct Notice {
     socket: String,
     said: AtomicBool,
+    live: std::sync::atomic::AtomicUsize,
+}
+
+/// Counts one relay as running until dropped.
+struct Running(Arc<Notice>);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.0.live.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 impl Notice {
     pub fn new(socket: &std::path::Path) -> Arc<Notice> {
-        Arc::new(Notice { socket: socket.display().to_string(), said: AtomicBool::new(false) })
+        Arc::new(Notice { socket: socket.display().to_string(), said: AtomicBool::new(false), live: Default::default() })
+    }
+
+    /// Waits until every relay of the socket has ended, at most `within`: once the server
+    /// has stopped, that is when its last answers have reached the clients (the process
+    /// must not exit before). False when some still run.
+    pub async fn drained(&self, within: std::time::Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + within;
+        while self.live.load(Ordering::Acquire) > 0 {
+            if tokio::time::Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        true
     }
 
     fn replaced(&self, authority: &str) {
@@ -82,7 +107,10 @@ impl Notice {
 /// end closes.
 pub fn connect(client: UnixStream, notice: Arc<Notice>) -> DuplexStream {
     let (server_end, relay_end) = tokio::io::duplex(PIPE);
+    notice.live.fetch_add(1, Ordering::AcqRel);
+    let running = Running(notice.clone());
     tokio::spawn(async move {
+        let _running = running;
         if let Err(e) = relay(client, relay_end, notice).await {
             crate::log(&format!("a kubelet connection ended: {e}"));
         }

@@ -6,7 +6,10 @@
 //! fgpu's that caps the claim's containers at what it was allocated ([`plugin`],
 //! [`claimfiles`]), beside NVIDIA's device for the GPU ([`nvidia`]). kubelet talks to it over
 //! two Unix sockets ([`server`], through [`authority`]); the API server is called with plain
-//! REST requests ([`api`]). docs/kubernetes.md is the user's guide.
+//! REST requests ([`api`]). Each GPU's health ([`health`], from NVML's events watched by a
+//! child process, [`health_watch`]; which XIDs count, [`xid`]) goes to kubelet's device
+//! health stream ([`health_service`]); the metrics ([`metrics`]) to Prometheus
+//! ([`metrics_http`]). docs/kubernetes.md is the user's guide.
 
 pub mod api;
 pub mod authority;
@@ -14,7 +17,12 @@ pub mod capacity;
 pub mod check;
 pub mod checkpoint;
 pub mod claimfiles;
+pub mod health;
+pub mod health_service;
+pub mod health_watch;
 pub mod inventory;
+pub mod metrics;
+pub mod metrics_http;
 pub mod nvidia;
 pub mod plan;
 pub mod plugin;
@@ -25,6 +33,7 @@ pub mod server;
 pub mod slices;
 pub mod status;
 pub mod watch;
+pub mod xid;
 
 /// One line to standard error, where kubelet's container logs take it.
 pub fn log(message: &str) {

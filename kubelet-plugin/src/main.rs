@@ -5,14 +5,21 @@ use fgpu_cdi::files::{prepare_dir, Payload};
 use fgpu_kubelet_plugin::api::Api;
 use fgpu_kubelet_plugin::authority::Notice;
 use fgpu_kubelet_plugin::claimfiles::ClaimFiles;
+use fgpu_kubelet_plugin::health::HealthMonitor;
+use fgpu_kubelet_plugin::health_service::HealthService;
+use fgpu_kubelet_plugin::health_watch::Helper;
 use fgpu_kubelet_plugin::inventory::{self, Inventory};
+use fgpu_kubelet_plugin::metrics::{self, Metrics, View};
+use fgpu_kubelet_plugin::metrics_http::{self, Scrape};
 use fgpu_kubelet_plugin::nvidia::NvidiaNames;
 use fgpu_kubelet_plugin::plugin::{Plugin, Settings};
 use fgpu_kubelet_plugin::publish::Publisher;
 use fgpu_kubelet_plugin::quantity::{format_bytes, Quantity};
 use fgpu_kubelet_plugin::slices::MemoryPolicy;
 use fgpu_kubelet_plugin::status::{self, Status};
+use fgpu_kubelet_plugin::xid::XidPolicy;
 use fgpu_kubelet_plugin::{check, log, server, watch};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -37,6 +44,8 @@ See docs/kubernetes.md.";
 /// How long a stopping plugin waits for the calls in flight (kubelet gives each 45 s; the
 /// DaemonSet's grace period is longer).
 const STOP_GRACE: Duration = Duration::from_secs(50);
+/// How long the relays may take, once the servers stopped, to pass their last answers on.
+const RELAY_DRAIN: Duration = Duration::from_secs(5);
 
 /// The Kubernetes DRA driver gpu.fgpu.io: GPUs shared by memory and compute, each claim capped.
 #[derive(Debug, Parser)]
@@ -132,6 +141,22 @@ struct RunArgs {
     /// watched, and put back within seconds when someone else deletes or changes them).
     #[arg(long, default_value_t = 60, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..=86400))]
     resync_interval: u64,
+
+    /// Watch the GPUs' health (XID errors, GPUs that fall off the bus, through NVML's events
+    /// in a child process, fgpu __nvml-events) and serve kubelet's device health service
+    /// (DRAResourceHealth) on the DRA socket.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
+    device_health: bool,
+
+    /// XIDs that leave a GPU healthy besides the application errors 13, 31, 43, 45, 68 and
+    /// 109, comma-separated (as NVIDIA's DRA driver's flag of the same name).
+    #[arg(long, env = "ADDITIONAL_XIDS_TO_IGNORE", value_delimiter = ',', value_name = "XIDS")]
+    additional_xids_to_ignore: Vec<u64>,
+
+    /// Serve Prometheus metrics on this address (such as 0.0.0.0:9478), at /metrics. Off
+    /// unless given (the DaemonSet of deploy/kubernetes gives it).
+    #[arg(long, value_name = "HOST:PORT")]
+    metrics_address: Option<SocketAddr>,
 }
 
 fn parse_bytes(text: &str) -> Result<u64, String> {
@@ -226,6 +251,37 @@ async fn looks(l: Looks) {
     }
 }
 
+/// Keeps the GPUs' health and the health watch in the status.
+async fn show_health(plugin: Arc<Plugin>, monitor: Arc<HealthMonitor>, status: Arc<Status>) {
+    let mut changed = monitor.subscribe();
+    loop {
+        let indices: Vec<u32> = plugin.inventory().gpus.iter().map(|g| g.index).collect();
+        let (health, watch) = (monitor.report(&indices), monitor.watch_status());
+        status.update(|s| {
+            s.health = health;
+            s.health_watch = watch;
+        });
+        tokio::select! {
+            _ = changed.changed() => {}
+            _ = tokio::time::sleep(Duration::from_secs(5)) => {}
+        }
+    }
+}
+
+/// What a scrape of the metrics endpoint answers.
+fn scrape(plugin: Arc<Plugin>, monitor: Option<Arc<HealthMonitor>>, status: Arc<Status>, metrics: Arc<Metrics>) -> Scrape {
+    Arc::new(move |openmetrics| {
+        let gpus = plugin.inventory().gpus;
+        let indices: Vec<u32> = gpus.iter().map(|g| g.index).collect();
+        let (health, xids) = match &monitor {
+            Some(m) => (m.report(&indices), m.xids()),
+            None => (Vec::new(), Default::default()),
+        };
+        let view = View { gpus, status: status.get(), policy: plugin.settings.memory, health, xids };
+        metrics::encode(&metrics.registry(&view), openmetrics)
+    })
+}
+
 async fn run(args: RunArgs) -> Result<(), String> {
     let node = args.node_name.clone().filter(|n| !n.is_empty()).ok_or("--node-name (or NODE_NAME) is missing or empty")?;
     let fgpu = find_fgpu(args.fgpu.as_deref())?;
@@ -270,13 +326,35 @@ async fn run(args: RunArgs) -> Result<(), String> {
     let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|stop| *stop).await;
     };
+    // The GPUs' health, watched in a child process (NVML stays out of this one).
+    let monitor = args.device_health.then(|| Arc::new(HealthMonitor::new(XidPolicy::new(&args.additional_xids_to_ignore))));
+    let mut background = Vec::new();
+    if let Some(monitor) = &monitor {
+        let library_dir = args.driver_root.as_deref().map(inventory::nvml_dir).transpose()?;
+        let ignored: Vec<String> = XidPolicy::new(&args.additional_xids_to_ignore).ignored().iter().map(u64::to_string).collect();
+        log(&format!("device health: a GPU is unhealthy while it is off the bus, and after any XID error but {} until it is reset", ignored.join(", ")));
+        background.push(tokio::spawn(Helper { fgpu: fgpu.clone(), library_dir }.run(monitor.clone())));
+        background.push(tokio::spawn(show_health(plugin.clone(), monitor.clone(), status.clone())));
+    }
+    let metrics = Arc::new(Metrics::default());
+    if let Some(address) = args.metrics_address {
+        let listener = metrics_http::listen(address).await.map_err(|e| e.to_string())?;
+        let bound = listener.local_addr().map(|a| a.to_string()).unwrap_or_else(|_| address.to_string());
+        status.update(|s| s.metrics = Some(bound.clone()));
+        log(&format!("serving metrics on http://{bound}/metrics"));
+        background.push(tokio::spawn(metrics_http::serve(listener, scrape(plugin.clone(), monitor.clone(), status.clone(), metrics.clone()))));
+    }
+
     let dra_socket = server::dra_socket(&plugins_dir);
     let reg_socket = server::registration_socket(&registrar_dir);
     let dra_listener = server::listen(&dra_socket)?;
-    let mut dra = tokio::spawn(server::serve_dra(plugin.clone(), dra_listener, Notice::new(&dra_socket), stopped(stop_rx.clone())));
+    let health_service = monitor.as_ref().map(|m| HealthService::new(m.clone(), plugin.clone(), stop_rx.clone()));
+    let (dra_notice, reg_notice) = (Notice::new(&dra_socket), Notice::new(&reg_socket));
+    let mut dra = tokio::spawn(server::serve_dra(plugin.clone(), metrics.clone(), health_service, dra_listener, dra_notice.clone(), stopped(stop_rx.clone())));
     let reg_listener = server::listen(&reg_socket)?;
+    let versions = server::supported_versions(monitor.is_some());
     let mut registration =
-        tokio::spawn(server::serve_registration(dra_socket.clone(), status.clone(), reg_listener, Notice::new(&reg_socket), stopped(stop_rx.clone())));
+        tokio::spawn(server::serve_registration(dra_socket.clone(), versions, status.clone(), reg_listener, reg_notice.clone(), stopped(stop_rx.clone())));
     log(&format!("serving {} and {}", reg_socket.display(), dra_socket.display()));
 
     let publisher = Arc::new(Publisher::new(api.clone(), &node, status.clone()));
@@ -305,6 +383,9 @@ async fn run(args: RunArgs) -> Result<(), String> {
     looking.abort();
     watching.abort();
     forgetting.abort();
+    for task in &background {
+        task.abort();
+    }
     // kubelet deregisters the plugin when its registration socket goes; the calls in flight
     // finish, and new connections are refused.
     let _ = std::fs::remove_file(&reg_socket);
@@ -317,6 +398,12 @@ async fn run(args: RunArgs) -> Result<(), String> {
         };
         if tokio::time::timeout(STOP_GRACE, both).await.is_err() {
             log("calls still in flight after the grace period are cut");
+        }
+        // The servers are done; their last answers are still on their way through the
+        // relays to kubelet.
+        let drained = dra_notice.drained(RELAY_DRAIN).await & reg_notice.drained(RELAY_DRAIN).await;
+        if !drained {
+            log(&format!("a connection was still passing answers to kubelet after {} s, and is cut", RELAY_DRAIN.as_secs()));
         }
     }
     let _ = std::fs::remove_file(&dra_socket);

@@ -1,16 +1,21 @@
 //! kubelet's two sockets: the registration service on `<registrar dir>/gpu.fgpu.io-reg.sock`,
 //! which kubelet finds by watching that directory, and the DRA service on
-//! `<plugins dir>/gpu.fgpu.io/dra.sock`, which the registration names. Every connection
-//! goes through the relay of [`crate::authority`], so that what kubelet's grpc-go sends as
-//! `:authority` is served.
+//! `<plugins dir>/gpu.fgpu.io/dra.sock`, which the registration names, with the device
+//! health service beside it ([`crate::health_service`]). Every connection goes through the
+//! relay of [`crate::authority`], so that what kubelet's grpc-go sends as `:authority` is
+//! served.
 
 use crate::authority::{self, Notice};
+use crate::health_service::{HealthService, V1Alpha1, V1Service};
+use crate::metrics::Metrics;
 use crate::plugin::Plugin;
 use crate::proto::dra::dra_plugin_server::{DraPlugin, DraPluginServer};
 use crate::proto::dra::{
     Device, NodePrepareResourceResponse, NodePrepareResourcesRequest, NodePrepareResourcesResponse, NodeUnprepareResourceResponse,
     NodeUnprepareResourcesRequest, NodeUnprepareResourcesResponse,
 };
+use crate::proto::health_v1::dra_resource_health_server::DraResourceHealthServer as HealthV1Server;
+use crate::proto::health_v1alpha1::dra_resource_health_server::DraResourceHealthServer as HealthV1Alpha1Server;
 use crate::proto::registration::registration_server::{Registration, RegistrationServer};
 use crate::proto::registration::{InfoRequest, PluginInfo, RegistrationStatus, RegistrationStatusResponse};
 use crate::slices::DRIVER;
@@ -20,6 +25,7 @@ use std::collections::HashMap;
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Instant;
 use tokio::io::DuplexStream;
 use tokio::net::UnixListener;
 use tonic::{Request, Response, Status};
@@ -29,6 +35,17 @@ pub const PLUGIN_TYPE: &str = "DRAPlugin";
 /// The DRA service this driver serves (k8s.io/kubelet/pkg/apis/dra/v1; kubelet 1.34 and
 /// later). kubelets that only speak v1beta1 (1.33 and older) are not served.
 pub const DRA_SERVICE: &str = "v1.DRAPlugin";
+
+/// What the registration lists as the plugin's supported versions: the DRA service, and the
+/// device health services when they are served (kubelet reads the list as the gRPC services
+/// the plugin provides, `<package>.<service>`, and picks the newest it knows of each).
+pub fn supported_versions(health: bool) -> Vec<String> {
+    let mut versions = vec![DRA_SERVICE.to_string()];
+    if health {
+        versions.extend([crate::health_service::V1.to_string(), crate::health_service::V1ALPHA1.to_string()]);
+    }
+    versions
+}
 /// Both sockets: kubelet runs as root, and nobody else has anything to ask.
 pub const SOCKET_MODE: u32 = 0o600;
 /// The driver's directory under kubelet's plugins directory (the DRA socket, the checkpoint,
@@ -52,6 +69,7 @@ pub fn dra_socket(plugins_dir: &Path) -> PathBuf {
 
 pub struct RegistrationService {
     endpoint: PathBuf,
+    versions: Vec<String>,
     status: Arc<PluginStatus>,
 }
 
@@ -62,7 +80,7 @@ impl Registration for RegistrationService {
             r#type: PLUGIN_TYPE.into(),
             name: DRIVER.into(),
             endpoint: self.endpoint.to_string_lossy().into_owned(),
-            supported_versions: vec![DRA_SERVICE.into()],
+            supported_versions: self.versions.clone(),
         }))
     }
 
@@ -83,6 +101,7 @@ impl Registration for RegistrationService {
 
 pub struct DraService {
     plugin: Arc<Plugin>,
+    metrics: Arc<Metrics>,
 }
 
 #[tonic::async_trait]
@@ -91,7 +110,10 @@ impl DraPlugin for DraService {
         // The claims of one request (one pod's) are prepared side by side, as kubelet
         // prepares different pods' side by side.
         let answers = futures_util::future::join_all(request.into_inner().claims.into_iter().map(|claim| async move {
-            let answer = match self.plugin.prepare(&claim.namespace, &claim.name, &claim.uid).await {
+            let started = Instant::now();
+            let prepared = self.plugin.prepare(&claim.namespace, &claim.name, &claim.uid).await;
+            self.metrics.prepared(started.elapsed(), prepared.is_ok());
+            let answer = match prepared {
                 Ok(devices) => NodePrepareResourceResponse {
                     devices: devices
                         .into_iter()
@@ -119,7 +141,10 @@ impl DraPlugin for DraService {
     async fn node_unprepare_resources(&self, request: Request<NodeUnprepareResourcesRequest>) -> Result<Response<NodeUnprepareResourcesResponse>, Status> {
         let mut claims = HashMap::new();
         for claim in request.into_inner().claims {
-            let error = match self.plugin.unprepare(&claim.namespace, &claim.name, &claim.uid).await {
+            let started = Instant::now();
+            let unprepared = self.plugin.unprepare(&claim.namespace, &claim.name, &claim.uid).await;
+            self.metrics.unprepared(started.elapsed(), unprepared.is_ok());
+            let error = match unprepared {
                 Ok(()) => String::new(),
                 Err(error) => {
                     crate::log(&format!("not unprepared: ResourceClaim {}/{} ({}): {error}", claim.namespace, claim.name, claim.uid));
@@ -173,31 +198,37 @@ fn incoming(listener: UnixListener, notice: Arc<Notice>) -> impl Stream<Item = R
     })
 }
 
-/// Serves the DRA service on `listener` until `shutdown` resolves, then lets the calls in
-/// flight finish.
+/// Serves the DRA service (and the device health service, with `health`) on `listener`
+/// until `shutdown` resolves, then lets the calls in flight finish.
 pub async fn serve_dra(
     plugin: Arc<Plugin>,
+    metrics: Arc<Metrics>,
+    health: Option<Arc<HealthService>>,
     listener: UnixListener,
     notice: Arc<Notice>,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<(), String> {
     tonic::transport::Server::builder()
-        .add_service(DraPluginServer::new(DraService { plugin }))
+        .add_service(DraPluginServer::new(DraService { plugin, metrics }))
+        .add_optional_service(health.clone().map(|h| HealthV1Alpha1Server::new(V1Alpha1(h))))
+        .add_optional_service(health.map(|h| HealthV1Server::new(V1Service(h))))
         .serve_with_incoming_shutdown(incoming(listener, notice), shutdown)
         .await
         .map_err(|e| format!("the DRA service stopped: {e}"))
 }
 
-/// Serves the registration service, naming `endpoint` (the DRA socket), until `shutdown`.
+/// Serves the registration service, naming `endpoint` (the DRA socket) and `versions`
+/// ([`supported_versions`]), until `shutdown`.
 pub async fn serve_registration(
     endpoint: PathBuf,
+    versions: Vec<String>,
     status: Arc<PluginStatus>,
     listener: UnixListener,
     notice: Arc<Notice>,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<(), String> {
     tonic::transport::Server::builder()
-        .add_service(RegistrationServer::new(RegistrationService { endpoint, status }))
+        .add_service(RegistrationServer::new(RegistrationService { endpoint, versions, status }))
         .serve_with_incoming_shutdown(incoming(listener, notice), shutdown)
         .await
         .map_err(|e| format!("the registration service stopped: {e}"))

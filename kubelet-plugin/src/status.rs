@@ -38,6 +38,12 @@ pub struct Snapshot {
     pub watch: String,
     /// What the prepared claims hold, per GPU.
     pub gpus: Vec<GpuUse>,
+    /// Each GPU's health, as kubelet's device health stream reports it.
+    pub health: Vec<crate::health::GpuHealth>,
+    /// The child that watches NVML's events (`fgpu __nvml-events`).
+    pub health_watch: crate::health::WatchStatus,
+    /// Where the metrics are served (`--metrics-address`), if anywhere.
+    pub metrics: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]

@@ -265,6 +265,14 @@ pub fn shim_checks() -> Checks {
         start_time => "startTime",
     }));
 
+    c.push(c_struct!(Nvml, nvml::NvmlEventData => "nvmlEventData_t" {
+        device => "device",
+        event_type => "eventType",
+        event_data => "eventData",
+        gpu_instance_id => "gpuInstanceId",
+        compute_instance_id => "computeInstanceId",
+    }));
+
     // nvml.h constants, including the struct version macros.
     for v in [
         c_value!(Nvml, nvml::NVML_SUCCESS),
@@ -274,6 +282,11 @@ pub fn shim_checks() -> Checks {
         c_value!(Nvml, nvml::NVML_ERROR_NOT_FOUND),
         c_value!(Nvml, nvml::NVML_ERROR_INSUFFICIENT_SIZE),
         c_value!(Nvml, nvml::NVML_ERROR_FUNCTION_NOT_FOUND),
+        c_value!(Nvml, nvml::NVML_ERROR_TIMEOUT),
+        c_value!(Nvml, nvml::NVML_ERROR_GPU_IS_LOST),
+        c_value!(Nvml, nvml::NVML_EVENT_TYPE_SINGLE_BIT_ECC_ERROR => "nvmlEventTypeSingleBitEccError"),
+        c_value!(Nvml, nvml::NVML_EVENT_TYPE_DOUBLE_BIT_ECC_ERROR => "nvmlEventTypeDoubleBitEccError"),
+        c_value!(Nvml, nvml::NVML_EVENT_TYPE_XID_CRITICAL_ERROR => "nvmlEventTypeXidCriticalError"),
         c_value!(Nvml, nvml::NVML_ERROR_ARGUMENT_VERSION_MISMATCH),
         c_value!(Nvml, nvml::NVML_ERROR_UNKNOWN),
         c_value!(Nvml, nvml::NVML_MEMORY_V2 => "nvmlMemory_v2"),

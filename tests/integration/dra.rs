@@ -18,6 +18,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
+/// Device health and metrics.
+mod health;
+
 const NODE: &str = "node-a";
 const NODE_UID: &str = "2c4a3a4e-9f0e-4d5e-8d0a-6f1b8e0c1d2f";
 const RESERVE: u64 = 512 * MIB;
@@ -371,7 +374,10 @@ fn dra_plugin_registers_publishes_the_gpus_and_prepares_capped_claims() {
 
     // Registration, as kubelet's plugin watcher does it.
     let info = node.kubelet.register(&node.registration()).unwrap();
-    assert_eq!(info, json!({"type": "DRAPlugin", "name": "gpu.fgpu.io", "endpoint": node.dra().display().to_string(), "supportedVersions": ["v1.DRAPlugin"]}));
+    assert_eq!(
+        info,
+        json!({"type": "DRAPlugin", "name": "gpu.fgpu.io", "endpoint": node.dra().display().to_string(), "supportedVersions": ["v1.DRAPlugin", "v1.DRAResourceHealth", "v1alpha1.DRAResourceHealth"]})
+    );
     node.kubelet.notify(&node.registration(), false, "version mismatch").unwrap();
 
     // The slice, field by field, against the simulator's figures.

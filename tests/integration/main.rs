@@ -22,6 +22,7 @@ mod lookup_escapes;
 mod mig_caps;
 mod mig_sim;
 mod nvml;
+mod nvml_events;
 mod pid_modes;
 mod security;
 mod sharing;

@@ -27,6 +27,17 @@ Usage (every command prints one JSON object):
       one NodePrepareResources per claim, all at once (kubelet prepares different pods'
       claims concurrently), each with kubelet's 45 s deadline; prints every answer and how
       long each call took.
+  fake_kubelet.py [--authority A] [--kubelet 1.34|1.35|1.36] watch-health REG_SOCKET
+      kubelet's device health stream (DRAResourceHealth.NodeWatchResources, gate
+      ResourceHealthStatus): GetInfo on the registration socket, then the stream on the DRA
+      socket it names, with the service that kubelet version picks: 1.34 and 1.35 call
+      v1alpha1.DRAResourceHealth on every plugin they register, whatever it lists
+      (DRAPluginManager.add); 1.36 picks from the plugin's supported versions,
+      v1.DRAResourceHealth first, else v1alpha1, and calls neither when the plugin lists
+      neither (pickHealthService). Prints {"service": ...} (null: none is called, and it exits),
+      then one JSON line per message received, with "t", the seconds since the stream was
+      opened, and each device's pool, name, health, time, timeout and message; runs until
+      the stream ends ({"ended": ...}) or it is killed. Not with --authority absent.
 A call that fails as a whole prints {"error": ...} and exits 3.
 """
 
@@ -57,9 +68,13 @@ def encode_authority(text):
     return "".join(chr(b) if b in keep else "%%%02X" % b for b in text.encode())
 
 
+PROTO_FILES = ("pluginregistration.proto", "dra_v1.proto", "dra_health_v1alpha1.proto", "dra_health_v1.proto")
+
+
 def load_messages(out_dir):
-    """Compiles the transcribed protos into out_dir; returns (registration, dra) modules."""
-    for name in ("pluginregistration.proto", "dra_v1.proto"):
+    """Compiles the transcribed protos into out_dir; returns (registration, dra) modules (the
+    health ones are imported by name: dra_health_v1alpha1_pb2, dra_health_v1_pb2)."""
+    for name in PROTO_FILES:
         rc = protoc.main(["protoc", "-I" + PROTOS, "--python_out=" + out_dir, os.path.join(PROTOS, name)])
         if rc != 0:
             raise SystemExit("protoc failed on %s" % name)
@@ -151,7 +166,8 @@ def prepared(answer):
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--authority", choices=["grpc-go", "localhost", "absent"], default="grpc-go")
-    parser.add_argument("command", choices=["register", "notify", "prepare", "unprepare", "concurrent"])
+    parser.add_argument("--kubelet", choices=["1.34", "1.35", "1.36"], default="1.36")
+    parser.add_argument("command", choices=["register", "notify", "prepare", "unprepare", "concurrent", "watch-health"])
     parser.add_argument("socket")
     parser.add_argument("rest", nargs="*")
     args = parser.parse_args()
@@ -160,6 +176,9 @@ def main():
         caller = Caller(args.socket, args.authority)
         base = "/k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin/"
         try:
+            if args.command == "watch-health":
+                watch_health(caller, args.authority, args.kubelet, reg)
+                return
             if args.command == "register":
                 info = caller.call("/pluginregistration.Registration/GetInfo", reg.InfoRequest(), reg.PluginInfo)
                 caller.call("/pluginregistration.Registration/NotifyRegistrationStatus", reg.RegistrationStatus(plugin_registered=True), reg.RegistrationStatusResponse)
@@ -184,6 +203,51 @@ def main():
         finally:
             caller.close()
     print(json.dumps(result))
+
+
+HEALTH_SERVICES = {"v1": "v1.DRAResourceHealth", "v1alpha1": "v1alpha1.DRAResourceHealth"}
+
+
+def pick_health_service(kubelet, supported):
+    """The health service a kubelet of this version calls, given the plugin's supported
+    versions (kubelet's pkg/kubelet/cm/dra/plugin): None when it calls none."""
+    if kubelet in ("1.34", "1.35"):
+        return "v1alpha1"
+    for version in ("v1", "v1alpha1"):
+        if HEALTH_SERVICES[version] in supported:
+            return version
+    return None
+
+
+def watch_health(registration, authority, kubelet, reg):
+    """GetInfo, then the device health stream on the endpoint it names, one line per message."""
+    if authority == "absent":
+        raise SystemExit("watch-health needs a gRPC channel: --authority grpc-go or localhost")
+    info = registration.call("/pluginregistration.Registration/GetInfo", reg.InfoRequest(), reg.PluginInfo)
+    registration.close()
+    version = pick_health_service(kubelet, list(info.supported_versions))
+    print(json.dumps({"service": version and HEALTH_SERVICES[version], "supportedVersions": list(info.supported_versions)}), flush=True)
+    if version is None:
+        return
+    health = importlib.import_module("dra_health_%s_pb2" % version)
+    caller = Caller(info.endpoint, authority)
+    method = "/%s/NodeWatchResources" % HEALTH_SERVICES[version]
+    stream = caller.channel.unary_stream(method, request_serializer=lambda m: m.SerializeToString(), response_deserializer=health.NodeWatchResourcesResponse.FromString)
+    t0 = time.monotonic()
+    try:
+        for answer in stream(health.NodeWatchResourcesRequest()):
+            devices = []
+            for d in answer.devices:
+                device = {"pool": d.device.pool_name, "device": d.device.device_name, "health": health.HealthStatus.Name(d.health), "lastUpdated": d.last_updated_time}
+                if version == "v1":
+                    device.update({"timeout": d.health_check_timeout_seconds, "message": d.message})
+                devices.append(device)
+            print(json.dumps({"t": time.monotonic() - t0, "devices": devices}), flush=True)
+        print(json.dumps({"ended": "OK"}), flush=True)
+    except grpc.RpcError as e:
+        print(json.dumps({"ended": "%s: %s" % (e.code(), e.details())}), flush=True)
+    finally:
+        caller.close()
 
 
 def concurrent(socket_path, authority, claims, dra):

@@ -582,6 +582,7 @@ c_struct_shape!(
     fgpu_abi::nvml::NvmlEncoderSessionInfo,
     fgpu_abi::nvml::NvmlFbcSessionInfo,
     fgpu_abi::nvml::NvmlAccountingStatsV2,
+    fgpu_abi::nvml::NvmlEventData,
 );
 
 /// A C function as a Rust declaration types it, to be checked against the headers.

@@ -203,6 +203,17 @@ impl Kubelet {
         self.call(&["unprepare", &socket.to_string_lossy(), &ClaimRef::json(claims)]).map(|v| v["claims"].clone())
     }
 
+    /// kubelet's device health stream (DRAResourceHealth.NodeWatchResources) as a kubelet
+    /// of `version` ("1.34", "1.35" or "1.36") opens it, after GetInfo on the registration
+    /// socket `socket`: running, one JSON line per message (tests/python/fake_kubelet.py).
+    pub fn watch_health(&self, socket: &Path, version: &str) -> crate::Background {
+        crate::Cmd(Command::new(&self.python))
+            .arg(fake_kubelet())
+            .args(["--authority", self.authority.flag(), "--kubelet", version, "watch-health"])
+            .arg(socket)
+            .spawn()
+    }
+
     /// One NodePrepareResources per claim, all at once: the answers, and each call's time.
     pub fn prepare_concurrently(&self, socket: &Path, claims: &[ClaimRef]) -> Result<Value, String> {
         self.call(&["concurrent", &socket.to_string_lossy(), &ClaimRef::json(claims)])

@@ -10,7 +10,10 @@
 //! driver as it is (`probe.rs`).
 
 use fgpu_abi::cuda::{CUresult, CUDA_SUCCESS};
-use fgpu_abi::nvml::{NvmlDevice, NvmlMemory, NvmlProcessInfoV1, NvmlReturn, NVML_ERROR_INSUFFICIENT_SIZE, NVML_SUCCESS};
+use fgpu_abi::nvml::{
+    NvmlDevice, NvmlEventData, NvmlEventSet, NvmlMemory, NvmlProcessInfoV1, NvmlReturn, NVML_ERROR_FUNCTION_NOT_FOUND, NVML_ERROR_INSUFFICIENT_SIZE,
+    NVML_SUCCESS,
+};
 use fgpu_abi::prototypes::proto;
 use fgpu_core::sys::host::{dlopen, Library, LoadError};
 use std::ffi::c_char;
@@ -112,6 +115,11 @@ pub struct Nvml {
     device_get_name: Option<proto::nvmlDeviceGetName>,
     device_get_memory_info: Option<proto::nvmlDeviceGetMemoryInfo>,
     device_get_compute_running_processes: Option<proto::nvmlDeviceGetComputeRunningProcesses>,
+    device_get_supported_event_types: Option<proto::nvmlDeviceGetSupportedEventTypes>,
+    event_set_create: Option<proto::nvmlEventSetCreate>,
+    device_register_events: Option<proto::nvmlDeviceRegisterEvents>,
+    event_set_wait: Option<proto::nvmlEventSetWait_v2>,
+    event_set_free: Option<proto::nvmlEventSetFree>,
 }
 
 /// A device handle NVML gave ([`Nvml::device`]), valid while the [`Nvml`] it came from is.
@@ -150,6 +158,11 @@ impl Nvml {
             device_get_memory_info: lookup!(library, nvmlDeviceGetMemoryInfo),
             // The unversioned name keeps the v1 entry (`nvmlProcessInfo_v1_t`).
             device_get_compute_running_processes: lookup!(library, nvmlDeviceGetComputeRunningProcesses),
+            device_get_supported_event_types: lookup!(library, nvmlDeviceGetSupportedEventTypes),
+            event_set_create: lookup!(library, nvmlEventSetCreate),
+            device_register_events: lookup!(library, nvmlDeviceRegisterEvents),
+            event_set_wait: lookup!(library, nvmlEventSetWait_v2),
+            event_set_free: lookup!(library, nvmlEventSetFree),
             _library: library,
         })
     }
@@ -235,11 +248,73 @@ impl Nvml {
 
     /// `nvmlDeviceGetMemoryInfo(nvmlDevice_t, nvmlMemory_t *)`: total, free and used.
     pub fn memory(&self, device: Device<'_>) -> Option<NvmlMemory> {
-        let f = self.device_get_memory_info?;
+        self.memory_result(device).ok()
+    }
+
+    /// [`Nvml::memory`] with NVML's code when it fails (`NVML_ERROR_FUNCTION_NOT_FOUND` when
+    /// the library lacks the function). The call needs the GPU itself: a GPU that fell off
+    /// the bus answers `NVML_ERROR_GPU_IS_LOST`.
+    pub fn memory_result(&self, device: Device<'_>) -> Result<NvmlMemory, NvmlReturn> {
+        let f = self.device_get_memory_info.ok_or(NVML_ERROR_FUNCTION_NOT_FOUND)?;
         let mut memory = NvmlMemory::default();
         // SAFETY: models nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory)
         // with a handle NVML gave and a live nvmlMemory_t.
-        nvml(unsafe { f(device.handle, &mut memory) }).ok().map(|()| memory)
+        nvml(unsafe { f(device.handle, &mut memory) }).map(|()| memory)
+    }
+
+    /// The first function of NVML's event API the library lacks, if any.
+    pub fn missing_event_api(&self) -> Option<&'static str> {
+        [
+            ("nvmlDeviceGetSupportedEventTypes", self.device_get_supported_event_types.is_none()),
+            ("nvmlEventSetCreate", self.event_set_create.is_none()),
+            ("nvmlDeviceRegisterEvents", self.device_register_events.is_none()),
+            ("nvmlEventSetWait_v2", self.event_set_wait.is_none()),
+            ("nvmlEventSetFree", self.event_set_free.is_none()),
+        ]
+        .into_iter()
+        .find_map(|(name, missing)| missing.then_some(name))
+    }
+
+    /// `nvmlDeviceGetSupportedEventTypes(nvmlDevice_t, unsigned long long *)`: the event
+    /// types the device reports. The event calls answer `NVML_ERROR_FUNCTION_NOT_FOUND` when
+    /// the library lacks the function ([`Nvml::missing_event_api`]).
+    pub fn supported_event_types(&self, device: Device<'_>) -> Result<u64, NvmlReturn> {
+        let f = self.device_get_supported_event_types.ok_or(NVML_ERROR_FUNCTION_NOT_FOUND)?;
+        let mut types = 0u64;
+        // SAFETY: models nvmlDeviceGetSupportedEventTypes(nvmlDevice_t device, unsigned long
+        // long *eventTypes) with a handle NVML gave and a live local.
+        nvml(unsafe { f(device.handle, &mut types) }).map(|()| types)
+    }
+
+    /// `nvmlEventSetCreate(nvmlEventSet_t *)`: an empty set, freed when dropped.
+    pub fn event_set(&self) -> Result<EventSet<'_>, NvmlReturn> {
+        let f = self.event_set_create.ok_or(NVML_ERROR_FUNCTION_NOT_FOUND)?;
+        let mut set: NvmlEventSet = std::ptr::null_mut();
+        // SAFETY: models nvmlEventSetCreate(nvmlEventSet_t *set) with a live local.
+        nvml(unsafe { f(&mut set) })?;
+        Ok(EventSet { set, free: self.event_set_free, _nvml: PhantomData })
+    }
+
+    /// `nvmlDeviceRegisterEvents(nvmlDevice_t, unsigned long long, nvmlEventSet_t)`: from
+    /// now on, the `types` events of `device` are recorded in `set`.
+    pub fn register_events(&self, device: Device<'_>, types: u64, set: &EventSet<'_>) -> Result<(), NvmlReturn> {
+        let f = self.device_register_events.ok_or(NVML_ERROR_FUNCTION_NOT_FOUND)?;
+        // SAFETY: models nvmlDeviceRegisterEvents(nvmlDevice_t device, unsigned long long
+        // eventTypes, nvmlEventSet_t set) with a handle NVML gave and a set it gave, not freed
+        // (an EventSet frees its set when dropped, and `set` is borrowed).
+        nvml(unsafe { f(device.handle, types, set.set) })
+    }
+
+    /// `nvmlEventSetWait_v2(nvmlEventSet_t, nvmlEventData_t *, unsigned)`: the next event of
+    /// `set`, waiting up to `timeout_ms`: `NVML_ERROR_TIMEOUT` when none came,
+    /// `NVML_ERROR_GPU_IS_LOST` when a GPU of the set fell off the bus.
+    pub fn wait(&self, set: &EventSet<'_>, timeout_ms: u32) -> Result<NvmlEventData, NvmlReturn> {
+        let f = self.event_set_wait.ok_or(NVML_ERROR_FUNCTION_NOT_FOUND)?;
+        let mut data = NvmlEventData::default();
+        // SAFETY: models nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *data,
+        // unsigned int timeoutms) with a live set NVML gave and a live nvmlEventData_t, the
+        // layout the _v2 name writes (fgpu-abi's, checked against nvml.h).
+        nvml(unsafe { f(set.set, &mut data, timeout_ms) }).map(|()| data)
     }
 
     /// `nvmlDeviceGetComputeRunningProcesses(nvmlDevice_t, unsigned *, nvmlProcessInfo_v1_t *)`
@@ -259,5 +334,30 @@ impl Nvml {
             NVML_ERROR_INSUFFICIENT_SIZE => Err(ListError::TooSmall(count)),
             rc => Err(ListError::Failed(rc)),
         }
+    }
+}
+
+/// An NVML event set ([`Nvml::event_set`]), freed when dropped.
+pub struct EventSet<'a> {
+    set: NvmlEventSet,
+    free: Option<proto::nvmlEventSetFree>,
+    _nvml: PhantomData<&'a Nvml>,
+}
+
+impl Drop for EventSet<'_> {
+    fn drop(&mut self) {
+        if let Some(f) = self.free {
+            // SAFETY: models nvmlEventSetFree(nvmlEventSet_t set) with the set
+            // nvmlEventSetCreate gave, once: the set is dropped once, and no wait can be in
+            // flight on it (a wait borrows it).
+            unsafe { f(self.set) };
+        }
+    }
+}
+
+impl Device<'_> {
+    /// Whether `handle` (the device an event names) is this device.
+    pub fn is(&self, handle: NvmlDevice) -> bool {
+        self.handle == handle
     }
 }

@@ -1,7 +1,8 @@
 //! Observing the ledgers: which ledgers to show (`ledgers.rs`: the one in effect, a named
 //! one, or the `--all` scan), what is shown of each (`report.rs`; as text, `text.rs`), and the commands that show
 //! it: `fgpu status` (`status.rs`), `fgpu top` (`top.rs`) and `fgpu exporter` (`exporter.rs`, its metrics in `metrics.rs`);
-//! what each GPU has committed (`rooms.rs`).
+//! what each GPU has committed (`rooms.rs`). The GPUs' health as NVML's events tell it:
+//! the hidden `fgpu __nvml-events` (`nvml_events.rs`), which the DRA driver runs.
 
 pub mod args;
 pub mod exporter;
@@ -9,6 +10,7 @@ pub mod exporter;
 pub mod fixtures;
 pub mod ledgers;
 pub mod metrics;
+pub mod nvml_events;
 pub mod report;
 pub mod rooms;
 pub mod scan;

@@ -41,6 +41,10 @@ fn checks() -> Checks {
         is_running => "isRunning",
         reserved => "reserved",
     }));
+    c.push(c_struct!(Nvml, crate::api::events::NvmlEventData => "nvmlEventData_t" {
+        device => "device", event_type => "eventType", event_data => "eventData", gpu_instance_id => "gpuInstanceId",
+        compute_instance_id => "computeInstanceId",
+    }));
     c.push(c_struct!(Nvml, crate::api::sensors::NvmlFbcStats => "nvmlFBCStats_t" {
         sessions_count => "sessionsCount", average_fps => "averageFPS", average_latency => "averageLatency",
     }));
@@ -138,9 +142,26 @@ fn checks() -> Checks {
         c_value!(Nvml, crate::boundary::NVML_ERROR_INSUFFICIENT_SIZE),
         c_value!(Nvml, crate::boundary::NVML_ERROR_DRIVER_NOT_LOADED),
         c_value!(Nvml, crate::api::events::NVML_ERROR_TIMEOUT),
+        c_value!(Nvml, crate::boundary::NVML_ERROR_GPU_IS_LOST),
         c_value!(Nvml, crate::boundary::NVML_ERROR_ARGUMENT_VERSION_MISMATCH),
         c_value!(Nvml, crate::boundary::NVML_ERROR_UNKNOWN),
         c_value!(Nvml, crate::api::memory::NVML_MEMORY_V2 => "nvmlMemory_v2"),
+    ] {
+        c.value(v);
+    }
+
+    // Event types (api/events.rs, fgpu_sim_state::events).
+    use fgpu_sim_state::events as e;
+    for v in [
+        c_value!(Nvml, e::EVENT_SINGLE_BIT_ECC => "nvmlEventTypeSingleBitEccError"),
+        c_value!(Nvml, e::EVENT_DOUBLE_BIT_ECC => "nvmlEventTypeDoubleBitEccError"),
+        c_value!(Nvml, e::EVENT_PSTATE => "nvmlEventTypePState"),
+        c_value!(Nvml, e::EVENT_XID_CRITICAL => "nvmlEventTypeXidCriticalError"),
+        c_value!(Nvml, e::EVENT_CLOCK => "nvmlEventTypeClock"),
+        c_value!(Nvml, e::EVENT_POWER_SOURCE_CHANGE => "nvmlEventTypePowerSourceChange"),
+        c_value!(Nvml, e::EVENT_MIG_CONFIG_CHANGE => "nvmlEventMigConfigChange"),
+        // CUDA 12.2's nvml.h had fewer types.
+        c_value!(Nvml, e::EVENT_ALL => "nvmlEventTypeAll").pin("nvidia-nvml-dev-cu12==12.9.79"),
     ] {
         c.value(v);
     }

@@ -18,6 +18,7 @@ pub(crate) const NVML_ERROR_NOT_FOUND: NvmlReturn = 6;
 pub(crate) const NVML_ERROR_NO_PERMISSION: NvmlReturn = 4;
 pub(crate) const NVML_ERROR_INSUFFICIENT_SIZE: NvmlReturn = 7;
 pub(crate) const NVML_ERROR_DRIVER_NOT_LOADED: NvmlReturn = 9;
+pub(crate) const NVML_ERROR_GPU_IS_LOST: NvmlReturn = 15;
 pub(crate) const NVML_ERROR_RESET_REQUIRED: NvmlReturn = 16;
 pub(crate) const NVML_ERROR_IN_USE: NvmlReturn = 19;
 pub(crate) const NVML_ERROR_INSUFFICIENT_RESOURCES: NvmlReturn = 23;
@@ -100,15 +101,32 @@ pub(crate) enum Target {
     Mig(Box<fgpu_sim_state::MigDevice>),
 }
 
+/// `NVML_ERROR_GPU_IS_LOST` when GPU `i` fell off the bus (`fgpu_sim_state::events`): every
+/// call on it, its MIG devices and their instances answers that until it is recovered.
+pub(crate) fn present(s: &SimState, i: usize) -> Result<(), NvmlReturn> {
+    if s.gpu_lost(i) {
+        Err(NVML_ERROR_GPU_IS_LOST)
+    } else {
+        Ok(())
+    }
+}
+
 /// The GPU or MIG device behind a handle (`NVML_ERROR_INVALID_ARGUMENT` for neither, or a
-/// MIG handle whose compute instance is gone).
+/// MIG handle whose compute instance is gone; `NVML_ERROR_GPU_IS_LOST` for a lost GPU's).
 pub(crate) fn target(h: NvmlDevice) -> Result<(SimState, Target), NvmlReturn> {
     let s = ready()?;
     if let Some(i) = word_index(h as usize, HANDLES.as_ptr(), fgpu_sim_state::MAX_DEVICES) {
-        return if i < s.device_count() { Ok((s, Target::Gpu(i))) } else { Err(NVML_ERROR_INVALID_ARGUMENT) };
+        if i >= s.device_count() {
+            return Err(NVML_ERROR_INVALID_ARGUMENT);
+        }
+        present(&s, i)?;
+        return Ok((s, Target::Gpu(i)));
     }
     let k = word_index(h as usize, MIG_HANDLES.as_ptr() as *const u64, fgpu_sim_state::MAX_DEVICES * GI_IDS * CI_IDS).ok_or(NVML_ERROR_INVALID_ARGUMENT)?;
     let (d, gi, ci) = (k / (GI_IDS * CI_IDS), (k / CI_IDS) % GI_IDS, k % CI_IDS);
+    if d < s.device_count() {
+        present(&s, d)?;
+    }
     match s.mig_device(d, gi as u32, ci as u32) {
         Some(m) => Ok((s, Target::Mig(Box::new(m)))),
         None => Err(NVML_ERROR_INVALID_ARGUMENT),

@@ -6,6 +6,8 @@
 //! - a header with the configuration read from `FGPU_SIM_*` when the file was created;
 //! - one record per simulated device: name, UUID, PCI ids, total memory and the atomic
 //!   counter of used bytes that allocations compare-and-swap against;
+//! - one record per device of its health: whether it fell off the bus, and a ring of its
+//!   recent NVML events, XIDs among them ([`events`]);
 //! - a table of [`MAX_PROCESSES`] process slots: pid, host pid, per-device bytes in use.
 //!
 //! Liveness: a process holding a slot keeps a classic POSIX `fcntl` write lock on the
@@ -22,6 +24,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod duration;
+pub mod events;
 pub mod mig;
 pub mod pool;
 pub mod size;
@@ -111,7 +114,11 @@ struct Header {
     _pad2: u32,
     /// Random at creation: makes MIG UUIDs differ between state files.
     mig_nonce: u64,
-    _reserved: [u64; 18],
+    /// Changes at every event posted and every GPU lost or recovered: what event waiters
+    /// sleep on ([`events`]).
+    event_generation: AtomicU32,
+    _pad3: u32,
+    _reserved: [u64; 17],
 }
 
 #[repr(C)]

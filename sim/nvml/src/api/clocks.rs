@@ -1,4 +1,4 @@
-//! Clocks, clock event (throttle) reasons, supported event types, energy.
+//! Clocks, clock event (throttle) reasons, energy.
 
 use crate::boundary::*;
 use std::ffi::{c_uint, c_ulonglong};
@@ -85,10 +85,6 @@ pub unsafe extern "C" fn nvmlDeviceGetCurrentClocksEventReasons(h: NvmlDevice, r
 #[no_mangle]
 pub unsafe extern "C" fn nvmlDeviceGetSupportedClocksThrottleReasons(h: NvmlDevice, r: *mut c_ulonglong) -> NvmlReturn {
     guard(|| u64_out(h, r, 0x1ff))
-}
-#[no_mangle]
-pub unsafe extern "C" fn nvmlDeviceGetSupportedEventTypes(h: NvmlDevice, r: *mut c_ulonglong) -> NvmlReturn {
-    guard(|| u64_out(h, r, 0))
 }
 #[no_mangle]
 pub unsafe extern "C" fn nvmlDeviceGetTotalEnergyConsumption(h: NvmlDevice, r: *mut c_ulonglong) -> NvmlReturn {

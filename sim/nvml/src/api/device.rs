@@ -29,6 +29,7 @@ fn by_index(i: c_uint, h: *mut NvmlDevice) -> NvmlReturn {
     if h.is_null() || i as usize >= s.device_count() {
         return NVML_ERROR_INVALID_ARGUMENT;
     }
+    tri!(present(&s, i as usize));
     put(h, handle_of(i as usize));
     NVML_SUCCESS
 }
@@ -55,6 +56,10 @@ pub unsafe extern "C" fn nvmlDeviceGetHandleByUUID(uuid: *const c_char, h: *mut 
     guard(|| {
         let s = tri!(ready());
         let (Some(u), false) = (c_string(uuid), h.is_null()) else { return NVML_ERROR_INVALID_ARGUMENT };
+        // nvml.h: "NVML_ERROR_GPU_IS_LOST if any GPU has fallen off the bus".
+        if let Some(lost) = (0..s.device_count()).find(|&i| s.gpu_lost(i)) {
+            tri!(present(&s, lost));
+        }
         if let Some(i) = (0..s.device_count()).find(|&i| s.device_uuid_string(i).eq_ignore_ascii_case(u.trim())) {
             put(h, handle_of(i));
             return NVML_SUCCESS;
@@ -88,6 +93,7 @@ fn by_pci(bus_id: *const c_char, h: *mut NvmlDevice) -> NvmlReturn {
     for i in 0..s.device_count() {
         let p = s.device_pci(i);
         if (p.domain, p.bus, p.device) == want {
+            tri!(present(&s, i));
             put(h, handle_of(i));
             return NVML_SUCCESS;
         }

@@ -196,6 +196,7 @@ macro_rules! mig {
 fn gi_of(h: NvmlGpuInstance) -> Result<(SimState, GpuInstance), NvmlReturn> {
     let s = ready()?;
     let k = word_index(h as usize, GI_HANDLES.as_ptr() as *const u64, fgpu_sim_state::MAX_DEVICES * GI_IDS).ok_or(NVML_ERROR_INVALID_ARGUMENT)?;
+    present(&s, k / GI_IDS)?;
     let g = s.gpu_instance(k / GI_IDS, (k % GI_IDS) as u32).map_err(|_| NVML_ERROR_INVALID_ARGUMENT)?;
     Ok((s, g))
 }
@@ -205,6 +206,7 @@ fn ci_of(h: NvmlComputeInstance) -> Result<(SimState, GpuInstance, ComputeInstan
     let s = ready()?;
     let k = word_index(h as usize, CI_HANDLES.as_ptr() as *const u64, fgpu_sim_state::MAX_DEVICES * GI_IDS * CI_IDS).ok_or(NVML_ERROR_INVALID_ARGUMENT)?;
     let (d, gi, ci) = (k / (GI_IDS * CI_IDS), ((k / CI_IDS) % GI_IDS) as u32, (k % CI_IDS) as u32);
+    present(&s, d)?;
     let g = s.gpu_instance(d, gi).map_err(|_| NVML_ERROR_INVALID_ARGUMENT)?;
     let c = s.compute_instances(d, gi).map_err(|_| NVML_ERROR_INVALID_ARGUMENT)?.into_iter().find(|c| c.id == ci).ok_or(NVML_ERROR_INVALID_ARGUMENT)?;
     Ok((s, g, c))
