@@ -783,6 +783,7 @@ mod tests {
                 ledger_sharing: fgpu_core::ledger::Sharing::User,
                 ledger_note: None,
                 ledger_error: None,
+                ledger_server: None,
                 log: fgpu_core::log::Level::Warn,
                 warnings: vec![],
             }),
@@ -875,6 +876,7 @@ mod tests {
             ledger_sharing: fgpu_core::ledger::Sharing::Private,
             ledger_note: None,
             ledger_error: None,
+            ledger_server: None,
             log: fgpu_core::log::Level::Warn,
             warnings: vec![],
         });
