@@ -520,11 +520,11 @@ fn pid_behaviour_finding(f: &Facts) -> Finding {
 }
 
 /// Which PIDs NVML gives here, from the probe's lists and the ledger's live processes.
-fn nvml_pids_here(driver: &Result<DriverProbe, String>, ledger: &Path) -> NvmlPids {
+fn nvml_pids_here(driver: &Result<DriverProbe, String>, ledger: &Path, server: Option<&Path>) -> NvmlPids {
     if fgpu_core::pidns::in_host_pidns() {
         return NvmlPids::HostNamespace;
     }
-    let (Ok(driver), Ok(ledger)) = (driver, Ledger::open_existing(ledger)) else { return NvmlPids::Unknown };
+    let (Ok(driver), Ok(ledger)) = (driver, Ledger::open_existing_at(ledger, server)) else { return NvmlPids::Unknown };
     let snap = ledger.snapshot(None);
     for device in &snap.devices {
         let Some(probed) = driver.devices.iter().find(|d| d.uuid.eq_ignore_ascii_case(&device.uuid_string())) else { continue };
@@ -634,8 +634,8 @@ pub(crate) fn probe_driver() -> Result<DriverProbe, String> {
     serde_json::from_slice(&out.stdout).map_err(|e| format!("the probe printed something unexpected: {e}"))
 }
 
-fn ledger_fact(path: &Path) -> LedgerFact {
-    match Ledger::open_existing(path) {
+fn ledger_fact(path: &Path, server: Option<&Path>) -> LedgerFact {
+    match Ledger::open_existing_at(path, server) {
         Ok(ledger) => {
             if let Some(why) = ledger.file_problem() {
                 return LedgerFact::FileReplaced(why);
@@ -692,7 +692,7 @@ pub fn gather() -> Facts {
     let (target, _) = ledgers::in_effect(&fgpu_core::config::OsSources);
     let driver = probe_driver();
     let host_pid = ask_host_pid();
-    let nvml_pids = nvml_pids_here(&driver, &target.open_path);
+    let nvml_pids = nvml_pids_here(&driver, &target.open_path, target.server.as_deref());
     Facts {
         shim,
         shim_elf,
@@ -703,7 +703,7 @@ pub fn gather() -> Facts {
         // Not Config::load(): its warnings are findings here, not lines on stderr.
         config: Config::from_sources(&fgpu_core::config::OsSources),
         driver,
-        ledger: ledger_fact(&target.open_path),
+        ledger: ledger_fact(&target.open_path, target.server.as_deref()),
         ledger_path: target.path,
         ledger_origin: target.origin,
         host_pidns: fgpu_core::pidns::in_host_pidns(),
