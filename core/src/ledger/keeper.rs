@@ -66,6 +66,19 @@ pub struct KeeperPaths {
     pub label: String,
 }
 
+/// Why a keeper cannot take over the ledger its processes use.
+#[derive(Debug, thiserror::Error)]
+pub enum Unreachable {
+    #[error("processes use the ledger, but the record of it ({}) cannot be read, so its memory file cannot be told from another", .0.display())]
+    NoRecord(PathBuf),
+    #[error("processes use the ledger, but its lock file cannot be looked at: {0}")]
+    LockFile(io::Error),
+    #[error("processes use the ledger, and none of them can be seen from here (the keeper must run in the host's PID namespace to take the ledger over from them); new processes are refused GPU memory until they exit")]
+    NoneSeen,
+    #[error("{processes} process(es) use the ledger, and its memory file could be taken from none of them ({last}); new processes are refused GPU memory until they exit")]
+    NotTaken { processes: usize, last: String },
+}
+
 /// What a keeper found when it settled which ledger it keeps.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Settled {
@@ -97,13 +110,7 @@ impl Keeper {
     /// use, or a new one.
     pub fn open(paths: KeeperPaths) -> io::Result<(Keeper, Settled)> {
         let lock = open_or_create_lock(&paths.lock)?;
-        let keeper = Keeper {
-            paths,
-            lock,
-            state: Mutex::new(State::Waiting("not settled yet".into())),
-            handed: AtomicU64::new(0),
-            refused: AtomicU64::new(0),
-        };
+        let keeper = Keeper { paths, lock, state: Mutex::new(State::Waiting("not settled yet".into())), handed: AtomicU64::new(0), refused: AtomicU64::new(0) };
         lock::ofd_lock_timed(keeper.lock.as_fd(), INIT_LOCK)?;
         let settled = keeper.settle_locked();
         lock::ofd_unlock(keeper.lock.as_fd(), INIT_LOCK);
@@ -132,7 +139,7 @@ impl Keeper {
         let (state, settled) = if in_use {
             match self.recover() {
                 Ok((memfd, pid)) => (State::Ready(memfd), Settled::Recovered { from: pid }),
-                Err(why) => (State::Waiting(why.clone()), Settled::Waiting(why)),
+                Err(e) => (State::Waiting(e.to_string()), Settled::Waiting(e.to_string())),
             }
         } else {
             match self.create() {
@@ -163,14 +170,13 @@ impl Keeper {
 
     /// The memory file of the ledger in use, taken from one of the processes that hold
     /// locks on its lock file, and the PID it was taken from.
-    fn recover(&self) -> Result<(File, u32), String> {
+    fn recover(&self) -> Result<(File, u32), Unreachable> {
         let record_file = record_path(&self.paths.socket);
-        let record = Record::read(&record_file)
-            .ok_or_else(|| format!("processes use the ledger, but the record of it ({}) cannot be read, so its memory file cannot be told from another", record_file.display()))?;
-        let me = identity(&self.lock).map_err(|e| e.to_string())?;
+        let record = Record::read(&record_file).ok_or(Unreachable::NoRecord(record_file))?;
+        let me = identity(&self.lock).map_err(Unreachable::LockFile)?;
         let holders = posix_lock_holders(&self.lock);
         if holders.is_empty() {
-            return Err("processes use the ledger, and none of them can be seen from here (the keeper must run in the host's PID namespace to take the ledger over from them); new processes are refused GPU memory until they exit".into());
+            return Err(Unreachable::NoneSeen);
         }
         let mut last = String::new();
         for pid in &holders {
@@ -180,10 +186,7 @@ impl Keeper {
                 Err(e) => last = format!("PID {pid}: {e}"),
             }
         }
-        Err(format!(
-            "{} process(es) use the ledger, and its memory file could be taken from none of them ({last}); new processes are refused GPU memory until they exit",
-            holders.len()
-        ))
+        Err(Unreachable::NotTaken { processes: holders.len(), last })
     }
 
     /// A keeper waiting for the ledger in use tries again (its serving thread calls this

@@ -167,7 +167,8 @@ mod tests {
         assert!(memfd_ledger(&line(dev, "/memfd:fgpu-ledger (deleted)"), dev).is_some());
         let fuse = if dev == "00:99" { "00:98" } else { "00:99" };
         assert_eq!(memfd_ledger(&line(fuse, "/memfd:fgpu-ledger:x (deleted)"), dev), None, "another device: a file of a mount a tenant made");
-        for name in ["/memfd:fgpu-ledgers (deleted)", "/memfd:other (deleted)", "/SYSV00000000 (deleted)", "/dev/zero (deleted)", "/tmp/memfd:fgpu-ledger", ""] {
+        for name in ["/memfd:fgpu-ledgers (deleted)", "/memfd:other (deleted)", "/SYSV00000000 (deleted)", "/dev/zero (deleted)", "/tmp/memfd:fgpu-ledger", ""]
+        {
             assert_eq!(memfd_ledger(&line(dev, name), dev), None, "{name:?}");
         }
         // A memory file is not a segment, and a segment not a memory file.

@@ -53,20 +53,35 @@ pub fn create(label: &str) -> io::Result<File> {
     Ok(file)
 }
 
+/// Why a file is not a ledger memfd that may be mapped.
+#[derive(Debug, thiserror::Error)]
+pub enum NotALedgerFile {
+    #[error("it is not a sealed memory file (memfd)")]
+    NotMemfd,
+    #[error("its memory file is not sealed against shrinking and growing (seals {0:#x})")]
+    Unsealed(i32),
+    #[error("its memory file is sealed against writing (seals {0:#x})")]
+    WriteSealed(i32),
+    #[error("its memory file cannot be looked at: {0}")]
+    Stat(io::Error),
+    #[error("its memory file holds {0} bytes, not a ledger's {SEGMENT_SIZE}")]
+    Size(i64),
+}
+
 /// Whether `file` is a ledger memfd that may be mapped: a memfd sealed against shrinking,
 /// growing and new seals, not against writing, of exactly [`SEGMENT_SIZE`] bytes.
-pub fn check(file: &File) -> Result<(), String> {
-    let seals = sys::get_seals(file.as_fd()).map_err(|_| "it is not a sealed memory file (memfd)".to_string())?;
+pub fn check(file: &File) -> Result<(), NotALedgerFile> {
+    let seals = sys::get_seals(file.as_fd()).map_err(|_| NotALedgerFile::NotMemfd)?;
     if seals & SEALS != SEALS {
-        return Err(format!("its memory file is not sealed against shrinking and growing (seals {seals:#x})"));
+        return Err(NotALedgerFile::Unsealed(seals));
     }
     if seals & NO_WRITE != 0 {
-        return Err(format!("its memory file is sealed against writing (seals {seals:#x})"));
+        return Err(NotALedgerFile::WriteSealed(seals));
     }
     // A memfd (the seals say so): its size is the kernel's, asked of no file system.
-    let size = sys::fstat(file.as_fd()).map_err(|e| format!("its memory file cannot be looked at: {e}"))?.st_size;
+    let size = sys::fstat(file.as_fd()).map_err(NotALedgerFile::Stat)?.st_size;
     if size != SEGMENT_SIZE as i64 {
-        return Err(format!("its memory file holds {size} bytes, not a ledger's {SEGMENT_SIZE}"));
+        return Err(NotALedgerFile::Size(size));
     }
     Ok(())
 }
@@ -193,17 +208,17 @@ mod tests {
     fn files_that_are_not_sealed_ledgers_are_refused() {
         let plain = File::from(sys::memfd_create(c"fgpu-ledger:forged").unwrap());
         plain.set_len(SEGMENT_SIZE as u64).unwrap();
-        assert!(check(&plain).unwrap_err().contains("not sealed"));
+        assert!(check(&plain).unwrap_err().to_string().contains("not sealed"));
         let small = File::from(sys::memfd_create(c"fgpu-ledger:small").unwrap());
         small.set_len(4096).unwrap();
         sys::add_seals(small.as_fd(), SEALS).unwrap();
-        assert!(check(&small).unwrap_err().contains("4096 bytes"));
+        assert!(check(&small).unwrap_err().to_string().contains("4096 bytes"));
         let write_sealed = File::from(sys::memfd_create(c"fgpu-ledger:ro").unwrap());
         write_sealed.set_len(SEGMENT_SIZE as u64).unwrap();
         sys::add_seals(write_sealed.as_fd(), libc::F_SEAL_WRITE | SEALS).unwrap();
-        assert!(check(&write_sealed).unwrap_err().contains("against writing"));
+        assert!(check(&write_sealed).unwrap_err().to_string().contains("against writing"));
         let regular = File::open("/proc/self/status").unwrap();
-        assert!(check(&regular).unwrap_err().contains("not a sealed memory file"));
+        assert!(check(&regular).unwrap_err().to_string().contains("not a sealed memory file"));
     }
 
     #[test]
@@ -216,5 +231,4 @@ mod tests {
         assert!(take_from_process(Path::new("/proc"), me, Some(ino + 1_000_000), &|_| true).unwrap().is_none());
         assert!(take_from_process(Path::new("/proc"), me, Some(ino), &|_| false).unwrap().is_none(), "refused by the caller");
     }
-
 }

@@ -27,6 +27,8 @@ pub mod default_path;
 mod devices;
 pub mod dying;
 mod error;
+#[allow(unsafe_code)]
+pub mod keeper;
 pub mod layout;
 #[allow(unsafe_code)]
 mod lock;
@@ -34,18 +36,16 @@ mod lock_file;
 #[allow(unsafe_code)]
 pub mod maps;
 #[allow(unsafe_code)]
-pub mod keeper;
-#[allow(unsafe_code)]
 pub mod memfd;
 mod memory;
 mod reclaim;
 #[allow(unsafe_code)]
 mod segment;
+#[allow(unsafe_code)]
+pub mod served;
 pub mod shm_usage;
 mod slots;
 mod snapshot;
-#[allow(unsafe_code)]
-pub mod served;
 #[allow(unsafe_code)]
 pub mod store;
 mod verify;

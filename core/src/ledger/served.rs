@@ -149,15 +149,12 @@ fn unserved(path: &Path, socket: &Path, why: String) -> LedgerError {
 /// The lock file of a served ledger, for a member: it must exist (its keeper makes it) and be
 /// a regular file, opened read-write (locks are taken for writing), never through a link.
 fn open_member_file(path: &Path) -> Result<File, LedgerError> {
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW | libc::O_NONBLOCK)
-        .open(path)
-        .map_err(|e| match e.raw_os_error() {
+    let file = std::fs::OpenOptions::new().read(true).write(true).custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW | libc::O_NONBLOCK).open(path).map_err(
+        |e| match e.raw_os_error() {
             Some(libc::ELOOP) => LedgerError::Untrusted { path: path.to_path_buf(), why: "is a symbolic link; a ledger is never opened through one".into() },
             _ => io_err(path, "open")(e),
-        })?;
+        },
+    )?;
     if !file.metadata().map_err(io_err(path, "stat"))?.file_type().is_file() {
         return Err(LedgerError::Untrusted { path: path.to_path_buf(), why: "is not a regular file".into() });
     }
@@ -190,7 +187,9 @@ fn member_attempt(file: &File, path: &Path, socket: &Path) -> Result<(File, NonN
         Ok(Fetched::Refused(why)) => return Err(Attempt::Again(format!("its keeper refused: {why}"))),
         Err(e) => return Err(Attempt::Again(format!("its keeper does not answer: {e}"))),
     };
-    memfd::check(&memfd).map_err(|why| Attempt::Final(LedgerError::Untrusted { path: path.to_path_buf(), why: format!("its keeper handed out a file that is not a ledger: {why}") }))?;
+    memfd::check(&memfd).map_err(|why| {
+        Attempt::Final(LedgerError::Untrusted { path: path.to_path_buf(), why: format!("its keeper handed out a file that is not a ledger: {why}") })
+    })?;
     let base = memfd::map(&memfd, true).map_err(|e| Attempt::Final(io_err(path, "map its memory file")(e)))?;
     let header = header_at(base);
     let fail = |e: Attempt| {
@@ -273,7 +272,7 @@ impl Store {
     /// recorded in the memory file), as a segment would be.
     pub fn observe_memfd(file: File, path: &Path, memfd: File) -> Result<Store, LedgerError> {
         check_cpu(path)?;
-        memfd::check(&memfd).map_err(|why| LedgerError::Untrusted { path: path.to_path_buf(), why })?;
+        memfd::check(&memfd).map_err(|why| LedgerError::Untrusted { path: path.to_path_buf(), why: why.to_string() })?;
         let read_only = memfd::map(&memfd, false).map_err(io_err(path, "map its memory file"))?;
         let header = header_at(read_only);
         if !header_ok(header) {

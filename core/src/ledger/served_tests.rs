@@ -156,3 +156,23 @@ fn truncating_or_replacing_the_files_neither_faults_nor_lifts_the_cap() {
     }
     a.leave(sa);
 }
+
+/// A keeper killed after making a memory file and before recording it (or before any
+/// process asked): no process holds that file, so the next keeper makes another, records
+/// it, and hands out that one, whatever record the dead keeper left.
+#[test]
+fn a_keeper_killed_before_recording_its_ledger_is_followed_by_a_fresh_one() {
+    let dir = TempDir::new("unrecorded");
+    let (serving, settled) = start(&dir);
+    assert_eq!(settled, Settled::Created);
+    let first = Record::read(&record_path(&dir.paths().socket)).unwrap();
+    drop(serving);
+    // What the dead keeper left: a record of a ledger no process holds.
+    std::fs::write(record_path(&dir.paths().socket), Record { id: [1, 2], ino: 3 }.text()).unwrap();
+    let (_serving, settled) = start(&dir);
+    assert_eq!(settled, Settled::Created, "no process used a ledger");
+    let record = Record::read(&record_path(&dir.paths().socket)).unwrap();
+    assert!(record != first && record.id != [1, 2], "a new record: {record:?}");
+    let a = member(&dir);
+    assert_eq!(id_of(&a), record.id, "the member maps the recorded ledger");
+}

@@ -347,7 +347,14 @@ fn adopt_orphan(path: &Path) -> Option<Store> {
         let header = header_at(base);
         if header_path(header) == path.as_os_str().as_encoded_bytes() && header.mntns.load(Relaxed) == ns_inode("mnt") {
             if let Some((file, via)) = reach_old_lock_file(shmid, base, header, true) {
-                return Some(Store { file, base, backing: Backing::Segment { shmid }, path: path.to_path_buf(), adopted_from: Some(via), trust: Trust::Member });
+                return Some(Store {
+                    file,
+                    base,
+                    backing: Backing::Segment { shmid },
+                    path: path.to_path_buf(),
+                    adopted_from: Some(via),
+                    trust: Trust::Member,
+                });
             }
         }
         detach(base);
