@@ -95,6 +95,9 @@ fn one_window(point: &str, victim: &str, dead_first: bool, served: bool) -> Resu
     let client = |args: &[&str]| storage.on(&env, env.client(args));
     let mut survivor = client(&["init", "primary", "alloc", "1G", "hold"]).shim().limit("4G").spawn();
     survivor.wait_for("holding");
+    if served && crate::dra_shared::memfd_of(survivor.pid()).is_none() {
+        return Err("the survivor holds no served ledger's memory file".into());
+    }
     if dead_first {
         let mut dead = client(&["init", "primary", "alloc", "1G", "hold"]).shim().limit("4G").spawn();
         dead.wait_for("holding");

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 const CONTEXT: u64 = 300 * MIB;
 
 /// The descriptor a process holds of its served ledger's memory file (`/proc/PID/fd/N`).
-fn memfd_of(pid: u32) -> Option<PathBuf> {
+pub(crate) fn memfd_of(pid: u32) -> Option<PathBuf> {
     std::fs::read_dir(format!("/proc/{pid}/fd"))
         .ok()?
         .flatten()
@@ -130,15 +130,14 @@ fn tampering_with_a_served_ledgers_files_neither_crashes_nor_lifts_the_cap() {
     assert_eq!(env.sim().device_used(0), GIB + CONTEXT, "the simulator: the holder alone holds memory");
 }
 
-/// What root's observers see of served ledgers: `fgpu status --all` lists one by its
-/// memory file, with what the simulator says its processes hold; a memory file a process
+/// What root's observers see of served ledgers: `fgpu status --all` and the exporter list one
+/// by its memory file, with what the simulator says its processes hold; a memory file a process
 /// made itself under a ledger's name, unsealed, is not taken for one.
 #[test]
 fn status_all_shows_served_ledgers_and_only_sealed_ones() {
     let env = Env::new("served-status");
     let (_keeper, _) = env.keep_ledger();
-    let mut holder =
-        env.client(&["init", "primary", "alloc", "1G", "hold"]).shim().limit("4G").env("FGPU_LEDGER_SOCKET", env.ledger_socket()).spawn();
+    let mut holder = env.client(&["init", "primary", "alloc", "1G", "hold"]).shim().limit("4G").env("FGPU_LEDGER_SOCKET", env.ledger_socket()).spawn();
     holder.wait_for("holding");
     // A forgery: a memory file of a ledger's size, named like one, mapped shared, unsealed.
     let size = fgpu_core::ledger::layout::SEGMENT_SIZE;
@@ -153,13 +152,27 @@ fn status_all_shows_served_ledgers_and_only_sealed_ones() {
     let run = env.command(fgpu_bin()).args(["status", "--all", "--json"]).success();
     let status: serde_json::Value = serde_json::from_str(&run.stdout()).unwrap_or_else(|e| panic!("{e}\n{run}"));
     let ledgers = status["ledgers"].as_array().cloned().unwrap_or_default();
-    let served: Vec<&serde_json::Value> = ledgers.iter().filter(|l| l["id"].as_str().is_some_and(|id| id.starts_with("memfd:"))).collect();
-    assert_eq!(served.len(), 1, "the served ledger, once; never the forgery\n{run}");
-    let l = served[0];
-    assert_eq!(l["path"], env.ledger.display().to_string(), "{l:#}");
+    // Other tests' ledgers may be listed too (they run beside this one): this test's own
+    // are told by their path, and the forger's by its PID.
+    let mapped_by = |l: &serde_json::Value, pid: u32| l["mapped_by"].as_array().is_some_and(|p| p.iter().any(|p| p.as_u64() == Some(pid as u64)));
+    assert!(!ledgers.iter().any(|l| mapped_by(l, forger.pid())), "the forgery is not a ledger\n{run}");
+    let ours: Vec<&serde_json::Value> = ledgers.iter().filter(|l| l["path"] == env.ledger.display().to_string()).collect();
+    assert_eq!(ours.len(), 1, "the served ledger, once\n{run}");
+    let l = ours[0];
+    assert!(l["id"].as_str().is_some_and(|id| id.starts_with("memfd:")), "{l:#}");
     assert_eq!(l["state"], "ok", "{l:#}");
-    assert!(l["mapped_by"].as_array().unwrap().iter().any(|p| p.as_u64() == Some(holder.pid() as u64)), "{l:#}");
-    assert_eq!(l["devices"][0]["used_bytes"].as_u64(), Some(env.sim().device_used(0)), "the simulator's figure\n{l:#}");
+    assert!(mapped_by(l, holder.pid()), "{l:#}");
+    let held = env.sim().device_used(0);
+    assert_eq!(l["devices"][0]["used_bytes"].as_u64(), Some(held), "the simulator's figure\n{l:#}");
+    // The exporter's scan is the same: the served ledger's figure, under its path; no forgery.
+    let port = free_port();
+    let _exporter = env.command(fgpu_bin()).args(["exporter", "--all", "--listen", &format!("127.0.0.1:{port}")]).spawn();
+    eventually("the exporter listens", Duration::from_secs(10), || std::net::TcpStream::connect(("127.0.0.1", port)).is_ok());
+    let (_, body) = http_get(port, "/metrics", "text/plain").unwrap();
+    let label = format!("ledger=\"{}", env.ledger.display());
+    let used: Vec<&str> = body.lines().filter(|m| m.starts_with("fgpu_memory_used_bytes{") && m.contains(&label)).collect();
+    assert_eq!(used.len(), 1, "this test's ledger, once, on its one GPU\n{body}");
+    assert!(used[0].ends_with(&format!("}} {held}")), "the simulator's {held} bytes\n{body}");
     forger.kill(libc::SIGKILL);
     holder.kill(libc::SIGKILL);
 }
