@@ -42,14 +42,27 @@ struct Section {
     info: u32,
 }
 
-pub fn read(path: &Path) -> Result<ElfInfo, String> {
-    let bytes = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+/// Why a file's ELF facts cannot be read.
+#[derive(Debug, thiserror::Error)]
+pub enum ElfError {
+    #[error("cannot read {}: {source}", path.display())]
+    Read { path: std::path::PathBuf, source: std::io::Error },
+    #[error("not an ELF file")]
+    NotElf,
+    #[error("truncated ELF file")]
+    Truncated,
+    #[error("bad ELF section header size")]
+    BadSectionHeaderSize,
+}
+
+pub fn read(path: &Path) -> Result<ElfInfo, ElfError> {
+    let bytes = std::fs::read(path).map_err(|source| ElfError::Read { path: path.to_path_buf(), source })?;
     parse(&bytes)
 }
 
-pub fn parse(b: &[u8]) -> Result<ElfInfo, String> {
+pub fn parse(b: &[u8]) -> Result<ElfInfo, ElfError> {
     if b.len() < 20 || &b[..4] != b"\x7fELF" {
-        return Err("not an ELF file".into());
+        return Err(ElfError::NotElf);
     }
     let class64 = b[4] == 2;
     let little_endian = b[5] == 1;
@@ -58,7 +71,7 @@ pub fn parse(b: &[u8]) -> Result<ElfInfo, String> {
     if !(class64 && little_endian) {
         return Ok(info);
     }
-    let truncated = || "truncated ELF file".to_string();
+    let truncated = || ElfError::Truncated;
     let shoff = u64_at(b, 0x28).ok_or_else(truncated)? as usize;
     let shentsize = u16_at(b, 0x3a).ok_or_else(truncated)? as usize;
     let shnum = u16_at(b, 0x3c).ok_or_else(truncated)? as usize;
@@ -66,7 +79,7 @@ pub fn parse(b: &[u8]) -> Result<ElfInfo, String> {
         return Ok(info); // no section headers: nothing more to learn cheaply
     }
     if shentsize < 64 {
-        return Err("bad ELF section header size".into());
+        return Err(ElfError::BadSectionHeaderSize);
     }
     let sections: Vec<Section> = (0..shnum)
         .map(|i| {
@@ -153,18 +166,16 @@ pub fn newest_glibc_needed(info: &ElfInfo) -> Option<String> {
         .map(|(_, v)| v.trim_start_matches("GLIBC_").to_string())
 }
 
+/// The newest glibc any of `libraries` needs, and the library that needs it. The front and
+/// the shim it loads are one installation, and the shim may need a newer glibc than the
+/// front (a native build links it against the glibc it was built on).
+pub fn newest_glibc_among<'a>(libraries: &[(&'a Path, Option<&ElfInfo>)]) -> Option<(String, &'a Path)> {
+    libraries.iter().filter_map(|(path, info)| Some((newest_glibc_needed((*info)?)?, *path))).max_by(|a, b| glibc_version(&a.0).cmp(&glibc_version(&b.0)))
+}
+
 /// The glibc this process runs with.
 pub fn running_glibc() -> Option<String> {
-    extern "C" {
-        fn gnu_get_libc_version() -> *const libc::c_char;
-    }
-    // SAFETY: glibc returns a pointer to a static NUL-terminated string.
-    let ptr = unsafe { gnu_get_libc_version() };
-    if ptr.is_null() {
-        return None;
-    }
-    // SAFETY: non-null, static, NUL-terminated (see above).
-    Some(unsafe { std::ffi::CStr::from_ptr(ptr) }.to_string_lossy().into_owned())
+    fgpu_core::sys::host::glibc_version()
 }
 
 /// The machine this process runs as.

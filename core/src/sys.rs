@@ -1,6 +1,13 @@
 //! Every system call fgpu-core makes, as safe functions: the one place (with the ledger's
 //! mapping in `ledger/` and its byte-range locks in `ledger/lock.rs`) that may use `unsafe`.
 //! Each function names the C call it models; the rest of the crate is `#![deny(unsafe_code)]`.
+//! The calls fgpu's command line makes are here too (it is `#![deny(unsafe_code)]` as a
+//! whole): [`signals`], [`files`] (`access`, `flock`, `mkdtemp`, `mkfifo`) and [`host`]
+//! (glibc's version, the local time, a user's home, `dlopen`).
+
+pub mod files;
+pub mod host;
+pub mod signals;
 
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
@@ -244,8 +251,8 @@ pub fn peer_credentials(fd: BorrowedFd<'_>) -> io::Result<(u32, u32)> {
     Ok((cred.pid.max(0) as u32, cred.uid))
 }
 
-/// `listen(2)` again on a listening socket, to set its backlog (tests fill it).
-#[cfg(test)]
+/// `listen(2)` again on a listening socket, to set its backlog (`fgpu service` asks for the
+/// longest the kernel allows; tests fill it).
 pub fn relisten(fd: BorrowedFd<'_>, backlog: i32) -> io::Result<()> {
     // SAFETY: models listen(2) on a descriptor the caller owns.
     if unsafe { libc::listen(fd.as_raw_fd(), backlog) } != 0 {

@@ -221,6 +221,11 @@ impl Ledger {
         self.store.file.as_raw_fd()
     }
 
+    /// The lock file, open for as long as the ledger (what `fstat` says of its owner).
+    pub fn lock_file(&self) -> std::os::fd::BorrowedFd<'_> {
+        std::os::fd::AsFd::as_fd(&self.store.file)
+    }
+
     /// The attached segment (address, length). A forked child detaches its copy.
     pub fn mapping(&self) -> (*mut u8, usize) {
         (self.store.base.as_ptr(), SEGMENT_SIZE)

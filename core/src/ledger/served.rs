@@ -281,7 +281,7 @@ impl Store {
         }
         let trust = match verify(&file_facts(&file), &memfd_facts(&memfd, header)) {
             Ok(()) => Trust::Verified,
-            Err(why) => Trust::Unverified(why),
+            Err(why) => Trust::Unverified(why.to_string()),
         };
         let base = match trust {
             Trust::Verified => match memfd::map(&memfd, true) {

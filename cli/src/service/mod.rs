@@ -12,9 +12,10 @@
 //! kernel allows, so a newcomer's connect finds room while others hammer the socket, and
 //! the shim asks again, later, when a connect is refused with EAGAIN.
 
-use crate::args::ServiceArgs;
+pub mod args;
+
+use args::ServiceArgs;
 use fgpu_core::hostpid;
-use std::os::fd::AsRawFd;
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::os::unix::net::UnixListener;
 
@@ -58,9 +59,8 @@ pub fn service(args: &ServiceArgs) -> i32 {
         }
     };
     // The longest queue of pending connections the kernel allows (net.core.somaxconn).
-    // SAFETY: models listen(2) on the bound socket this listener owns; listening again only
-    // changes the length of its queue.
-    unsafe { libc::listen(listener.as_raw_fd(), libc::SOMAXCONN.max(4096)) };
+    // Listening again only changes the length of the queue.
+    let _ = fgpu_core::sys::relisten(std::os::fd::AsFd::as_fd(&listener), libc::SOMAXCONN.max(4096));
     // Every user of every container may ask: the answer is only the asker's own PID.
     let _ = std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o666));
     eprintln!("fgpu service: telling processes their host PID at {}", path.display());

@@ -17,7 +17,9 @@
 //! its GPUs start in MIG mode, `--mig`, among them). With `--dry-run` it prints the commands
 //! that make the layout instead of making it.
 
-use crate::args::SimEnvArgs;
+pub mod args;
+
+use args::SimEnvArgs;
 use std::path::{Path, PathBuf};
 
 /// The built libraries and the names they are loaded under.
@@ -29,34 +31,47 @@ pub fn shell_quote(text: &str) -> String {
     format!("'{}'", text.replace('\'', r"'\''"))
 }
 
-fn text(path: &Path) -> Result<&str, String> {
-    path.to_str().ok_or_else(|| format!("{} is not valid UTF-8; choose a plain path", path.display()))
+/// Why `fgpu sim-env` made nothing.
+#[derive(Debug, thiserror::Error)]
+pub enum SimEnvError {
+    #[error("{} is not valid UTF-8; choose a plain path", .0.display())]
+    NotUtf8(PathBuf),
+    #[error("cannot find the fgpu binary: {0}")]
+    NoBinary(std::io::Error),
+    #[error("the fgpu binary has no directory")]
+    NoBinaryDirectory,
+    #[error("{} is missing; build the simulated driver (cargo build --release -p fgpu-sim-cuda -p fgpu-sim-nvml) or pass --libs DIR", .0.display())]
+    LibraryMissing(PathBuf),
+    /// `what` is "cannot create PATH", "cannot replace PATH" or the path alone.
+    #[error("{what}: {source}")]
+    Io { what: String, source: std::io::Error },
+}
+
+fn io(what: String) -> impl FnOnce(std::io::Error) -> SimEnvError {
+    move |source| SimEnvError::Io { what, source }
+}
+
+fn text(path: &Path) -> Result<&str, SimEnvError> {
+    path.to_str().ok_or_else(|| SimEnvError::NotUtf8(path.to_path_buf()))
 }
 
 /// Where the built simulated libraries are: `--libs`, else beside the fgpu binary (the
 /// workspace's `target/release`).
-fn libs_dir(args: &SimEnvArgs) -> Result<PathBuf, String> {
+fn libs_dir(args: &SimEnvArgs) -> Result<PathBuf, SimEnvError> {
     let dir = match &args.libs {
         Some(dir) => dir.clone(),
-        None => std::env::current_exe()
-            .map_err(|e| format!("cannot find the fgpu binary: {e}"))?
-            .parent()
-            .map(Path::to_path_buf)
-            .ok_or("the fgpu binary has no directory")?,
+        None => std::env::current_exe().map_err(SimEnvError::NoBinary)?.parent().map(Path::to_path_buf).ok_or(SimEnvError::NoBinaryDirectory)?,
     };
     for (_, built) in LINKS {
         if !dir.join(built).is_file() {
-            return Err(format!(
-                "{} is missing; build the simulated driver (cargo build --release -p fgpu-sim-cuda -p fgpu-sim-nvml) or pass --libs DIR",
-                dir.join(built).display()
-            ));
+            return Err(SimEnvError::LibraryMissing(dir.join(built)));
         }
     }
-    std::fs::canonicalize(&dir).map_err(|e| format!("{}: {e}", dir.display()))
+    std::fs::canonicalize(&dir).map_err(io(dir.display().to_string()))
 }
 
 /// The shell text `fgpu sim-env` prints.
-pub fn script(dir: &Path, libs: &Path, args: &SimEnvArgs) -> Result<String, String> {
+pub fn script(dir: &Path, libs: &Path, args: &SimEnvArgs) -> Result<String, SimEnvError> {
     let lib = dir.join("lib");
     let mut out = String::new();
     if args.dry_run {
@@ -84,21 +99,21 @@ pub fn script(dir: &Path, libs: &Path, args: &SimEnvArgs) -> Result<String, Stri
 }
 
 /// Makes `DIR/lib` and its links (replacing links of the same names).
-fn lay_out(dir: &Path, libs: &Path) -> Result<(), String> {
+fn lay_out(dir: &Path, libs: &Path) -> Result<(), SimEnvError> {
     let lib = dir.join("lib");
-    std::fs::create_dir_all(&lib).map_err(|e| format!("cannot create {}: {e}", lib.display()))?;
+    std::fs::create_dir_all(&lib).map_err(io(format!("cannot create {}", lib.display())))?;
     for (name, built) in LINKS {
         let link = lib.join(name);
         if std::fs::symlink_metadata(&link).is_ok() {
-            std::fs::remove_file(&link).map_err(|e| format!("cannot replace {}: {e}", link.display()))?;
+            std::fs::remove_file(&link).map_err(io(format!("cannot replace {}", link.display())))?;
         }
-        std::os::unix::fs::symlink(libs.join(built), &link).map_err(|e| format!("cannot create {}: {e}", link.display()))?;
+        std::os::unix::fs::symlink(libs.join(built), &link).map_err(io(format!("cannot create {}", link.display())))?;
     }
     Ok(())
 }
 
-fn sim_env_inner(args: &SimEnvArgs) -> Result<String, String> {
-    let dir = std::path::absolute(&args.dir).map_err(|e| format!("{}: {e}", args.dir.display()))?;
+fn sim_env_inner(args: &SimEnvArgs) -> Result<String, SimEnvError> {
+    let dir = std::path::absolute(&args.dir).map_err(io(args.dir.display().to_string()))?;
     let libs = libs_dir(args)?;
     let out = script(&dir, &libs, args)?;
     if !args.dry_run {
@@ -174,12 +189,12 @@ mod tests {
     fn the_product_and_mig_mode_are_exported() {
         let mut a = args("/x");
         a.product = Some("a100-80gb".into());
-        a.mig = Some(crate::args::parse_mig("0,1").unwrap());
+        a.mig = Some(args::parse_mig("0,1").unwrap());
         let out = script(Path::new("/w/sim"), Path::new("/b/release"), &a).unwrap();
         assert!(out.ends_with("export FGPU_SIM_PRODUCT='a100-80gb'\nexport FGPU_SIM_MIG='0,1'\n"), "{out}");
-        assert_eq!(crate::args::parse_mig("all").as_deref(), Ok("all"));
-        assert!(crate::args::parse_mig("0,9").unwrap_err().contains("0,9"));
-        assert!(crate::args::parse_mig("on").is_err());
+        assert_eq!(args::parse_mig("all").as_deref(), Ok("all"));
+        assert!(args::parse_mig("0,9").unwrap_err().to_string().contains("\"0,9\" is not all, none or a list of GPU indices"));
+        assert!(args::parse_mig("on").is_err());
     }
 
     #[test]

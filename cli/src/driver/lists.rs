@@ -7,7 +7,7 @@
 //! hand a newcomer memory the driver still holds, and the device would hold more than the
 //! cap. So the tools ask too: NVML is loaded into this process once, the first time a dead
 //! slot is found (never for a ledger with none), and its functions are found with glibc's
-//! own `dlsym` (`driver_probe::Library`), so a preloaded shim never answers for the driver.
+//! own `dlsym` (`calls.rs`), so a preloaded shim never answers for the driver.
 //!
 //! Where NVML cannot be asked here (no NVML, a list it did not give in full) the process
 //! counts as still listed, and the slot is left for a process of the ledger to drop. A dead
@@ -16,51 +16,26 @@
 //! `nvml_still_lists`): not listed, the kernel having dropped its lock. Keeping it would keep
 //! its bytes counted for good, as nothing could ever show it gone.
 
-use crate::driver_probe::{Library, NvmlCount, NvmlHandle, NvmlInit, NvmlProcessInfoV1, NvmlProcesses};
+use super::calls::{Device, ListError, Nvml};
 use fgpu_core::ledger::DeadProcess;
 use fgpu_core::pidns;
 use std::collections::HashSet;
 use std::sync::OnceLock;
 
-/// `NVML_ERROR_INSUFFICIENT_SIZE` (nvml.h).
-const INSUFFICIENT_SIZE: u32 = 7;
 /// At most this many devices are asked (more than any machine has).
 const MAX_DEVICES: u32 = 64;
 
-/// NVML, initialised, and the three functions the lists need.
-struct Nvml {
-    _library: Library,
-    count: NvmlCount,
-    handle: NvmlHandle,
-    processes: NvmlProcesses,
-}
-
-// SAFETY: NVML is documented thread-safe (nvml.h: "NVML is thread-safe so it is safe to
-// make simultaneous NVML calls from multiple threads"); the library handle is only kept
-// (never used after the lookups, never closed) and the rest are plain function pointers.
-unsafe impl Send for Nvml {}
-// SAFETY: as for Send: nothing here is mutated after construction.
-unsafe impl Sync for Nvml {}
-
+/// NVML, opened and initialised once in this process (never shut down: a tool that scans
+/// again and again, as the exporter does, keeps it); `None` when it cannot be.
 fn nvml() -> Option<&'static Nvml> {
     static NVML: OnceLock<Option<Nvml>> = OnceLock::new();
     NVML.get_or_init(|| {
-        let library = Library::open(c"libnvidia-ml.so.1").ok()?;
-        // SAFETY: each type is the prototype nvml.h gives the function named
-        // (`nvmlInit_v2`/`nvmlInit`: `nvmlReturn_t (void)`; `nvmlDeviceGetCount_v2`:
-        // `(unsigned *)`; `nvmlDeviceGetHandleByIndex_v2`: `(unsigned, nvmlDevice_t *)`;
-        // `nvmlDeviceGetComputeRunningProcesses`: `(nvmlDevice_t, unsigned *,
-        // nvmlProcessInfo_v1_t *)`, the unversioned name keeping the v1 entry).
-        unsafe {
-            let init = library.get::<NvmlInit>(c"nvmlInit_v2").or_else(|| library.get::<NvmlInit>(c"nvmlInit"))?;
-            let count = library.get::<NvmlCount>(c"nvmlDeviceGetCount_v2").or_else(|| library.get::<NvmlCount>(c"nvmlDeviceGetCount"))?;
-            let handle = library.get::<NvmlHandle>(c"nvmlDeviceGetHandleByIndex_v2")?;
-            let processes = library.get::<NvmlProcesses>(c"nvmlDeviceGetComputeRunningProcesses")?;
-            if init() != 0 {
-                return None;
-            }
-            Some(Nvml { _library: library, count, handle, processes })
+        let nvml = Nvml::open().ok()?;
+        if !nvml.can_list_processes() {
+            return None;
         }
+        nvml.init()?.ok()?;
+        Some(nvml)
     })
     .as_ref()
 }
@@ -69,36 +44,23 @@ fn nvml() -> Option<&'static Nvml> {
 /// `None` when NVML is not here or did not answer in full.
 fn listed_pids() -> Option<HashSet<u32>> {
     let nvml = nvml()?;
+    let count = nvml.device_count()?.ok()?;
     let mut pids = HashSet::new();
-    let mut count = 0u32;
-    // SAFETY: models nvmlDeviceGetCount_v2 with a pointer to a live local.
-    if unsafe { (nvml.count)(&mut count) } != 0 {
-        return None;
-    }
     for index in 0..count.min(MAX_DEVICES) {
-        let mut device = std::ptr::null_mut();
-        // SAFETY: models nvmlDeviceGetHandleByIndex_v2 with an index below the count and a
-        // pointer to a live local.
-        if unsafe { (nvml.handle)(index, &mut device) } != 0 {
-            return None;
-        }
+        let device = nvml.device(index)?.ok()?;
         pids.extend(device_pids(nvml, device)?);
     }
     Some(pids)
 }
 
 /// One device's list, asked again with room for what it said it needs while it grows.
-fn device_pids(nvml: &Nvml, device: *mut std::ffi::c_void) -> Option<Vec<u32>> {
+fn device_pids(nvml: &Nvml, device: Device<'_>) -> Option<Vec<u32>> {
     let mut room = 64usize;
     for _ in 0..4 {
-        let mut entries = vec![NvmlProcessInfoV1::default(); room];
-        let mut n = room as u32;
-        // SAFETY: models nvmlDeviceGetComputeRunningProcesses (v1 entries) with a handle
-        // NVML gave, `n` set to the number of entries the live buffer holds.
-        match unsafe { (nvml.processes)(device, &mut n, entries.as_mut_ptr()) } {
-            0 => return Some(entries[..(n as usize).min(room)].iter().map(|e| e.pid).collect()),
-            INSUFFICIENT_SIZE => room = (n as usize).max(room) + 16,
-            _ => return None,
+        match nvml.compute_processes(device, room) {
+            Ok(entries) => return Some(entries.iter().map(|e| e.pid).collect()),
+            Err(ListError::TooSmall(n)) => room = (n as usize).max(room) + 16,
+            Err(_) => return None,
         }
     }
     None

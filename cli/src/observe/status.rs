@@ -1,8 +1,8 @@
 //! `fgpu status`.
 
-use crate::args::StatusArgs;
-use crate::ledgers;
-use crate::report::{self, LedgerState};
+use super::args::StatusArgs;
+use crate::observe::ledgers;
+use crate::observe::report::{self, LedgerState};
 
 pub fn status(args: &StatusArgs) -> i32 {
     let mut report = report::collect(ledgers::resolve_with_runs(&args.select));
@@ -19,7 +19,7 @@ pub fn status(args: &StatusArgs) -> i32 {
         for note in &report.notes {
             eprintln!("fgpu status: {note}");
         }
-        print!("{}", report::render_text(&report, terminal_width()));
+        print!("{}", crate::observe::text::render_text(&report, terminal_width()));
     }
     i32::from(failed)
 }
@@ -32,13 +32,13 @@ pub fn terminal_width() -> usize {
 /// What is committed on each GPU, from every ledger this user can see (a second scan when
 /// the report is not of all of them already).
 fn gpus(report: &report::StatusReport, all: bool) -> Vec<report::GpuRoom> {
-    let Ok(probe) = crate::doctor::probe_driver() else { return Vec::new() };
+    let Ok(probe) = crate::driver::probe::probe_driver() else { return Vec::new() };
     if probe.devices.is_empty() {
         return Vec::new();
     }
     if all {
-        return crate::placement::rooms(&probe.devices, &report.ledgers);
+        return crate::observe::rooms::rooms(&probe.devices, &report.ledgers);
     }
-    let seen = report::collect(ledgers::resolve(&crate::args::LedgerSelection { all: true, ..Default::default() }));
-    crate::placement::rooms(&probe.devices, &seen.ledgers)
+    let seen = report::collect(ledgers::resolve(&super::args::LedgerSelection { all: true, ..Default::default() }));
+    crate::observe::rooms::rooms(&probe.devices, &seen.ledgers)
 }

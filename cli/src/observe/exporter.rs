@@ -10,9 +10,9 @@
 //! DCGM exporter labels it: join the two on `UUID`), and per process `pid` (as seen where
 //! the exporter runs), `host_pid` (empty while unknown) and `name`.
 
-use crate::args::ExporterArgs;
-use crate::ledgers;
-use crate::report::{self, LedgerState, StatusReport};
+use super::args::ExporterArgs;
+use crate::observe::ledgers;
+use crate::observe::report::{self, LedgerState, StatusReport};
 use http_body_util::Full;
 use hyper::body::Bytes;
 use prometheus_client::encoding::{prometheus_text, text};
@@ -57,7 +57,7 @@ fn configured_gpus(ledger: &str) -> Vec<ConfiguredGpu> {
     if !config.is_active() {
         return Vec::new();
     }
-    let Ok(probe) = crate::doctor::probe_driver() else { return Vec::new() };
+    let Ok(probe) = crate::driver::probe::probe_driver() else { return Vec::new() };
     probe
         .devices
         .iter()
@@ -330,11 +330,7 @@ impl Connections {
 /// How many connections to hold at most: [`MAX_CONNECTIONS`], or fewer when the soft limit
 /// on open descriptors leaves less room (keeping some for ledgers, /proc and the listener).
 fn connection_limit() -> usize {
-    // SAFETY: all-zero bytes are a valid rlimit; getrlimit(2) writes into it.
-    let mut limit: libc::rlimit = unsafe { std::mem::zeroed() };
-    // SAFETY: models getrlimit(2) with a valid, exclusively borrowed rlimit.
-    let rc = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) };
-    let soft = if rc == 0 { limit.rlim_cur as usize } else { 1024 };
+    let soft = fgpu_core::sys::host::open_files_limit().map_or(1024, |n| usize::try_from(n).unwrap_or(usize::MAX));
     MAX_CONNECTIONS.min(soft.saturating_sub(64).max(8))
 }
 
@@ -479,7 +475,7 @@ pub fn exporter(args: &ExporterArgs) -> i32 {
         "every ledger on this machine".to_string()
     } else {
         let resolved = ledgers::resolve(&args.select);
-        resolved.targets.first().map(|t| format!("ledger {}", report::clean(&t.path.display().to_string()))).unwrap_or_default()
+        resolved.targets.first().map(|t| format!("ledger {}", crate::observe::text::clean(&t.path.display().to_string()))).unwrap_or_default()
     };
     let bound = listener.local_addr().unwrap_or(args.listen);
     eprintln!("fgpu exporter: serving metrics of {what} at http://{bound}/metrics");
@@ -496,7 +492,7 @@ pub fn exporter(args: &ExporterArgs) -> i32 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::{DeviceReport, LedgerReport, ProcessDevice, ProcessReport};
+    use crate::observe::report::{DeviceReport, LedgerReport, ProcessDevice, ProcessReport};
 
     fn ledger(path: &str, id: &str) -> LedgerReport {
         LedgerReport {

@@ -9,13 +9,14 @@
 //! beside it, the owner) is checked before the first directory is created, so a refusal
 //! leaves nothing half-written behind.
 
-use crate::args::{CdiArgs, CdiCommand, CdiGenerateArgs};
-use crate::doctor;
+pub mod args;
+
 use crate::elf;
 use crate::shimpath;
+use args::{CdiArgs, CdiCommand, CdiGenerateArgs};
 use fgpu_cdi::files::{absolute, create_dir, prepare_dir, resolve_owner, write_file, Payload};
 use fgpu_cdi::{config_text, device_dir, no_longer_generated, plan, spec, to_yaml, Gpu, CONFIG_FILE, DEVICES_SUBDIR, HEADER, KIND};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// The glibc the release build needs (scripts/build-release.sh).
 const RELEASE_GLIBC: &str = "2.17";
@@ -25,26 +26,49 @@ pub fn cdi(args: &CdiArgs) -> i32 {
     match &args.command {
         CdiCommand::Generate(args) => match generate(args) {
             Ok(()) => 0,
-            Err(message) => {
-                eprintln!("fgpu cdi generate: {message}");
+            Err(e) => {
+                eprintln!("fgpu cdi generate: {e}");
                 1
             }
         },
     }
 }
 
-fn generate(args: &CdiGenerateArgs) -> Result<(), String> {
+/// Why `fgpu cdi generate` wrote nothing (or stopped).
+#[derive(Debug, thiserror::Error)]
+pub enum CdiError {
+    #[error("cannot read the GPUs: {0}")]
+    Gpus(#[from] crate::driver::probe::ProbeError),
+    #[error("{0}")]
+    Front(#[from] shimpath::ShimError),
+    #[error("{} is not a library fgpu can use: {source}", path.display())]
+    NotALibrary { path: PathBuf, source: elf::ElfError },
+    /// What the fgpu-cdi crate said (the plan, the files, the owner).
+    #[error("{0}")]
+    Cdi(String),
+}
+
+impl From<String> for CdiError {
+    fn from(message: String) -> CdiError {
+        CdiError::Cdi(message)
+    }
+}
+
+fn generate(args: &CdiGenerateArgs) -> Result<(), CdiError> {
     let sizes: Vec<u64> = args.sizes.iter().copied().filter(|&b| b > 0).collect();
     let percents: Vec<u32> = args.percents.iter().copied().filter(|&p| p > 0).collect();
     let gpus = probe_gpus()?;
     let devices = plan(&gpus, &sizes, &percents, &args.combine)?;
-    let front = shimpath::locate().map_err(|e| e.to_string())?.path;
+    let front = shimpath::locate()?.path;
     // The front, the shim it loads and this command (so that `/usr/lib/fgpu/fgpu status`
     // works inside the container), all read before anything is written.
     let exe = std::env::current_exe().ok().filter(|exe| std::fs::metadata(exe).is_ok());
     let payload = Payload::read(&front, exe.as_deref())?;
-    let newer = elf::parse(payload.front_bytes()).map_err(|e| format!("{} is not a library fgpu can use: {e}", front.display()))?;
-    let newer = glibc_newer_than_release(&newer);
+    let front_info = elf::parse(payload.front_bytes()).map_err(|source| CdiError::NotALibrary { path: front.clone(), source })?;
+    // The shim the front loads is part of the payload too: the larger need counts.
+    let shim = shimpath::companion(&front);
+    let shim_info = elf::read(&shim).map_err(|source| CdiError::NotALibrary { path: shim.clone(), source })?;
+    let newer = glibc_newer_than_release(&[(&front, Some(&front_info)), (&shim, Some(&shim_info))]);
     let owner = args.owner.as_deref().map(resolve_owner).transpose()?;
     let to_stdout = args.output.as_os_str() == "-";
     let output = if to_stdout { None } else { Some(absolute(&args.output)?) };
@@ -102,14 +126,13 @@ fn generate(args: &CdiGenerateArgs) -> Result<(), String> {
             kept.join(" ")
         );
     }
-    if let Some(need) = newer {
+    if let Some((need, library)) = newer {
         eprintln!(
             "fgpu cdi generate: warning: {} needs glibc {need}: in images with an older glibc the loader cannot preload it, and their programs run uncapped; use the release build (scripts/build-release.sh, glibc {RELEASE_GLIBC})",
-            front.display()
+            library.display()
         );
     }
-    // SAFETY: geteuid(2) has no failure mode and touches no memory of ours.
-    let euid = unsafe { libc::geteuid() };
+    let euid = fgpu_core::sys::geteuid();
     if owner.is_none() && euid != 0 {
         eprintln!(
             "fgpu cdi generate: the files in {} are owned by uid {euid}, not root: only containers of rootless podman run by uid {euid} trust them (docs/cdi.md, Rootless podman)",
@@ -119,16 +142,17 @@ fn generate(args: &CdiGenerateArgs) -> Result<(), String> {
     Ok(())
 }
 
-/// The newest glibc the library needs, when newer than the release build's baseline.
-fn glibc_newer_than_release(info: &elf::ElfInfo) -> Option<String> {
-    let need = elf::newest_glibc_needed(info)?;
-    (elf::glibc_version(&need)? > elf::glibc_version(RELEASE_GLIBC)?).then_some(need)
+/// The newest glibc the libraries need, and the library that needs it, when newer than
+/// the release build's baseline.
+fn glibc_newer_than_release<'a>(libraries: &[(&'a Path, Option<&elf::ElfInfo>)]) -> Option<(String, &'a Path)> {
+    let (need, library) = elf::newest_glibc_among(libraries)?;
+    (elf::glibc_version(&need)? > elf::glibc_version(RELEASE_GLIBC)?).then_some((need, library))
 }
 
 /// The GPUs NVML lists, read by `fgpu __driver-probe` in a child process without the shim.
-fn probe_gpus() -> Result<Vec<Gpu>, String> {
-    let probe = doctor::probe_driver().map_err(|e| format!("cannot read the GPUs: {e}"))?;
-    fgpu_cdi::probe::gpus(&probe)
+fn probe_gpus() -> Result<Vec<Gpu>, CdiError> {
+    let probe = crate::driver::probe::probe_driver()?;
+    Ok(fgpu_cdi::probe::gpus(&probe)?)
 }
 
 #[cfg(test)]
@@ -144,12 +168,17 @@ mod tests {
             needed_versions: versions.iter().map(|v| ("libc.so.6".to_string(), v.to_string())).collect(),
             defined: Vec::new(),
         };
-        assert_eq!(glibc_newer_than_release(&info(&["GLIBC_2.2.5", "GLIBC_2.17"])), None);
-        assert_eq!(glibc_newer_than_release(&info(&["GLIBC_2.2.5", "GLIBC_2.34", "GLIBC_2.17"])), Some("2.34".into()));
+        let (front, shim) = (Path::new("/l/libfgpu.so"), Path::new("/l/libfgpu_shim.so"));
+        let old = info(&["GLIBC_2.2.5", "GLIBC_2.17"]);
+        let new = info(&["GLIBC_2.2.5", "GLIBC_2.34", "GLIBC_2.17"]);
+        assert_eq!(glibc_newer_than_release(&[(front, Some(&old)), (shim, Some(&old))]), None);
+        assert_eq!(glibc_newer_than_release(&[(front, Some(&new)), (shim, Some(&old))]), Some(("2.34".into(), front)));
+        // The shim the front loads counts too: the larger need is named, with its library.
+        assert_eq!(glibc_newer_than_release(&[(front, Some(&old)), (shim, Some(&new))]), Some(("2.34".into(), shim)));
         // The release build itself (scripts/build-release.sh) passes when it was built here.
-        let dist = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/dist/libfgpu.so");
-        if let Ok(info) = elf::read(&dist) {
-            assert_eq!(glibc_newer_than_release(&info), None, "{}", dist.display());
+        let dist = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/dist");
+        if let (Ok(front), Ok(shim)) = (elf::read(&dist.join("libfgpu.so")), elf::read(&dist.join("libfgpu_shim.so"))) {
+            assert_eq!(glibc_newer_than_release(&[(&dist, Some(&front)), (&dist, Some(&shim))]), None, "{}", dist.display());
         }
     }
 }

@@ -1,8 +1,8 @@
 //! `fgpu top`: `fgpu status`, refreshed in the terminal's alternate screen until `q`.
 
-use crate::args::TopArgs;
-use crate::ledgers;
-use crate::report::{self, StatusReport};
+use super::args::TopArgs;
+use crate::observe::ledgers;
+use crate::observe::report::{self, StatusReport};
 use crossterm::event::{self, Event, KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 use crossterm::{cursor, execute, queue, style, terminal};
 use std::io::{IsTerminal, Write};
@@ -11,7 +11,8 @@ use std::time::{Duration, Instant};
 
 static STOP: AtomicBool = AtomicBool::new(false);
 
-extern "C" fn on_stop(_: libc::c_int) {
+/// Runs inside the signal handler: an atomic store only.
+fn on_stop(_signal: i32, _si_code: i32) {
     STOP.store(true, Ordering::SeqCst);
 }
 
@@ -42,19 +43,14 @@ pub fn screen(report: &StatusReport, width: usize, height: usize, clock: &str, i
     for note in &report.notes {
         lines.push(format!("note: {note}"));
     }
-    lines.extend(report::render_text(report, width).lines().map(String::from));
+    lines.extend(crate::observe::text::render_text(report, width).lines().map(String::from));
     lines.truncate(height.max(1));
     lines.into_iter().map(|l| l.chars().take(width).collect()).collect()
 }
 
 fn clock() -> String {
-    // SAFETY: time(2) and localtime_r(3) with valid pointers to locals.
-    unsafe {
-        let now = libc::time(std::ptr::null_mut());
-        let mut tm: libc::tm = std::mem::zeroed();
-        libc::localtime_r(&now, &mut tm);
-        format!("{:02}:{:02}:{:02}", tm.tm_hour, tm.tm_min, tm.tm_sec)
-    }
+    let (hour, minute, second) = fgpu_core::sys::host::local_time_of_day();
+    format!("{hour:02}:{minute:02}:{second:02}")
 }
 
 /// Puts the terminal back however `top` ends (return, error, panic).
@@ -91,8 +87,7 @@ pub fn top(args: &TopArgs) -> i32 {
         return 1;
     }
     for signal in [libc::SIGTERM, libc::SIGHUP] {
-        // SAFETY: installs an async-signal-safe handler that only stores to an atomic.
-        unsafe { libc::signal(signal, on_stop as extern "C" fn(libc::c_int) as libc::sighandler_t) };
+        let _ = fgpu_core::sys::signals::handle(signal, on_stop, true);
     }
     let guard = match TerminalGuard::enter() {
         Ok(g) => g,

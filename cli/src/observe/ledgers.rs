@@ -22,7 +22,7 @@
 //! seals, its size), and read for the lock file's path; mappings of one memory file are
 //! folded by inode.
 
-use crate::args::LedgerSelection;
+use super::args::LedgerSelection;
 use fgpu_core::config::{Config, LedgerOrigin, Sources};
 use fgpu_core::ledger::layout::SEGMENT_SIZE;
 use fgpu_core::ledger::store;
@@ -132,11 +132,11 @@ pub struct Resolved {
     pub targets: Vec<Target>,
     pub notes: Vec<String>,
     /// When the look began: finding the ledgers (a scan) and reading them share one budget
-    /// from here ([`crate::report::READ_BUDGET`]).
+    /// from here ([`crate::observe::report::READ_BUDGET`]).
     pub started: Instant,
 }
 
-/// How long a scan of the machine's processes may take, of [`crate::report::READ_BUDGET`]:
+/// How long a scan of the machine's processes may take, of [`crate::observe::report::READ_BUDGET`]:
 /// the rest is for reading the ledgers found.
 pub const SCAN_BUDGET: Duration = Duration::from_millis(1500);
 
@@ -149,12 +149,8 @@ pub fn resolve(select: &LedgerSelection) -> Resolved {
         let scan = scan_of(Path::new("/proc"), std::process::id(), None, started + SCAN_BUDGET);
         let mut notes = scan.notes();
         if scan.denied > 0 {
-            // SAFETY: geteuid has no preconditions.
-            let hint = if unsafe { libc::geteuid() } == 0 {
-                "not even by root: they belong to a more privileged namespace"
-            } else {
-                "run as root to see every ledger"
-            };
+            let hint =
+                if fgpu_core::sys::geteuid() == 0 { "not even by root: they belong to a more privileged namespace" } else { "run as root to see every ledger" };
             notes.push(format!("{} process(es) could not be inspected (permission denied; {hint})", scan.denied));
         }
         return Resolved { targets: scan.targets, notes, started };
@@ -474,7 +470,7 @@ mod tests {
         fn euid(&self) -> u32 {
             1000
         }
-        fn default_ledger(&self, uid: u32) -> Result<fgpu_core::config::DefaultLedger, String> {
+        fn default_ledger(&self, uid: u32) -> Result<fgpu_core::config::DefaultLedger, fgpu_core::config::NoPlaceLeft> {
             Ok(fgpu_core::config::DefaultLedger { path: format!("/tmp/fgpu-{uid}/ledger-ipc1").into(), note: None })
         }
     }
@@ -516,9 +512,7 @@ mod tests {
     }
 
     fn mkfifo(path: &Path) {
-        let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
-        // SAFETY: models mkfifo(3) with a NUL-terminated path.
-        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0, "mkfifo {}", path.display());
+        fgpu_core::sys::files::mkfifo(path, 0o600).unwrap_or_else(|e| panic!("mkfifo {}: {e}", path.display()));
     }
 
     /// Lets a read blocked on opening `fifo` go on (and see its end), so no thread of the

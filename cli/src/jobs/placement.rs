@@ -1,64 +1,30 @@
-//! Where a job goes on a machine with several GPUs (`fgpu run --gpus auto`), and what each
-//! GPU has committed (`fgpu status`).
-//!
-//! A GPU's room is its memory less what is committed there: the caps of the caller's own
-//! live ledgers on it, and what the driver says is used on it beyond what those ledgers
-//! hold (processes fgpu does not cap, other users' and containers' jobs, the driver's own
-//! reserve). A job goes to the GPU with the most room that fits its cap, the lower index on
-//! a tie. Choosing and claiming happen under a placement lock, and `fgpu run` registers the
-//! job's cap in the job's ledger before the lock is let go, so the next job counts it.
-//!
-//! Only the caller's own ledgers (verified, made and owned by the user who places, in its
-//! IPC namespace: [`LedgerReport::own`]) count with their caps. Every other ledger (another
-//! user's, a container's, one that is not verified) was written by processes that can
-//! write anything into it, a cap of 16 GiB on a GPU they never use included: it counts as
-//! the memory the driver shows its processes holding, which is in the GPU's used memory.
+//! Where a job goes on a machine with several GPUs (`fgpu run --gpus auto`): the GPU with
+//! the most room (`crate::observe::rooms`) that fits its cap, the lower index on a tie.
+//! Choosing and claiming happen under a placement lock, and `fgpu run` registers the job's
+//! cap in the job's ledger before the lock is let go, so the next job counts it.
 
-use crate::driver_probe::ProbedDevice;
-use crate::report::{GpuRoom, LedgerReport, LedgerState};
+use crate::driver::probe::ProbedDevice;
+use crate::observe::report::{GpuRoom, LedgerReport};
+use crate::observe::rooms::own_on;
 use fgpu_core::limit::format_bytes;
 
-/// The caller's own live ledgers with a cap on GPU `uuid`, and their entry for it.
-fn own_on<'a>(ledgers: &'a [LedgerReport], uuid: &'a str) -> impl Iterator<Item = (&'a LedgerReport, &'a crate::report::DeviceReport)> + 'a {
-    ledgers
-        .iter()
-        .filter(|l| l.own && l.state == LedgerState::Ok && !l.processes.is_empty())
-        .flat_map(move |l| l.devices.iter().filter(move |g| g.uuid.eq_ignore_ascii_case(uuid)).map(move |g| (l, g)))
-}
-
-/// The room on each GPU the driver lists, from the ledgers seen (a scan of every ledger
-/// this user may look at).
-pub fn rooms(devices: &[ProbedDevice], ledgers: &[LedgerReport]) -> Vec<GpuRoom> {
-    devices
-        .iter()
-        .map(|d| {
-            let (mut committed, mut held, mut count) = (0u64, 0u64, 0usize);
-            for (_, g) in own_on(ledgers, &d.uuid) {
-                committed = committed.saturating_add(g.cap_bytes.min(d.total_bytes).max(g.used_bytes));
-                held = held.saturating_add(g.used_bytes);
-                count += 1;
-            }
-            let outside = d.used_bytes.saturating_sub(held);
-            GpuRoom {
-                index: d.index,
-                uuid: d.uuid.clone(),
-                total_bytes: d.total_bytes,
-                committed_bytes: committed,
-                ledgers: count,
-                used_outside_bytes: outside,
-                left_bytes: d.total_bytes.saturating_sub(committed).saturating_sub(outside),
-            }
-        })
-        .collect()
+/// Why no GPU has room for a job.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NoRoom {
+    #[error("no GPU is listed by the driver")]
+    NoGpu,
+    /// Each GPU and what it has left, as `GPU 0 (GPU-...) has 30 GiB left of 80 GiB, needs 50 GiB`.
+    #[error("no GPU has room for the job: {}", .0.join("; "))]
+    Full(Vec<String>),
 }
 
 /// The GPU with the most room that fits `need(gpu)` bytes (the lower index on a tie), or
 /// one line naming each GPU and what it has left.
-pub fn choose(rooms: &[GpuRoom], need: impl Fn(&GpuRoom) -> u64) -> Result<&GpuRoom, String> {
+pub fn choose(rooms: &[GpuRoom], need: impl Fn(&GpuRoom) -> u64) -> Result<&GpuRoom, NoRoom> {
     let best = rooms.iter().filter(|r| need(r) <= r.left_bytes).max_by(|a, b| a.left_bytes.cmp(&b.left_bytes).then(b.index.cmp(&a.index)));
     best.ok_or_else(|| {
         if rooms.is_empty() {
-            return "no GPU is listed by the driver".to_string();
+            return NoRoom::NoGpu;
         }
         let each: Vec<String> = rooms
             .iter()
@@ -73,7 +39,7 @@ pub fn choose(rooms: &[GpuRoom], need: impl Fn(&GpuRoom) -> u64) -> Result<&GpuR
                 )
             })
             .collect();
-        format!("no GPU has room for the job: {}", each.join("; "))
+        NoRoom::Full(each)
     })
 }
 
@@ -98,7 +64,12 @@ pub fn waiting_for(devices: &[ProbedDevice], rooms: &[GpuRoom], ledgers: &[Ledge
         let own: Vec<String> = own_on(ledgers, &d.uuid)
             .map(|(l, g)| {
                 let pids: Vec<String> = l.processes.iter().filter_map(|p| p.pid).map(|p| p.to_string()).collect();
-                format!("{} by {} (PID {})", format_bytes(g.cap_bytes.min(d.total_bytes).max(g.used_bytes)), crate::report::clean(&l.path), pids.join(", "))
+                format!(
+                    "{} by {} (PID {})",
+                    format_bytes(g.cap_bytes.min(d.total_bytes).max(g.used_bytes)),
+                    crate::observe::text::clean(&l.path),
+                    pids.join(", ")
+                )
             })
             .collect();
         if !own.is_empty() {
@@ -122,7 +93,8 @@ pub fn waiting_for(devices: &[ProbedDevice], rooms: &[GpuRoom], ledgers: &[Ledge
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::DeviceReport;
+    use crate::observe::report::{DeviceReport, LedgerState};
+    use crate::observe::rooms::rooms;
 
     const GIB: u64 = 1 << 30;
 
@@ -131,8 +103,8 @@ mod tests {
     }
 
     fn ledger(uuid: &str, cap: u64, used: u64) -> LedgerReport {
-        let target = crate::ledgers::Target::plain("/l".into(), crate::ledgers::Origin::Scan);
-        let mut l = crate::report::tests_support::empty(&target);
+        let target = crate::observe::ledgers::Target::plain("/l".into(), crate::observe::ledgers::Origin::Scan);
+        let mut l = crate::observe::report::tests_support::empty(&target);
         l.state = LedgerState::Ok;
         l.own = true;
         l.devices.push(DeviceReport {
@@ -149,7 +121,7 @@ mod tests {
             compute_seconds: 0.0,
             compute_wait_seconds: 0.0,
         });
-        l.processes.push(crate::report::tests_support::process());
+        l.processes.push(crate::observe::report::tests_support::process());
         l
     }
 
@@ -165,7 +137,7 @@ mod tests {
         assert_eq!(choose(&r, |_| 50 * GIB).unwrap().index, 1);
         let both = [ledger("GPU-0", 50 * GIB, GIB), ledger("GPU-1", 50 * GIB, 0)];
         let r = rooms(&devices, &both);
-        let err = choose(&r, |_| 50 * GIB).unwrap_err();
+        let err = choose(&r, |_| 50 * GIB).unwrap_err().to_string();
         assert!(err.contains("GPU 0 (GPU-0) has 30 GiB left of 80 GiB, needs 50 GiB") && err.contains("GPU 1"), "{err}");
         // A small job still fits on the one with more room.
         assert_eq!(choose(&r, |_| 10 * GIB).unwrap().index, 0);

@@ -9,70 +9,56 @@
 //! value <= 0, the kernel's terminal driver gives `SI_KERNEL`.
 //!
 //! Handlers (not SIG_IGN) are used so the command starts with default dispositions: exec
-//! resets handled signals to default but keeps ignored ones ignored.
+//! resets handled signals to default but keeps ignored ones ignored
+//! (`fgpu_core::sys::signals::handle`).
 
+use fgpu_core::sys::signals;
 use std::sync::atomic::{AtomicI32, Ordering};
 
-pub const FORWARDED: [libc::c_int; 4] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT];
+pub const FORWARDED: [i32; 4] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT];
 
 static CHILD: AtomicI32 = AtomicI32::new(0);
 /// A signal that arrived before the child's PID was known.
 static PENDING: AtomicI32 = AtomicI32::new(0);
 
 /// Whether a signal with this `si_code` was sent by a process (and so is to be forwarded).
-pub fn sent_by_a_process(si_code: libc::c_int) -> bool {
+pub fn sent_by_a_process(si_code: i32) -> bool {
     si_code <= 0
 }
 
-extern "C" fn on_signal(signal: libc::c_int, info: *mut libc::siginfo_t, _: *mut libc::c_void) {
-    // SAFETY: the kernel passes a valid siginfo_t to an SA_SIGINFO handler.
-    let code = if info.is_null() { 0 } else { unsafe { (*info).si_code } };
-    if !sent_by_a_process(code) {
+/// Runs inside the signal handler: atomics and kill(2) only.
+fn on_signal(signal: i32, si_code: i32) {
+    if !sent_by_a_process(si_code) {
         return;
     }
     let child = CHILD.load(Ordering::SeqCst);
     if child > 0 {
-        // SAFETY: kill(2) is async-signal-safe.
-        unsafe { libc::kill(child, signal) };
+        let _ = signals::kill(child, signal);
     } else {
         PENDING.store(signal, Ordering::SeqCst);
     }
 }
 
-fn set_action(signal: libc::c_int, handler: libc::sighandler_t, flags: libc::c_int) {
-    // SAFETY: a zeroed sigaction with an empty mask and a handler of the right type for
-    // `flags` is valid to install.
-    unsafe {
-        let mut action: libc::sigaction = std::mem::zeroed();
-        action.sa_sigaction = handler;
-        action.sa_flags = flags;
-        libc::sigemptyset(&mut action.sa_mask);
-        libc::sigaction(signal, &action, std::ptr::null_mut());
-    }
-}
-
 /// Installs the forwarding handlers (before the child is spawned).
 pub fn install_forwarding() {
-    let handler: extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void) = on_signal;
     for signal in FORWARDED {
-        set_action(signal, handler as libc::sighandler_t, libc::SA_SIGINFO | libc::SA_RESTART);
+        let _ = signals::handle(signal, on_signal, true);
     }
 }
 
 /// Records the child's PID and delivers a signal that came before it was known.
-pub fn set_child(pid: libc::pid_t) {
+pub fn set_child(pid: i32) {
     CHILD.store(pid, Ordering::SeqCst);
     let pending = PENDING.swap(0, Ordering::SeqCst);
     if pending != 0 {
-        // SAFETY: signals our own child.
-        unsafe { libc::kill(pid, pending) };
+        let _ = signals::kill(pid, pending);
     }
 }
 
 pub fn restore_defaults() {
     CHILD.store(0, Ordering::SeqCst);
     for signal in FORWARDED {
-        set_action(signal, libc::SIG_DFL, 0);
+        let _ = signals::default_action(signal);
     }
 }
 
@@ -80,21 +66,11 @@ pub fn restore_defaults() {
 /// the same fate. No core file is written for fgpu itself. If the signal does not kill
 /// (it cannot happen for a signal that just killed the command, but be safe), exits with
 /// 128 + signal as a shell would report it.
-pub fn die_of(signal: libc::c_int) -> ! {
+pub fn die_of(signal: i32) -> ! {
     use std::io::Write;
     let _ = std::io::stdout().flush();
     let _ = std::io::stderr().flush();
-    // SAFETY: plain libc calls on our own process with valid arguments.
-    unsafe {
-        let no_core = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
-        libc::setrlimit(libc::RLIMIT_CORE, &no_core);
-        libc::signal(signal, libc::SIG_DFL);
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        libc::sigaddset(&mut set, signal);
-        libc::sigprocmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
-        libc::raise(signal);
-    }
+    signals::raise_default(signal);
     std::process::exit(128 + signal)
 }
 

@@ -1,0 +1,263 @@
+//! The driver's functions as the tools call them: the one module of `fgpu-cli` that may use
+//! `unsafe` (the crate is `#![deny(unsafe_code)]`, this module opts in), rustix style: each
+//! function is found under the name of its C prototype in `fgpu-abi`
+//! (`fgpu_abi::prototypes::proto`, checked against `cuda.h` and `nvml.h`), and each call is a
+//! safe method that names the C call it models and turns out-parameters into return values.
+//!
+//! The libraries are opened with `fgpu_core::sys::host::dlopen`, and every function is looked
+//! up with glibc's own `dlsym` (`Library::symbol`), never through a `dlsym` a preloaded
+//! library defines: fgpu's front hands out its own wrappers, and the tools must see the
+//! driver as it is (`probe.rs`).
+
+use fgpu_abi::cuda::{CUresult, CUDA_SUCCESS};
+use fgpu_abi::nvml::{NvmlDevice, NvmlMemory, NvmlProcessInfoV1, NvmlReturn, NVML_ERROR_INSUFFICIENT_SIZE, NVML_SUCCESS};
+use fgpu_abi::prototypes::proto;
+use fgpu_core::sys::host::{dlopen, Library, LoadError};
+use std::ffi::c_char;
+use std::marker::PhantomData;
+
+/// `lookup!(library, name)`: the driver's `name` as the function pointer type
+/// `proto::name`, or `None` when the library lacks it. The name and the type come from the
+/// one identifier, so they cannot disagree.
+macro_rules! lookup {
+    ($library:expr, $name:ident) => {
+        $library.symbol(&std::ffi::CString::new(stringify!($name)).expect("a C identifier")).map(|address| {
+            // SAFETY: `address` is the driver's `$name`, whose C prototype is
+            // `proto::$name` (fgpu-abi, checked against NVIDIA's headers); a function
+            // pointer and a data pointer have the same size on every target fgpu supports.
+            unsafe { std::mem::transmute::<*mut std::ffi::c_void, proto::$name>(address.as_ptr()) }
+        })
+    };
+}
+
+/// A string NVML wrote into `buf`, up to its NUL.
+fn c_buffer_to_string(buf: &[c_char]) -> String {
+    let bytes: Vec<u8> = buf.iter().take_while(|c| **c != 0).map(|c| *c as u8).collect();
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
+/// `CUresult` as a `Result`.
+fn cuda(rc: CUresult) -> Result<(), CUresult> {
+    if rc == CUDA_SUCCESS {
+        Ok(())
+    } else {
+        Err(rc)
+    }
+}
+
+/// `nvmlReturn_t` as a `Result`.
+fn nvml(rc: NvmlReturn) -> Result<(), NvmlReturn> {
+    if rc == NVML_SUCCESS {
+        Ok(())
+    } else {
+        Err(rc)
+    }
+}
+
+/// `libcuda.so.1` and the functions of it the tools call.
+pub struct Cuda {
+    _library: Library,
+    init: Option<proto::cuInit>,
+    driver_get_version: Option<proto::cuDriverGetVersion>,
+    device_get_count: Option<proto::cuDeviceGetCount>,
+}
+
+impl Cuda {
+    /// `dlopen("libcuda.so.1")`, or the loader's message.
+    pub fn open() -> Result<Cuda, LoadError> {
+        let library = dlopen(c"libcuda.so.1")?;
+        Ok(Cuda {
+            init: lookup!(library, cuInit),
+            driver_get_version: lookup!(library, cuDriverGetVersion),
+            device_get_count: lookup!(library, cuDeviceGetCount),
+            _library: library,
+        })
+    }
+
+    /// `cuInit(0)`; `None` when the library has no `cuInit`.
+    pub fn init(&self) -> Option<Result<(), CUresult>> {
+        // SAFETY: models cuInit(unsigned int Flags) with Flags 0, the only value cuda.h allows.
+        self.init.map(|f| cuda(unsafe { f(0) }))
+    }
+
+    /// `cuDriverGetVersion(int *)`: the CUDA version the driver supports (12080 for 12.8).
+    pub fn driver_version(&self) -> Option<i32> {
+        let f = self.driver_get_version?;
+        let mut version = 0;
+        // SAFETY: models cuDriverGetVersion(int *driverVersion) with a live local.
+        cuda(unsafe { f(&mut version) }).ok().map(|()| version)
+    }
+
+    /// `cuDeviceGetCount(int *)`, after [`Cuda::init`] succeeded.
+    pub fn device_count(&self) -> Option<i32> {
+        let f = self.device_get_count?;
+        let mut count = 0;
+        // SAFETY: models cuDeviceGetCount(int *count) with a live local.
+        cuda(unsafe { f(&mut count) }).ok().map(|()| count)
+    }
+}
+
+/// `libnvidia-ml.so.1` and the functions of it the tools call. NVML is thread-safe (nvml.h:
+/// "NVML is thread-safe so it is safe to make simultaneous NVML calls from multiple
+/// threads"), so one may be shared between threads.
+pub struct Nvml {
+    _library: Library,
+    init: Option<proto::nvmlInit_v2>,
+    shutdown: Option<proto::nvmlShutdown>,
+    system_get_driver_version: Option<proto::nvmlSystemGetDriverVersion>,
+    system_get_cuda_driver_version: Option<proto::nvmlSystemGetCudaDriverVersion_v2>,
+    device_get_count: Option<proto::nvmlDeviceGetCount_v2>,
+    device_get_handle_by_index: Option<proto::nvmlDeviceGetHandleByIndex_v2>,
+    device_get_uuid: Option<proto::nvmlDeviceGetUUID>,
+    device_get_name: Option<proto::nvmlDeviceGetName>,
+    device_get_memory_info: Option<proto::nvmlDeviceGetMemoryInfo>,
+    device_get_compute_running_processes: Option<proto::nvmlDeviceGetComputeRunningProcesses>,
+}
+
+/// A device handle NVML gave ([`Nvml::device`]), valid while the [`Nvml`] it came from is.
+#[derive(Clone, Copy)]
+pub struct Device<'a> {
+    handle: NvmlDevice,
+    _nvml: PhantomData<&'a Nvml>,
+}
+
+/// Why [`Nvml::compute_processes`] gave no list.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ListError {
+    /// The library has no `nvmlDeviceGetComputeRunningProcesses`.
+    Missing,
+    /// `NVML_ERROR_INSUFFICIENT_SIZE`: the list has this many entries now.
+    TooSmall(u32),
+    /// Another `nvmlReturn_t`.
+    Failed(NvmlReturn),
+}
+
+impl Nvml {
+    /// `dlopen("libnvidia-ml.so.1")`, or the loader's message. Each versioned function
+    /// falls back to its unversioned name, which a driver older than the `_v2` has (the
+    /// same C prototype).
+    pub fn open() -> Result<Nvml, LoadError> {
+        let library = dlopen(c"libnvidia-ml.so.1")?;
+        Ok(Nvml {
+            init: lookup!(library, nvmlInit_v2).or_else(|| lookup!(library, nvmlInit)),
+            shutdown: lookup!(library, nvmlShutdown),
+            system_get_driver_version: lookup!(library, nvmlSystemGetDriverVersion),
+            system_get_cuda_driver_version: lookup!(library, nvmlSystemGetCudaDriverVersion_v2).or_else(|| lookup!(library, nvmlSystemGetCudaDriverVersion)),
+            device_get_count: lookup!(library, nvmlDeviceGetCount_v2).or_else(|| lookup!(library, nvmlDeviceGetCount)),
+            device_get_handle_by_index: lookup!(library, nvmlDeviceGetHandleByIndex_v2),
+            device_get_uuid: lookup!(library, nvmlDeviceGetUUID),
+            device_get_name: lookup!(library, nvmlDeviceGetName),
+            device_get_memory_info: lookup!(library, nvmlDeviceGetMemoryInfo),
+            // The unversioned name keeps the v1 entry (`nvmlProcessInfo_v1_t`).
+            device_get_compute_running_processes: lookup!(library, nvmlDeviceGetComputeRunningProcesses),
+            _library: library,
+        })
+    }
+
+    /// `nvmlInit_v2()` (else `nvmlInit()`); `None` when the library has neither.
+    pub fn init(&self) -> Option<Result<(), NvmlReturn>> {
+        // SAFETY: models nvmlInit_v2(void).
+        self.init.map(|f| nvml(unsafe { f() }))
+    }
+
+    /// `nvmlShutdown()`, after a successful [`Nvml::init`]. Takes the library: no handle of
+    /// it may be used afterwards.
+    pub fn shutdown(self) {
+        if let Some(f) = self.shutdown {
+            // SAFETY: models nvmlShutdown(void); `self` is consumed, so no Device outlives it.
+            unsafe { f() };
+        }
+    }
+
+    /// `nvmlSystemGetDriverVersion(char *, unsigned)`: the driver's version, such as `570.86`.
+    pub fn driver_version(&self) -> Option<String> {
+        let f = self.system_get_driver_version?;
+        let mut buf = [0 as c_char; 96];
+        // SAFETY: models nvmlSystemGetDriverVersion(char *version, unsigned length) with a
+        // live buffer and its length (nvml.h asks for 80).
+        nvml(unsafe { f(buf.as_mut_ptr(), buf.len() as u32) }).ok().map(|()| c_buffer_to_string(&buf))
+    }
+
+    /// `nvmlSystemGetCudaDriverVersion_v2(int *)` (else the unversioned name).
+    pub fn cuda_driver_version(&self) -> Option<i32> {
+        let f = self.system_get_cuda_driver_version?;
+        let mut version = 0;
+        // SAFETY: models nvmlSystemGetCudaDriverVersion_v2(int *cudaDriverVersion) with a live local.
+        nvml(unsafe { f(&mut version) }).ok().map(|()| version)
+    }
+
+    /// `nvmlDeviceGetCount_v2(unsigned *)` (else `nvmlDeviceGetCount`); `None` when missing.
+    pub fn device_count(&self) -> Option<Result<u32, NvmlReturn>> {
+        let f = self.device_get_count?;
+        let mut count = 0;
+        // SAFETY: models nvmlDeviceGetCount_v2(unsigned *deviceCount) with a live local.
+        Some(nvml(unsafe { f(&mut count) }).map(|()| count))
+    }
+
+    /// Whether devices can be named: the library has `nvmlDeviceGetHandleByIndex_v2` and
+    /// `nvmlDeviceGetUUID`.
+    pub fn can_name_devices(&self) -> bool {
+        self.device_get_handle_by_index.is_some() && self.device_get_uuid.is_some()
+    }
+
+    /// Whether process lists can be asked: the library has a device count,
+    /// `nvmlDeviceGetHandleByIndex_v2` and `nvmlDeviceGetComputeRunningProcesses`.
+    pub fn can_list_processes(&self) -> bool {
+        self.device_get_count.is_some() && self.device_get_handle_by_index.is_some() && self.device_get_compute_running_processes.is_some()
+    }
+
+    /// `nvmlDeviceGetHandleByIndex_v2(unsigned, nvmlDevice_t *)`.
+    pub fn device(&self, index: u32) -> Option<Result<Device<'_>, NvmlReturn>> {
+        let f = self.device_get_handle_by_index?;
+        let mut handle: NvmlDevice = std::ptr::null_mut();
+        // SAFETY: models nvmlDeviceGetHandleByIndex_v2(unsigned index, nvmlDevice_t *device)
+        // with a live local; NVML checks the index.
+        Some(nvml(unsafe { f(index, &mut handle) }).map(|()| Device { handle, _nvml: PhantomData }))
+    }
+
+    /// `nvmlDeviceGetUUID(nvmlDevice_t, char *, unsigned)`: `GPU-...`.
+    pub fn uuid(&self, device: Device<'_>) -> Option<String> {
+        let f = self.device_get_uuid?;
+        let mut buf = [0 as c_char; 96];
+        // SAFETY: models nvmlDeviceGetUUID(nvmlDevice_t device, char *uuid, unsigned length)
+        // with a handle NVML gave and a live buffer with its length (nvml.h asks for 80).
+        nvml(unsafe { f(device.handle, buf.as_mut_ptr(), buf.len() as u32) }).ok().map(|()| c_buffer_to_string(&buf))
+    }
+
+    /// `nvmlDeviceGetName(nvmlDevice_t, char *, unsigned)`: the product's name.
+    pub fn name(&self, device: Device<'_>) -> Option<String> {
+        let f = self.device_get_name?;
+        let mut buf = [0 as c_char; 96];
+        // SAFETY: models nvmlDeviceGetName(nvmlDevice_t device, char *name, unsigned length)
+        // with a handle NVML gave and a live buffer with its length (nvml.h asks for 96).
+        nvml(unsafe { f(device.handle, buf.as_mut_ptr(), buf.len() as u32) }).ok().map(|()| c_buffer_to_string(&buf))
+    }
+
+    /// `nvmlDeviceGetMemoryInfo(nvmlDevice_t, nvmlMemory_t *)`: total, free and used.
+    pub fn memory(&self, device: Device<'_>) -> Option<NvmlMemory> {
+        let f = self.device_get_memory_info?;
+        let mut memory = NvmlMemory::default();
+        // SAFETY: models nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory)
+        // with a handle NVML gave and a live nvmlMemory_t.
+        nvml(unsafe { f(device.handle, &mut memory) }).ok().map(|()| memory)
+    }
+
+    /// `nvmlDeviceGetComputeRunningProcesses(nvmlDevice_t, unsigned *, nvmlProcessInfo_v1_t *)`
+    /// with room for `room` entries: the processes running compute work on the device.
+    pub fn compute_processes(&self, device: Device<'_>, room: usize) -> Result<Vec<NvmlProcessInfoV1>, ListError> {
+        let f = self.device_get_compute_running_processes.ok_or(ListError::Missing)?;
+        let mut entries = vec![NvmlProcessInfoV1::default(); room];
+        let mut count = u32::try_from(room).unwrap_or(u32::MAX);
+        // SAFETY: models nvmlDeviceGetComputeRunningProcesses(nvmlDevice_t device, unsigned
+        // *infoCount, nvmlProcessInfo_v1_t *infos) with a handle NVML gave and `count` set to
+        // the number of entries the live buffer holds.
+        match unsafe { f(device.handle, &mut count, entries.as_mut_ptr()) } {
+            NVML_SUCCESS => {
+                entries.truncate((count as usize).min(room));
+                Ok(entries)
+            }
+            NVML_ERROR_INSUFFICIENT_SIZE => Err(ListError::TooSmall(count)),
+            rc => Err(ListError::Failed(rc)),
+        }
+    }
+}
