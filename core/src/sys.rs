@@ -5,9 +5,14 @@
 //! whole): [`signals`], [`files`] (`access`, `flock`, `mkdtemp`, `mkfifo`) and [`host`]
 //! (glibc's version, the local time, a user's home, `dlopen`).
 
+mod fd_passing;
 pub mod files;
 pub mod host;
+mod memfd;
 pub mod signals;
+
+pub use fd_passing::{poll_readable, recv_with_fd, send_with_fd, shutdown};
+pub use memfd::{add_seals, get_seals, memfd_create, mmap_shared, munmap, pidfd_getfd, pidfd_open};
 
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
@@ -148,93 +153,6 @@ impl Drop for SharedAnonymous {
     }
 }
 
-// ---- Sealed memory files (memfd) and mappings of them ----
-
-/// `memfd_create(2)` with `MFD_CLOEXEC | MFD_ALLOW_SEALING`: a file in memory that no path
-/// names, whose size can be sealed.
-pub fn memfd_create(name: &std::ffi::CStr) -> io::Result<OwnedFd> {
-    // SAFETY: models memfd_create(2) (the system call: glibc 2.17, which release builds
-    // target, has no wrapper) with a NUL-terminated name; the result is checked before it
-    // is owned.
-    let fd = unsafe { libc::syscall(libc::SYS_memfd_create, name.as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: `fd` is a new descriptor that nothing else owns.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
-}
-
-/// `fcntl(F_ADD_SEALS)`.
-pub fn add_seals(fd: BorrowedFd<'_>, seals: i32) -> io::Result<()> {
-    // SAFETY: models fcntl(2) F_ADD_SEALS, which takes an int.
-    if unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_ADD_SEALS, seals) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
-}
-
-/// `fcntl(F_GET_SEALS)`: `EINVAL` for a file that is not a memfd (no file system is asked:
-/// the kernel answers from the open file itself).
-pub fn get_seals(fd: BorrowedFd<'_>) -> io::Result<i32> {
-    // SAFETY: models fcntl(2) F_GET_SEALS, which takes no argument.
-    let seals = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GET_SEALS) };
-    if seals < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(seals)
-}
-
-/// `mmap(2)` of the first `len` bytes of `fd`, shared, read-write or read-only, at an
-/// address the kernel chooses.
-pub fn mmap_shared(fd: BorrowedFd<'_>, len: usize, writable: bool) -> io::Result<NonNull<u8>> {
-    let prot = if writable { libc::PROT_READ | libc::PROT_WRITE } else { libc::PROT_READ };
-    // SAFETY: models mmap(2) of a file at a kernel-chosen address: nothing existing is
-    // replaced, and the result is checked.
-    let ptr = unsafe { libc::mmap(std::ptr::null_mut(), len, prot, libc::MAP_SHARED, fd.as_raw_fd(), 0) };
-    if ptr == libc::MAP_FAILED {
-        return Err(io::Error::last_os_error());
-    }
-    NonNull::new(ptr.cast::<u8>()).ok_or_else(|| io::Error::other("mmap returned a null address"))
-}
-
-/// `munmap(2)`.
-///
-/// # Safety
-/// `base` and `len` are a mapping [`mmap_shared`] returned, not unmapped yet, and no
-/// reference into it is used afterwards.
-pub unsafe fn munmap(base: NonNull<u8>, len: usize) {
-    // SAFETY: models munmap(2) of a mapping mmap returned (the caller's contract).
-    unsafe { libc::munmap(base.as_ptr().cast(), len) };
-}
-
-// ---- Other processes' descriptors ----
-
-/// `pidfd_open(2)`: a descriptor that stays this very process (`ESRCH` if it is gone;
-/// `ENOSYS` before Linux 5.3). `pid` is in this process's PID namespace.
-pub fn pidfd_open(pid: u32) -> io::Result<OwnedFd> {
-    // SAFETY: models pidfd_open(2), which takes a PID and flags; the result is checked.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0u32) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: `fd` is a new descriptor that nothing else owns.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
-}
-
-/// `pidfd_getfd(2)`: a duplicate, in this process, of descriptor `target` of the process
-/// `pidfd` names (the same open file: nothing is opened, no file system is asked). Needs
-/// the right to ptrace that process (`EPERM`); `ENOSYS` before Linux 5.6.
-pub fn pidfd_getfd(pidfd: BorrowedFd<'_>, target: i32) -> io::Result<OwnedFd> {
-    // SAFETY: models pidfd_getfd(2) with an open pidfd, a descriptor number and no flags;
-    // the result is checked. The kernel sets O_CLOEXEC on the new descriptor.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_getfd, pidfd.as_raw_fd(), target, 0u32) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: `fd` is a new descriptor that nothing else owns.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
-}
-
 // ---- Unix sockets ----
 
 /// `getsockopt(SO_PEERCRED)`: the peer's PID as this process's PID namespace sees it (0 when
@@ -298,105 +216,6 @@ pub fn peek_nonblocking(fd: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<usize>
         return Err(io::Error::last_os_error());
     }
     Ok(n as usize)
-}
-
-/// `sendmsg(2)` of `bytes` with `fd` passed along (`SCM_RIGHTS`) when given, without
-/// waiting (`MSG_DONTWAIT`) and without `SIGPIPE` (`MSG_NOSIGNAL`).
-pub fn send_with_fd(socket: BorrowedFd<'_>, bytes: &[u8], fd: Option<BorrowedFd<'_>>) -> io::Result<usize> {
-    let mut iov = libc::iovec { iov_base: bytes.as_ptr() as *mut libc::c_void, iov_len: bytes.len() };
-    // Room for one descriptor, aligned as a cmsghdr must be.
-    let mut control = [0u64; 4];
-    // SAFETY: all-zero bytes are a valid msghdr.
-    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-    msg.msg_iov = &mut iov;
-    msg.msg_iovlen = 1;
-    if let Some(fd) = fd {
-        // SAFETY: CMSG_SPACE and CMSG_LEN compute sizes only.
-        let (space, len) = unsafe { (libc::CMSG_SPACE(4) as usize, libc::CMSG_LEN(4) as usize) };
-        debug_assert!(space <= std::mem::size_of_val(&control));
-        msg.msg_control = control.as_mut_ptr().cast();
-        msg.msg_controllen = space as _;
-        // SAFETY: the control buffer holds `space` bytes, room for one header and one int,
-        // so CMSG_FIRSTHDR is non-null and its data has room for the descriptor.
-        unsafe {
-            let header = libc::CMSG_FIRSTHDR(&msg);
-            (*header).cmsg_level = libc::SOL_SOCKET;
-            (*header).cmsg_type = libc::SCM_RIGHTS;
-            (*header).cmsg_len = len as _;
-            std::ptr::write_unaligned(libc::CMSG_DATA(header).cast::<i32>(), fd.as_raw_fd());
-        }
-    }
-    // SAFETY: models sendmsg(2) with a msghdr whose iovec and control buffer live across the call.
-    let n = unsafe { libc::sendmsg(socket.as_raw_fd(), &msg, libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL) };
-    if n < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(n as usize)
-}
-
-/// `recvmsg(2)` into `buf`, with a descriptor passed along (`SCM_RIGHTS`, received
-/// close-on-exec) returned beside the byte count; extra descriptors are closed.
-pub fn recv_with_fd(socket: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<(usize, Option<OwnedFd>)> {
-    let mut iov = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
-    // Room for a few descriptors: a peer that sends more than one gets them closed.
-    let mut control = [0u64; 8];
-    // SAFETY: all-zero bytes are a valid msghdr.
-    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-    msg.msg_iov = &mut iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control.as_mut_ptr().cast();
-    msg.msg_controllen = std::mem::size_of_val(&control) as _;
-    // SAFETY: models recvmsg(2) into a msghdr whose iovec and control buffer live across the
-    // call; MSG_CMSG_CLOEXEC marks received descriptors close-on-exec.
-    let n = unsafe { libc::recvmsg(socket.as_raw_fd(), &mut msg, libc::MSG_CMSG_CLOEXEC) };
-    if n < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    let mut received = None;
-    // SAFETY: the kernel filled the control buffer: CMSG_FIRSTHDR and CMSG_NXTHDR walk the
-    // headers it wrote, each within msg_controllen, and an SCM_RIGHTS header's data holds
-    // (cmsg_len - CMSG_LEN(0)) / 4 descriptors, now this process's own.
-    unsafe {
-        let mut header = libc::CMSG_FIRSTHDR(&msg);
-        while !header.is_null() {
-            if (*header).cmsg_level == libc::SOL_SOCKET && (*header).cmsg_type == libc::SCM_RIGHTS {
-                let count = ((*header).cmsg_len as usize - libc::CMSG_LEN(0) as usize) / 4;
-                let data = libc::CMSG_DATA(header).cast::<i32>();
-                for i in 0..count {
-                    let fd = OwnedFd::from_raw_fd(std::ptr::read_unaligned(data.add(i)));
-                    if received.is_none() {
-                        received = Some(fd);
-                    }
-                }
-            }
-            header = libc::CMSG_NXTHDR(&msg, header);
-        }
-    }
-    Ok((n as usize, received))
-}
-
-/// `poll(2)` of one descriptor for input, waiting at most `timeout`: whether it is readable
-/// (or at its end, or in error) by then.
-pub fn poll_readable(fd: BorrowedFd<'_>, timeout: std::time::Duration) -> io::Result<bool> {
-    let mut entry = libc::pollfd { fd: fd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
-    let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
-    loop {
-        // SAFETY: models poll(2) of one valid, exclusively borrowed pollfd.
-        let n = unsafe { libc::poll(&mut entry, 1, ms) };
-        if n >= 0 {
-            return Ok(n > 0);
-        }
-        let err = io::Error::last_os_error();
-        if err.raw_os_error() != Some(libc::EINTR) {
-            return Err(err);
-        }
-    }
-}
-
-/// `shutdown(2)` of both directions: wakes a thread blocked in `accept(2)` on a listener.
-pub fn shutdown(socket: BorrowedFd<'_>) {
-    // SAFETY: models shutdown(2) on a descriptor the caller owns.
-    unsafe { libc::shutdown(socket.as_raw_fd(), libc::SHUT_RDWR) };
 }
 
 // ---- Opening paths other processes name (see `resolve.rs`) ----
