@@ -6,16 +6,22 @@
 //! generate`'s specs (written by [`crate::files::Payload::install`] under a directory of
 //! the plugin's), and the claim's own configuration directory at
 //! [`crate::CONTAINER_CONFIG_DIR`]. Its ledger is a host directory of the claim's own,
-//! mounted read-write at [`crate::LEDGER_DIR`]: every container of the pod mounts the same
-//! directory, so they share one ledger file, and one cap (the containers of a pod share an
-//! IPC namespace, where the ledger's segment lives). A tmpfs would be each container's own:
-//! each would get the whole cap.
+//! mounted read-write at [`crate::LEDGER_DIR`]: every container of every pod of the claim
+//! mounts the same directory, so they share one ledger file. Its data is served (a sealed
+//! memory file the plugin hands out on the socket [`LEDGER_SOCKET`], in the configuration
+//! directory: `fgpu_core::ledger::served`), so that pods, which have IPC namespaces of
+//! their own, share one cap. A tmpfs would be each container's own: each would get the
+//! whole cap.
 
 use crate::{bind, library_mounts, service_mount, Gpu, CDI_VERSION, CONTAINER_CONFIG_DIR, FILE_MOUNT_OPTIONS, GIB, KIND, LEDGER, LEDGER_DIR, MIB};
 use fgpu_core::limit::format_bytes;
 use serde_json::{json, Value};
 use std::fmt::Write as _;
 use std::path::Path;
+
+/// The socket of the claim's ledger keeper, as the claim's containers see it (in the
+/// configuration directory, mounted read-only: no process of the claim can replace it).
+pub const LEDGER_SOCKET: &str = "/etc/fgpu/ledger.sock";
 
 /// First line of every claim's `fgpu.conf`.
 pub const CLAIM_HEADER: &str = "# Written by fgpu-kubelet-plugin";
@@ -68,8 +74,10 @@ fn percent_amount(millipercent: u64) -> String {
 
 /// The text of the claim's `/etc/fgpu/fgpu.conf`. `what` names the claim in the comment
 /// (`the ResourceClaim default/train (uid ...)`). Like `fgpu cdi generate`'s devices, the
-/// limit ends with `*=1`, so any other GPU the container is given gives nothing.
-pub fn config_text(what: &str, caps: &[ClaimCap]) -> String {
+/// limit ends with `*=1`, so any other GPU the container is given gives nothing. `served`:
+/// the ledger's data is served on [`LEDGER_SOCKET`] (claims prepared before served ledgers
+/// keep a System V segment, which their running pods use).
+pub fn config_text(what: &str, caps: &[ClaimCap], served: bool) -> String {
     let mut text = format!("{CLAIM_HEADER} for {what}.\n");
     let mut limits = Vec::new();
     let mut shares = Vec::new();
@@ -91,6 +99,10 @@ pub fn config_text(what: &str, caps: &[ClaimCap]) -> String {
         let _ = writeln!(text, "compute = {}", shares.join(","));
     }
     let _ = writeln!(text, "ledger = {LEDGER}");
+    if served {
+        text.push_str("# The ledger is shared by every pod of the claim: fgpu-kubelet-plugin serves it here.\n");
+        let _ = writeln!(text, "ledger_socket = {LEDGER_SOCKET}");
+    }
     text
 }
 
@@ -139,11 +151,15 @@ mod tests {
 
     #[test]
     fn config_caps_memory_and_compute_by_uuid_and_nothing_elsewhere() {
-        let text = config_text("the ResourceClaim default/train (uid 1234)", &[cap(0, U0, 8 * GIB, Some(30_000))]);
+        let text = config_text("the ResourceClaim default/train (uid 1234)", &[cap(0, U0, 8 * GIB, Some(30_000))], true);
         assert!(text.starts_with(CLAIM_HEADER), "{text}");
         assert_eq!(line(&text, "limit = "), Some(format!("{U0}=8G,*=1").as_str()), "{text}");
         assert_eq!(line(&text, "compute = "), Some(format!("{U0}=30%").as_str()), "{text}");
         assert_eq!(line(&text, "ledger = "), Some("/run/fgpu/ledger"));
+        assert_eq!(line(&text, "ledger_socket = "), Some("/etc/fgpu/ledger.sock"));
+        assert_eq!(line(&config_text("x", &[cap(0, U0, GIB, None)], false), "ledger_socket = "), None, "an earlier release's claim");
+        // The socket is in the read-only configuration directory, under the keeper's name.
+        assert_eq!(LEDGER_SOCKET, format!("{CONTAINER_CONFIG_DIR}/{}", fgpu_core::ledger::served::SOCKET_NAME));
         // As the shim reads it: 8 GiB and 30 % on GPU 0, one byte on any other GPU.
         let limit = fgpu_core::limit::parse_limit(line(&text, "limit = ").unwrap()).unwrap();
         assert_eq!(limit.cap_for(U0, 80 * GIB), Some(8 * GIB));
@@ -155,7 +171,7 @@ mod tests {
 
     #[test]
     fn amounts_are_exact() {
-        let text = config_text("x", &[cap(0, U0, 1536 * MIB, Some(12_500)), cap(1, U1, 8 * GIB + 1, None)]);
+        let text = config_text("x", &[cap(0, U0, 1536 * MIB, Some(12_500)), cap(1, U1, 8 * GIB + 1, None)], true);
         let limit = line(&text, "limit = ").unwrap();
         assert_eq!(limit, format!("{U0}=1536M,{U1}=8589934593B,*=1"));
         let parsed = fgpu_core::limit::parse_limit(limit).unwrap();
@@ -167,7 +183,7 @@ mod tests {
     #[test]
     fn no_share_zero_and_the_whole_gpu_set_no_ceiling() {
         for compute in [None, Some(0), Some(WHOLE_COMPUTE)] {
-            let text = config_text("x", &[cap(0, U0, 8 * GIB, compute)]);
+            let text = config_text("x", &[cap(0, U0, 8 * GIB, compute)], true);
             assert_eq!(line(&text, "compute = "), None, "{compute:?}: {text}");
         }
     }

@@ -5,9 +5,14 @@
 //! whole): [`signals`], [`files`] (`access`, `flock`, `mkdtemp`, `mkfifo`) and [`host`]
 //! (glibc's version, the local time, a user's home, `dlopen`).
 
+mod fd_passing;
 pub mod files;
 pub mod host;
+mod memfd;
 pub mod signals;
+
+pub use fd_passing::{poll_readable, recv_with_fd, send_with_fd, shutdown};
+pub use memfd::{add_seals, get_seals, memfd_create, mmap_shared, munmap, pidfd_getfd, pidfd_open};
 
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};

@@ -124,6 +124,7 @@ mod tests {
                 })
                 .collect(),
             devices: Vec::new(),
+            served_ledger: true,
         }
     }
 

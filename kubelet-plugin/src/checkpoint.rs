@@ -28,6 +28,10 @@ pub struct PreparedClaim {
     pub caps: Vec<CapRecord>,
     /// What NodePrepareResources answered.
     pub devices: Vec<DeviceRecord>,
+    /// The claim's ledger is served by the plugin (shared by all its pods); false for a
+    /// claim an earlier release prepared, whose running pods keep a System V segment.
+    #[serde(default)]
+    pub served_ledger: bool,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
@@ -133,6 +137,7 @@ mod tests {
                     cdi_ids: vec!["x.io/y=z".into()],
                     share_id: Some("s".into()),
                 }],
+                served_ledger: true,
             },
         );
         store.save(&c).unwrap();
@@ -151,6 +156,7 @@ mod tests {
         .unwrap();
         let (old, why) = store.load();
         assert_eq!((old.claims["u"].caps[0].exclusive, old.claims["u"].devices[0].share_id.clone(), why), (false, None, None));
+        assert!(!old.claims["u"].served_ledger, "an earlier release's claim keeps its System V ledger");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

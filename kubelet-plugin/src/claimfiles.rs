@@ -8,12 +8,17 @@
 //!   claim's containers; inside them only the mounted directory itself is seen;
 //! - `claims/<uid>/` (0700): the claim's;
 //! - `claims/<uid>/config/fgpu.conf`: the caps (root-owned 0644, mounted read-only at
-//!   `/etc/fgpu`);
+//!   `/etc/fgpu`), and beside it the claim's ledger keeper's socket `ledger.sock` (0666)
+//!   and its record `ledger.id` (0644): the keeper (`fgpu_core::ledger::keeper`, one per
+//!   claim, on a thread of this plugin) hands the ledger's memory file to every process of
+//!   every pod of the claim;
 //! - `claims/<uid>/ledger/`: the claim's ledger directory, a 16 MiB tmpfs where mounts are
 //!   allowed (a plain directory otherwise, with one line in the log), mounted read-write at
-//!   `/run/fgpu` in every container of the claim. It is writable by all and sticky at its
-//!   root, because the claim's pods may run as any user and the first of their processes
-//!   creates the ledger; on the host it is reachable through `claims/` only, so by root.
+//!   `/run/fgpu` in every container of the claim. It holds the ledger's lock file `ledger`
+//!   (root's, 0666: every process of the claim locks it; the keeper makes it), and is
+//!   writable by all and sticky at its root (a claim prepared by an earlier release has its
+//!   first process make the lock file); on the host it is reachable through `claims/` only,
+//!   so by root.
 //!
 //! and `fgpu-claim-<uid>.json` under `--cdi-root` (0644: container runtimes read it).
 //! Directories an earlier release made 0755 are set to 0700 when the plugin starts.
@@ -22,9 +27,12 @@ use crate::checkpoint::PreparedClaim;
 use fgpu_cdi::claim::ClaimCap;
 use fgpu_cdi::files::{create_dir, write_file};
 use fgpu_cdi::Gpu;
+use fgpu_core::ledger::keeper::{self, Keeper, KeeperPaths, Serving, Settled};
+use std::collections::BTreeMap;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
 
 /// Size and mode of a claim's ledger tmpfs: the ledger's lock file is a few hundred bytes.
 const LEDGER_TMPFS: &str = "size=16m,mode=1777";
@@ -57,6 +65,8 @@ pub struct ClaimFiles {
     /// `fgpu service`'s directory, mounted when it exists.
     pub service_dir: PathBuf,
     warned_no_tmpfs: AtomicBool,
+    /// The keepers of the served claims' ledgers, by claim UID.
+    keepers: Mutex<BTreeMap<String, Serving>>,
 }
 
 /// A directory with exactly `mode`, root's (or this process's user's): created so, or an
@@ -85,7 +95,7 @@ fn private_dir(dir: &Path, mode: u32) -> Result<(), String> {
 
 impl ClaimFiles {
     pub fn new(cdi_root: PathBuf, state_dir: PathBuf, service_dir: PathBuf) -> ClaimFiles {
-        ClaimFiles { cdi_root, state_dir, service_dir, warned_no_tmpfs: AtomicBool::new(false) }
+        ClaimFiles { cdi_root, state_dir, service_dir, warned_no_tmpfs: AtomicBool::new(false), keepers: Mutex::new(BTreeMap::new()) }
     }
 
     fn claims_dir(&self) -> PathBuf {
@@ -150,9 +160,12 @@ impl ClaimFiles {
             })
             .collect();
         let what = format!("the ResourceClaim {}/{} (uid {uid})", claim.namespace, claim.name);
-        write_file(&config_dir.join(fgpu_cdi::CONFIG_FILE), fgpu_cdi::claim::config_text(&what, &caps).as_bytes(), 0o644, None)?;
+        write_file(&config_dir.join(fgpu_cdi::CONFIG_FILE), fgpu_cdi::claim::config_text(&what, &caps, claim.served_ledger).as_bytes(), 0o644, None)?;
         let ledger_dir = dir.join("ledger");
         self.ledger_dir(&ledger_dir)?;
+        if claim.served_ledger {
+            self.keep_ledger(uid, &what, &config_dir, &ledger_dir)?;
+        }
         let service = self.service_dir.is_dir().then_some(self.service_dir.as_path());
         let spec = fgpu_cdi::claim::spec(&fgpu_device_name(uid), &self.state_dir, &config_dir, &ledger_dir, service);
         create_dir(&self.cdi_root)?;
@@ -182,8 +195,40 @@ impl ClaimFiles {
         std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o1777)).map_err(|e| format!("cannot chmod {}: {e}", dir.display()))
     }
 
+    /// Starts the keeper of the claim's ledger, unless it runs: it makes the ledger, or
+    /// takes over the one the claim's processes use (after the plugin restarted), and
+    /// serves it on the socket in the claim's configuration directory.
+    fn keep_ledger(&self, uid: &str, what: &str, config_dir: &Path, ledger_dir: &Path) -> Result<(), String> {
+        let mut keepers = self.keepers.lock().unwrap_or_else(|e| e.into_inner());
+        if keepers.contains_key(uid) {
+            return Ok(());
+        }
+        let paths = KeeperPaths {
+            lock: ledger_dir.join("ledger"),
+            recorded: PathBuf::from(fgpu_cdi::LEDGER),
+            socket: config_dir.join(fgpu_core::ledger::served::SOCKET_NAME),
+            label: fgpu_device_name(uid),
+        };
+        let (kept, settled) = Keeper::open(paths).map_err(|e| format!("cannot keep the claim's ledger in {}: {e}", ledger_dir.display()))?;
+        match settled {
+            Settled::Created => {}
+            Settled::Recovered { from } => crate::log(&format!("{what}: the ledger its processes use is kept on, taken over from PID {from}")),
+            Settled::Waiting(why) => crate::log(&format!("{what}: its processes use a ledger this plugin cannot take over yet: {why}")),
+        }
+        let serving = keeper::serve(kept).map_err(|e| format!("cannot serve the claim's ledger in {}: {e}", config_dir.display()))?;
+        keepers.insert(uid.to_string(), serving);
+        Ok(())
+    }
+
+    /// Why the keeper of a claim's ledger refuses the claim's processes, if it does.
+    pub fn ledger_problem(&self, uid: &str) -> Option<String> {
+        self.keepers.lock().unwrap_or_else(|e| e.into_inner()).get(uid).and_then(|s| s.keeper().waiting())
+    }
+
     /// Removes the claim's spec and directory (unmounting its ledger).
     pub fn remove(&self, uid: &str) -> Result<(), String> {
+        // The keeper stops first: its thread ends, its descriptor of the memory file goes.
+        drop(self.keepers.lock().unwrap_or_else(|e| e.into_inner()).remove(uid));
         let spec = self.spec_path(uid);
         match std::fs::remove_file(&spec) {
             Ok(()) => {}

@@ -9,13 +9,12 @@
 //! server: a claim is read first, then the lock is taken to check the node's account
 //! ([`crate::capacity`]), write the claim's files and the checkpoint, all local.
 //!
-//! **Sharing.** The containers of one pod share an IPC namespace, where the ledger's
-//! shared memory lives, and mount the same ledger directory: they share one ledger and one
-//! cap. Pods do not share an IPC namespace, and the ledger refuses processes of a second
-//! IPC namespace while the first one's use it ("in use by processes of another IPC
-//! namespace"): a claim reserved for several pods gives its cap to the pod whose processes
-//! use the GPU first, and the others are refused GPU memory until they stop. No pod ever
-//! gets the whole amount beside another.
+//! **Sharing.** Every container of every pod of a claim mounts the claim's ledger
+//! directory and its configuration directory, where the plugin keeps the claim's ledger
+//! (`fgpu_core::ledger::keeper`, run by [`crate::claimfiles`]): a sealed memory file handed
+//! to each process over a socket, so that pods, which have IPC namespaces of their own,
+//! share one cap and one compute share. A restarted plugin takes the ledger in use over from
+//! the claim's processes, or refuses new ones until it can; it never hands them a fresh one.
 
 use crate::api::Api;
 use crate::capacity;
@@ -167,7 +166,7 @@ impl Plugin {
                 share_id: d.share_id.clone(),
             })
             .collect();
-        let record = PreparedClaim { namespace: namespace.into(), name: name.into(), caps: plan.caps, devices };
+        let record = PreparedClaim { namespace: namespace.into(), name: name.into(), caps: plan.caps, devices, served_ledger: true };
 
         let mut state = self.state.lock().await;
         if let Some(done) = state.claims.get(uid) {
@@ -189,11 +188,7 @@ impl Plugin {
 
         let pods: Vec<&str> = claim.status.reserved_for.iter().filter(|c| c.resource == "pods").map(|c| c.name.as_str()).collect();
         if pods.len() > 1 && record.caps.iter().any(|c| !c.admin) {
-            crate::log(&format!(
-                "{what} is reserved for {} pods ({}): they share one cap, and while one pod's processes use the GPU the others are refused GPU memory (docs/kubernetes.md, Sharing a claim)",
-                pods.len(),
-                pods.join(", ")
-            ));
+            crate::log(&format!("{what} is reserved for {} pods ({}): they share its cap and its compute share", pods.len(), pods.join(", ")));
         }
         let caps: Vec<String> = record
             .caps

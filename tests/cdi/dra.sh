@@ -18,8 +18,8 @@
 #     cuMemGetInfo, is refused 9000 MiB and granted 7000 MiB, and has the 30 % share in its
 #     configuration;
 #   - a second container in the first one's IPC namespace (a pod's second container) shares
-#     the one 8 GiB cap; a container of the same claim in an IPC namespace of its own (a
-#     second pod) is refused GPU memory, and told why;
+#     the one 8 GiB cap, and so does a container of the same claim in an IPC namespace of
+#     its own (a second pod), after the plugin was killed and restarted in between;
 #   - a prioritized-list claim (the scheduler chose subrequest gpu/small, 4Gi) is answered
 #     for request `gpu`, and its container sees a 4096 MiB GPU;
 #   - a claim allocated a device the node lacks gets an error and no spec;
@@ -178,15 +178,19 @@ grep -q '^ready ' "$HOSTDIR/api.out" || die "the stub API server did not start: 
 
 # The plugin itself, not a shell around it: $PLUGIN_PID is the plugin's, so that the
 # cleanup stops it.
-env LD_LIBRARY_PATH="$HOSTDIR/simlib" FGPU_SIM_STATE="$SIM_STATE" FGPU_SIM_DEVICES=1 FGPU_SIM_MEMORY=80G FGPU_SIM_CONTEXT_OVERHEAD=300M \
-    FGPU_SHIM="$REL/libfgpu.so" "$REL/fgpu-kubelet-plugin" --node-name "$NODE" --kubeconfig "$HOSTDIR/kubeconfig" \
-    --cdi-root "$CDI_DIR" --state-dir "$HOSTDIR/state" --fgpu "$REL/fgpu" \
-    --kubelet-registrar-directory-path "$HOSTDIR/registry" --kubelet-plugins-directory-path "$HOSTDIR/plugins" \
-    >"$HOSTDIR/plugin.log" 2>&1 &
-PLUGIN_PID=$!
 REG_SOCKET=$HOSTDIR/registry/gpu.fgpu.io-reg.sock
-for _ in $(seq 1 300); do [ -S "$REG_SOCKET" ] && break; sleep 0.1; done
-[ -S "$REG_SOCKET" ] || die "the plugin did not start: $(cat "$HOSTDIR/plugin.log")"
+start_plugin() {
+    rm -f "$REG_SOCKET"
+    env LD_LIBRARY_PATH="$HOSTDIR/simlib" FGPU_SIM_STATE="$SIM_STATE" FGPU_SIM_DEVICES=1 FGPU_SIM_MEMORY=80G FGPU_SIM_CONTEXT_OVERHEAD=300M \
+        FGPU_SHIM="$REL/libfgpu.so" "$REL/fgpu-kubelet-plugin" --node-name "$NODE" --kubeconfig "$HOSTDIR/kubeconfig" \
+        --cdi-root "$CDI_DIR" --state-dir "$HOSTDIR/state" --fgpu "$REL/fgpu" \
+        --kubelet-registrar-directory-path "$HOSTDIR/registry" --kubelet-plugins-directory-path "$HOSTDIR/plugins" \
+        >>"$HOSTDIR/plugin.log" 2>&1 &
+    PLUGIN_PID=$!
+    for _ in $(seq 1 300); do [ -S "$REG_SOCKET" ] && break; sleep 0.1; done
+    [ -S "$REG_SOCKET" ] || die "the plugin did not start: $(cat "$HOSTDIR/plugin.log")"
+}
+start_plugin
 
 # kubelet: tests/python/fake_kubelet.py, with the :authority grpc-go sends.
 kubelet() { run "$PY" "$root/tests/python/fake_kubelet.py" --authority grpc-go "$@"; }
@@ -285,10 +289,19 @@ if hold a /tmp/holder.out 5000; then
     start a2 --ipc "container:$PREFIX-a" "${DEVICES[@]}" || die "podman run --ipc container:... failed: $ERR"
     check pod-second-container-shares-cap "a second container of the pod got 3000 MiB beside 5000 held under 8 GiB" refused a2 3000
     check pod-second-container-gets-the-rest "a second container of the pod was refused what is left of the claim" granted a2 2000
+    # The plugin killed (as its container is) and started again between the two pods'
+    # allocations: it takes the claim's ledger over from the first pod's processes.
+    kill -KILL "$PLUGIN_PID"; wait "$PLUGIN_PID" 2>/dev/null
+    start_plugin
+    check plugin-restart-takes-the-ledger-over "the restarted plugin did not take the claim's ledger over from the first pod" \
+        grep -q "the ledger its processes use is kept on, taken over from PID" "$HOSTDIR/plugin.log"
     start b "${DEVICES[@]}" || die "podman run failed: $ERR"
-    px b -- fgpu-client alloc 1000
-    check second-pod-refused "a container of the claim in another IPC namespace must be refused while the first pod uses it, and told why" \
-        eval 'test "$RC" != 0 && printf "%s\n%s" "$OUT" "$ERR" | grep -q "another IPC namespace"'
+    px b -- readlink /proc/self/ns/ipc
+    B_IPC=$OUT
+    px a -- readlink /proc/self/ns/ipc
+    check second-pod-own-ipc-namespace "the second pod's container must have an IPC namespace of its own" test -n "$B_IPC" -a "$B_IPC" != "$OUT"
+    check second-pod-shares-cap "a second pod of the claim got 3000 MiB beside 5000 held under 8 GiB" refused b 3000
+    check second-pod-gets-the-rest "a second pod of the claim was refused what is left of the claim" granted b 2000
 else
     fail pod-first-container-holds-5000 "$OUT $ERR"
 fi

@@ -8,7 +8,10 @@
 //!    one byte more;
 //! 3. the simulated driver's own count agrees with the ledger.
 //!
-//! docs/reliability.md lists the windows with these tests' names.
+//! docs/reliability.md lists the windows with these tests' names. Every window is run twice:
+//! with the ledger in a System V segment, and served (a sealed memory file handed out by a
+//! keeper over a socket, as a Kubernetes claim's pods share it: `fgpu_core::ledger::served`),
+//! with the served storage's own window besides.
 
 use fgpu_tests::*;
 use std::os::unix::process::ExitStatusExt;
@@ -54,28 +57,59 @@ const WINDOWS: &[(&str, &str, bool)] = &[
     ("graph.launched", "init primary graph 64M launch", false),
 ];
 
-fn status_json(env: &Env) -> serde_json::Value {
-    let run = env.command(fgpu_bin()).args(["status", "--json"]).success();
+/// Windows only a served ledger has: its member between being handed the memory file and
+/// anything else.
+const SERVED_WINDOWS: &[(&str, &str, bool)] = &[("ledger.served.mapped", "init primary", false)];
+
+/// The storage a window runs in: a System V segment, or a served ledger and its keeper
+/// (this test process, as fgpu-kubelet-plugin keeps a claim's).
+enum Storage {
+    Segment,
+    /// Held for the window: dropped, the keeper stops.
+    Served(#[allow(dead_code)] fgpu_core::ledger::keeper::Serving),
+}
+
+impl Storage {
+    fn served(env: &Env) -> Storage {
+        Storage::Served(env.keep_ledger().0)
+    }
+
+    /// `cmd` as a process of this storage's ledger.
+    fn on(&self, env: &Env, cmd: Cmd) -> Cmd {
+        match self {
+            Storage::Segment => cmd,
+            Storage::Served(_) => cmd.env("FGPU_LEDGER_SOCKET", env.ledger_socket()),
+        }
+    }
+}
+
+fn status_json(env: &Env, storage: &Storage) -> serde_json::Value {
+    let run = storage.on(env, env.command(fgpu_bin()).args(["status", "--json"])).success();
     serde_json::from_str(&run.stdout()).unwrap_or_else(|e| panic!("{e}\n{run}"))
 }
 
 /// Runs one window; returns what went wrong, if anything.
-fn one_window(point: &str, victim: &str, dead_first: bool) -> Result<(), String> {
-    let env = Env::new(&format!("crash-{point}"));
-    let mut survivor = env.client(&["init", "primary", "alloc", "1G", "hold"]).shim().limit("4G").spawn();
+fn one_window(point: &str, victim: &str, dead_first: bool, served: bool) -> Result<(), String> {
+    let env = Env::new(&format!("crash-{point}{}", if served { "-served" } else { "" }));
+    let storage = if served { Storage::served(&env) } else { Storage::Segment };
+    let client = |args: &[&str]| storage.on(&env, env.client(args));
+    let mut survivor = client(&["init", "primary", "alloc", "1G", "hold"]).shim().limit("4G").spawn();
     survivor.wait_for("holding");
+    if served && crate::dra_shared::memfd_of(survivor.pid()).is_none() {
+        return Err("the survivor holds no served ledger's memory file".into());
+    }
     if dead_first {
-        let mut dead = env.client(&["init", "primary", "alloc", "1G", "hold"]).shim().limit("4G").spawn();
+        let mut dead = client(&["init", "primary", "alloc", "1G", "hold"]).shim().limit("4G").spawn();
         dead.wait_for("holding");
         dead.kill(libc::SIGKILL);
     }
     let args: Vec<&str> = victim.split_whitespace().collect();
-    let run = env.client(&args).env("LD_PRELOAD", crash_front_path()).limit("4G").env("FGPU_CRASH_AT", point).run();
+    let run = client(&args).env("LD_PRELOAD", crash_front_path()).limit("4G").env("FGPU_CRASH_AT", point).run();
     if run.output.status.signal() != Some(libc::SIGKILL) {
         return Err(format!("the victim never reached the crash point\n{run}"));
     }
     // 1. status: the device total is the sum of the live processes, and that is the survivor.
-    let status = status_json(&env);
+    let status = status_json(&env, &storage);
     let ledger = &status["ledgers"][0];
     let device_used = ledger["devices"][0]["used_bytes"].as_u64().unwrap_or(u64::MAX);
     let processes = ledger["processes"].as_array().cloned().unwrap_or_default();
@@ -85,7 +119,7 @@ fn one_window(point: &str, victim: &str, dead_first: bool) -> Result<(), String>
     }
     // 2. a fresh process gets the rest of the cap to the byte, and not one byte more.
     let exact = (CAP - SURVIVOR - CONTEXT).to_string();
-    let fresh = env.client(&["init", "primary", "alloc", &exact, "alloc", "1"]).shim().limit("4G").success();
+    let fresh = client(&["init", "primary", "alloc", &exact, "alloc", "1"]).shim().limit("4G").success();
     let rcs: Vec<String> = fresh.lines("alloc").iter().map(|l| field(l, "rc").unwrap()).collect();
     if rcs != ["0", "2"] {
         return Err(format!("a fresh process was not granted exactly cap - holdings - its context ({exact} bytes)\n{fresh}"));
@@ -100,13 +134,22 @@ fn one_window(point: &str, victim: &str, dead_first: bool) -> Result<(), String>
     Ok(())
 }
 
+fn all_windows(windows: &[(&str, &str, bool)], served: bool) {
+    let failures: Vec<String> = windows
+        .iter()
+        .filter_map(|(point, victim, dead_first)| one_window(point, victim, *dead_first, served).err().map(|e| format!("== {point} ({victim}):\n{e}")))
+        .collect();
+    assert!(failures.is_empty(), "{} of {} crash windows failed:\n{}", failures.len(), windows.len(), failures.join("\n"));
+}
+
 #[test]
 fn a_kill_at_any_crash_point_leaves_the_ledger_exact_while_a_survivor_runs() {
-    let failures: Vec<String> = WINDOWS
-        .iter()
-        .filter_map(|(point, victim, dead_first)| one_window(point, victim, *dead_first).err().map(|e| format!("== {point} ({victim}):\n{e}")))
-        .collect();
-    assert!(failures.is_empty(), "{} of {} crash windows failed:\n{}", failures.len(), WINDOWS.len(), failures.join("\n"));
+    all_windows(WINDOWS, false);
+}
+
+#[test]
+fn a_kill_at_any_crash_point_leaves_a_served_ledger_exact_while_a_survivor_runs() {
+    all_windows(&[WINDOWS, SERVED_WINDOWS].concat(), true);
 }
 
 #[test]
@@ -123,7 +166,7 @@ fn every_crash_point_in_the_code_is_tested() {
     }
     in_code.sort();
     in_code.dedup();
-    let mut tested: Vec<String> = WINDOWS.iter().map(|(p, _, _)| p.to_string()).collect();
+    let mut tested: Vec<String> = WINDOWS.iter().chain(SERVED_WINDOWS).map(|(p, _, _)| p.to_string()).collect();
     tested.sort();
     assert_eq!(in_code, tested, "crash points in the code vs. rows of this test");
     let doc = std::fs::read_to_string(workspace().join("docs/reliability.md")).unwrap();

@@ -34,31 +34,31 @@ fn plugin_bin() -> PathBuf {
 }
 
 /// One node: its simulated GPUs (`env`), the API server, kubelet and the plugin's directories.
-struct Node {
-    env: Env,
-    api: StubApi,
-    kubelet: Kubelet,
+pub(crate) struct Node {
+    pub(crate) env: Env,
+    pub(crate) api: StubApi,
+    pub(crate) kubelet: Kubelet,
 }
 
 /// A running plugin; stopped when dropped. Its log is kept for failure messages.
-struct Plugin {
+pub(crate) struct Plugin {
     child: Child,
     log: PathBuf,
 }
 
 impl Plugin {
-    fn log(&self) -> String {
+    pub(crate) fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
-    fn kill(mut self) -> String {
+    pub(crate) fn kill(mut self) -> String {
         let _ = self.child.kill();
         let _ = self.child.wait();
         self.log()
     }
 
     /// SIGTERM, as kubelet stops a pod: the exit status and the log.
-    fn terminate(mut self, within: Duration) -> (Option<i32>, String) {
+    pub(crate) fn terminate(mut self, within: Duration) -> (Option<i32>, String) {
         // SAFETY: kill(2) on the PID of a child this test started and has not reaped.
         unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
         let deadline = Instant::now() + within;
@@ -97,7 +97,7 @@ impl Drop for Node {
 
 impl Node {
     /// `None` (skipped, or a failure under CI) without the fake kubelet's Python.
-    fn new(name: &str, gpus: u32, gates: Gates) -> Option<Node> {
+    pub(crate) fn new(name: &str, gpus: u32, gates: Gates) -> Option<Node> {
         let kubelet = Kubelet::new(Authority::GrpcGo)?;
         let env = Env::new(name).devices(gpus);
         let api = StubApi::with_gates(gates);
@@ -108,7 +108,7 @@ impl Node {
         Some(Node { env, api, kubelet })
     }
 
-    fn cdi(&self) -> PathBuf {
+    pub(crate) fn cdi(&self) -> PathBuf {
         self.env.dir.join("cdi")
     }
     fn registry(&self) -> PathBuf {
@@ -120,10 +120,10 @@ impl Node {
     fn plugins(&self) -> PathBuf {
         self.env.dir.join("plugins")
     }
-    fn dra(&self) -> PathBuf {
+    pub(crate) fn dra(&self) -> PathBuf {
         self.plugins().join("gpu.fgpu.io/dra.sock")
     }
-    fn state(&self) -> PathBuf {
+    pub(crate) fn state(&self) -> PathBuf {
         self.env.dir.join("state")
     }
     fn checkpoint(&self) -> Value {
@@ -132,7 +132,7 @@ impl Node {
 
     /// A stand-in for NVIDIA's spec (nvidia-ctk cdi generate) in the CDI directory: GPU 0
     /// under its UUID, GPU 1 under its index only.
-    fn nvidia_spec(&self) {
+    pub(crate) fn nvidia_spec(&self) {
         let sim = self.env.sim();
         let text = format!(
             "cdiVersion: \"0.5.0\"\nkind: nvidia.com/gpu\ndevices:\n  - name: \"{}\"\n    containerEdits: {{env: [\"NVIDIA_GPU=0\"]}}\n  - name: \"1\"\n    containerEdits: {{env: [\"NVIDIA_GPU=1\"]}}\n",
@@ -160,7 +160,7 @@ impl Node {
 
     /// Starts the plugin and waits until kubelet registered it (GetInfo and
     /// NotifyRegistrationStatus through the registration socket).
-    fn start(&self, extra: &[&str]) -> Plugin {
+    pub(crate) fn start(&self, extra: &[&str]) -> Plugin {
         self.start_with(extra, &[])
     }
 
@@ -244,16 +244,16 @@ fn validate_manifests(files: &[&Path]) {
     assert!(!out.contains("WARN") && !out.contains("ERROR") && out.contains("passed"), "{run}");
 }
 
-fn uid(n: u32) -> String {
+pub(crate) fn uid(n: u32) -> String {
     format!("8e2b7f0a-54c1-4c1b-9d68-{n:012}")
 }
 
-fn alloc<'a>(device: &'a str, memory: Option<&'a str>, compute: Option<&'a str>) -> Alloc<'a> {
+pub(crate) fn alloc<'a>(device: &'a str, memory: Option<&'a str>, compute: Option<&'a str>) -> Alloc<'a> {
     Alloc::new(NODE, device, memory, compute)
 }
 
 /// The spec file (in `dir`) of kind `kind` that defines device `name`, if any.
-fn spec_defining(dir: &Path, kind: &str, name: &str) -> Option<PathBuf> {
+pub(crate) fn spec_defining(dir: &Path, kind: &str, name: &str) -> Option<PathBuf> {
     std::fs::read_dir(dir).unwrap().flatten().map(|e| e.path()).find(|p| {
         let Ok(text) = std::fs::read_to_string(p) else { return false };
         let value: Value = if p.extension().is_some_and(|e| e == "json") {
@@ -269,7 +269,7 @@ fn spec_defining(dir: &Path, kind: &str, name: &str) -> Option<PathBuf> {
 /// A shell script that mounts what a claim's spec asks for in a private mount namespace
 /// (each bind mount, read-only where the spec says `ro`; the preload list names the
 /// library where it is on this host), then runs `then`.
-fn mounted_as_a_runtime_would(spec: &Path, then: &str) -> String {
+pub(crate) fn mounted_as_a_runtime_would(spec: &Path, then: &str) -> String {
     let spec: Value = serde_json::from_slice(&std::fs::read(spec).unwrap()).unwrap();
     let mut mounts: Vec<Value> = spec["containerEdits"]["mounts"].as_array().unwrap().clone();
     mounts.extend(spec["devices"][0]["containerEdits"]["mounts"].as_array().unwrap().iter().cloned());
@@ -296,7 +296,7 @@ fn mounted_as_a_runtime_would(spec: &Path, then: &str) -> String {
     script
 }
 
-fn mode(path: &Path) -> u32 {
+pub(crate) fn mode(path: &Path) -> u32 {
     std::fs::symlink_metadata(path).unwrap_or_else(|e| panic!("{}: {e}", path.display())).mode() & 0o7777
 }
 
@@ -843,15 +843,21 @@ fn dra_claim_files_are_out_of_other_users_reach() {
     let answer = node.kubelet.prepare(&node.dra(), &[ClaimRef::new("ml", "train", &uid(1))]).unwrap();
     assert_eq!(answer[uid(1)]["error"], "", "{answer}\n{}", plugin.log());
     let claim = node.state().join(format!("claims/{}", uid(1)));
-    // The ledger's files, as the claim's first process makes them.
-    node.env
+    // The ledger's files, as the plugin made them, and a process of the claim that holds
+    // the ledger's memory file.
+    let socket = claim.join("config/ledger.sock");
+    let mut member = node
+        .env
         .command(client("cuclient"))
         .env("FGPU_LEDGER", claim.join("ledger/ledger"))
+        .env("FGPU_LEDGER_SOCKET", &socket)
         .env("FGPU_LIMIT", "1G")
         .shim()
-        .args(["init", "primary", "alloc", "1M"])
-        .success();
-    assert!(claim.join("ledger/ledger").exists());
+        .args(["init", "primary", "alloc", "1M", "hold"])
+        .spawn();
+    member.wait_for("holding");
+    assert_eq!(mode(&claim.join("ledger/ledger")), 0o666, "every process of the claim, as any user, locks it");
+    assert_eq!(mode(&socket), 0o666, "every process of the claim, as any user, asks it");
     assert_eq!(mode(&node.state().join("claims")), 0o700);
     assert_eq!(mode(&claim), 0o700);
     assert_eq!(mode(&old), 0o700, "an earlier release's 0755 is set right");
@@ -873,6 +879,35 @@ fn dra_claim_files_are_out_of_other_users_reach() {
     );
     let run = node.env.command_as(65534, "sh").args(["-c", &attacks]).run();
     assert_eq!(run.stdout().trim(), "done", "another user reached a claim's files\n{run}");
+    // The served ledger: its keeper's socket, and the memory file a process of the claim
+    // holds (taken with pidfd_getfd, or reopened through /proc).
+    let reach = format!(
+        r#"
+import ctypes, os, socket
+try:
+    s = socket.socket(socket.AF_UNIX); s.connect({socket:?}); print("connected-to-the-keeper")
+except OSError as e: print("socket", e.errno)
+libc = ctypes.CDLL(None, use_errno=True)
+pidfd = libc.syscall(434, {pid}, 0)
+if pidfd >= 0 and any(libc.syscall(438, pidfd, n, 0) >= 0 for n in range(256)): print("took-a-descriptor")
+try:
+    for n in os.listdir("/proc/{pid}/fd"):
+        os.open("/proc/{pid}/fd/" + n, os.O_RDONLY); print("reopened-a-descriptor"); break
+except OSError as e: print("proc", e.errno)
+print("done")
+"#,
+        socket = socket.display().to_string(),
+        pid = member.pid()
+    );
+    let Some(python) = python_with("ctypes") else { return };
+    let run = node.env.command_as(65534, &python).args(["-c", &reach]).run();
+    let out = run.stdout();
+    assert!(
+        out.contains("done") && !out.contains("connected") && !out.contains("took") && !out.contains("reopened"),
+        "another user reached the claim's ledger\n{run}"
+    );
+    assert!(out.contains(&format!("socket {}", libc::EACCES)), "the socket is out of reach (claims/ is root's alone)\n{run}");
+    member.kill(libc::SIGKILL);
 }
 
 /// SIGTERM: the calls in flight finish, kubelet's registration socket goes first, prepared

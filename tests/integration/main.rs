@@ -13,6 +13,7 @@ mod config_file;
 mod crash_windows;
 mod cuda_bindings;
 mod dra;
+mod dra_shared;
 mod entry_paths;
 mod front;
 mod host_pids;

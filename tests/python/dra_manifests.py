@@ -104,6 +104,8 @@ def check_objects(docs):
     volumes = {v["name"]: v for v in ds["volumes"]}
     assert volumes[mounts["/driver-root"]["name"]]["hostPath"]["path"] == "/"
     assert c["securityContext"]["privileged"] is True
+    # A restarted plugin takes the claims' ledgers over from their processes: it must see them.
+    assert ds["hostPID"] is True
     for probe in ("startupProbe", "livenessProbe"):
         command = c[probe]["exec"]["command"]
         assert command[:2] == ["/usr/local/lib/fgpu/fgpu-kubelet-plugin", "check"], command

@@ -346,6 +346,12 @@ impl Env {
     /// `sh -c script` in a private mount namespace where /etc is an overlay the test may
     /// write (root only; `None` with a printed reason otherwise, a failure under CI).
     pub fn with_private_etc(&self, script: &str) -> Option<Cmd> {
+        self.with_private_etc_in(&[], script)
+    }
+
+    /// [`Env::with_private_etc`], in new namespaces of the kinds `unshare` flags name besides
+    /// (`--ipc`: an IPC namespace of its own, as a pod or a container has).
+    pub fn with_private_etc_in(&self, namespaces: &[&str], script: &str) -> Option<Cmd> {
         if !prerequisite(is_root() && tool("unshare"), "needs root and unshare(1) to give the test its own /etc") {
             return None;
         }
@@ -355,7 +361,23 @@ impl Env {
              mount -t overlay overlay -o lowerdir=/etc,upperdir={ov}/up,workdir={ov}/work /etc; {script}",
             ov = ov.display()
         );
-        Some(self.command("unshare").args(["--mount", "sh", "-c", &setup]))
+        Some(self.command("unshare").arg("--mount").args(namespaces).args(["sh", "-c", &setup]))
+    }
+
+    /// The socket of this test's ledger keeper (see [`Env::keep_ledger`]).
+    pub fn ledger_socket(&self) -> PathBuf {
+        self.dir.join("ledger.sock")
+    }
+
+    /// Serves this test's ledger (`self.ledger`) from this process, as fgpu-kubelet-plugin
+    /// serves a claim's (`fgpu_core::ledger::keeper`): its processes are given
+    /// `FGPU_LEDGER_SOCKET` = [`Env::ledger_socket`]. Stops when dropped, as a keeper whose
+    /// process died.
+    pub fn keep_ledger(&self) -> (fgpu_core::ledger::keeper::Serving, fgpu_core::ledger::keeper::Settled) {
+        use fgpu_core::ledger::keeper::{serve, Keeper, KeeperPaths};
+        let paths = KeeperPaths { lock: self.ledger.clone(), recorded: self.ledger.clone(), socket: self.ledger_socket(), label: "test".into() };
+        let (keeper, settled) = Keeper::open(paths).expect("a keeper of the test's ledger");
+        (serve(keeper).expect("the keeper's socket"), settled)
     }
 
     /// The simulated driver's ground truth.

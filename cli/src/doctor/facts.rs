@@ -108,7 +108,7 @@ pub fn gather(system: &dyn System) -> Facts {
     let ld_so_preload = system.read_to_string(Path::new(LD_SO_PRELOAD));
     let (target, _) = ledgers::in_effect(system.config_sources());
     let driver = system.driver();
-    let nvml_pids = system.nvml_pids(driver.as_ref().ok(), &target.open_path);
+    let nvml_pids = system.nvml_pids(driver.as_ref().ok(), &target.open_path, target.server.as_deref());
     Facts {
         shim,
         shim_elf,
@@ -120,7 +120,7 @@ pub fn gather(system: &dyn System) -> Facts {
         // Not Config::load(): its warnings are findings here, not lines on stderr.
         config: Config::from_sources(system.config_sources()),
         driver,
-        ledger: system.ledger(&target.open_path),
+        ledger: system.ledger(&target.open_path, target.server.as_deref()),
         ledger_path: target.path,
         ledger_origin: target.origin,
         host_pidns: system.in_host_pidns(),

@@ -79,9 +79,11 @@ pub trait System {
     fn host_pid(&self) -> Result<u32, HostPidError>;
     fn in_host_pidns(&self) -> bool;
     /// What the ledger at `path` is: healthy, missing, replaced or broken.
-    fn ledger(&self, path: &Path) -> LedgerFact;
+    /// The ledger at `path`; `server`: the socket of the keeper serving its data, for a
+    /// served ledger (a Kubernetes claim's).
+    fn ledger(&self, path: &Path, server: Option<&Path>) -> LedgerFact;
     /// Which PIDs NVML gives here, from the probe's lists and the ledger's live processes.
-    fn nvml_pids(&self, driver: Option<&DriverProbe>, ledger: &Path) -> NvmlPids;
+    fn nvml_pids(&self, driver: Option<&DriverProbe>, ledger: &Path, server: Option<&Path>) -> NvmlPids;
     /// The ELF machine this process runs as.
     fn own_machine(&self) -> Option<u16>;
     /// The glibc this process runs with.
@@ -165,8 +167,8 @@ impl System for Host {
         fgpu_core::pidns::in_host_pidns()
     }
 
-    fn ledger(&self, path: &Path) -> LedgerFact {
-        match Ledger::open_existing(path) {
+    fn ledger(&self, path: &Path, server: Option<&Path>) -> LedgerFact {
+        match Ledger::open_existing_at(path, server) {
             Ok(ledger) => {
                 if let Some(why) = ledger.file_problem() {
                     return LedgerFact::FileReplaced(why);
@@ -193,11 +195,11 @@ impl System for Host {
         }
     }
 
-    fn nvml_pids(&self, driver: Option<&DriverProbe>, ledger: &Path) -> NvmlPids {
+    fn nvml_pids(&self, driver: Option<&DriverProbe>, ledger: &Path, server: Option<&Path>) -> NvmlPids {
         if fgpu_core::pidns::in_host_pidns() {
             return NvmlPids::HostNamespace;
         }
-        let (Some(driver), Ok(ledger)) = (driver, Ledger::open_existing(ledger)) else { return NvmlPids::Unknown };
+        let (Some(driver), Ok(ledger)) = (driver, Ledger::open_existing_at(ledger, server)) else { return NvmlPids::Unknown };
         let snap = ledger.snapshot(None);
         for device in &snap.devices {
             let Some(probed) = driver.devices.iter().find(|d| d.uuid.eq_ignore_ascii_case(&device.uuid_string())) else { continue };

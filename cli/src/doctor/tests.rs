@@ -49,6 +49,7 @@ fn good_facts() -> Facts {
             ledger_sharing: fgpu_core::ledger::Sharing::User,
             ledger_note: None,
             ledger_error: None,
+            ledger_server: None,
             log: fgpu_core::log::Level::Warn,
             warnings: vec![],
         }),
@@ -131,6 +132,7 @@ fn each_failure_is_named() {
         ledger_sharing: fgpu_core::ledger::Sharing::Private,
         ledger_note: None,
         ledger_error: None,
+        ledger_server: None,
         log: fgpu_core::log::Level::Warn,
         warnings: vec![],
     });
@@ -387,10 +389,10 @@ impl System for Fake {
     fn in_host_pidns(&self) -> bool {
         true
     }
-    fn ledger(&self, path: &Path) -> LedgerFact {
+    fn ledger(&self, path: &Path, _server: Option<&Path>) -> LedgerFact {
         LedgerFact::Missing { dir: path.parent().unwrap().to_path_buf(), dir_problem: None }
     }
-    fn nvml_pids(&self, _driver: Option<&DriverProbe>, _ledger: &Path) -> NvmlPids {
+    fn nvml_pids(&self, _driver: Option<&DriverProbe>, _ledger: &Path, _server: Option<&Path>) -> NvmlPids {
         NvmlPids::HostNamespace
     }
     fn own_machine(&self) -> Option<u16> {

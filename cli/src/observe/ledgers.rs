@@ -13,6 +13,14 @@
 //! reused meanwhile is caught), and the file is only ever opened for reading. The segment
 //! is looked up in that process's IPC namespace. Attachments of one segment by many
 //! processes are folded by IPC namespace and id.
+//!
+//! A served ledger (a Kubernetes claim's, shared by its pods: `fgpu_core::ledger::served`)
+//! keeps its data in a sealed memory file, which `/proc/PID/maps` lists on the same shmem
+//! device as `/memfd:fgpu-ledger...`, its inode beside it: told from the line alone too. The
+//! memory file is then taken from that process with `pidfd_getfd` (nothing opened, no file
+//! system asked), checked (its mount and inode as this process's fdinfo shows them, its
+//! seals, its size), and read for the lock file's path; mappings of one memory file are
+//! folded by inode.
 use super::args::LedgerSelection;
 use super::scan::scan_of;
 pub use super::scan::SCAN_BUDGET;
@@ -32,7 +40,8 @@ pub fn in_effect(sources: &dyn Sources) -> (Target, Option<String>) {
                 LedgerOrigin::File => Origin::ConfigFile,
             };
             let note = config.ledger_error.or(config.ledger_note);
-            (Target::plain(config.ledger, origin), note)
+            let server = config.ledger_server;
+            (Target { server, ..Target::plain(config.ledger, origin) }, note)
         }
         Err(e) => {
             let default = match sources.default_ledger(sources.euid()) {

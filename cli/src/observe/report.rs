@@ -75,7 +75,8 @@ pub struct LedgerReport {
     pub open_path: String,
     /// For scanned ledgers: PIDs (as seen here) that map it.
     pub mapped_by: Vec<u32>,
-    /// For scanned ledgers: `ipc:NAMESPACE-INODE:shm:SEGMENT-ID`.
+    /// For scanned ledgers: `ipc:NAMESPACE-INODE:shm:SEGMENT-ID`, or `memfd:INODE` for a
+    /// served one (a Kubernetes claim's, its data in a memory file).
     pub id: Option<String>,
     pub state: LedgerState,
     pub error: Option<String>,
@@ -294,7 +295,9 @@ pub fn read(target: &Target) -> LedgerReport {
 /// of its file and segment, never what the segment's bytes say.
 fn is_own(target: &Target, ledger: &Ledger) -> bool {
     let here = target.found.as_ref().is_none_or(|f| !f.other_ipc);
-    if !here || !matches!(ledger.trust(), Trust::Verified) {
+    // A served ledger (a Kubernetes claim's) is written by the claim's processes, whoever
+    // made it: never the caller's own.
+    if !here || !matches!(ledger.trust(), Trust::Verified) || ledger.memfd_fd().is_some() {
         return false;
     }
     let me = fgpu_core::sys::geteuid();
@@ -307,7 +310,7 @@ fn is_own(target: &Target, ledger: &Ledger) -> bool {
 /// Opens a target as an observer: a scanned one inside the root, and from the IPC
 /// namespace, of the process it was found through.
 fn open(target: &Target) -> Result<Ledger, LedgerError> {
-    let Some(found) = &target.found else { return Ledger::open_existing(&target.open_path) };
+    let Some(found) = &target.found else { return Ledger::open_existing_at(&target.open_path, target.server.as_deref()) };
     let path = &target.path;
     let gone = |op: &'static str| move |source: std::io::Error| LedgerError::Io { path: path.clone(), op, source };
     let root = found.process.root().map_err(gone("reach the root directory of the process that maps it"))?;
@@ -321,6 +324,10 @@ fn open(target: &Target) -> Result<Ledger, LedgerError> {
         if found.other_ipc { Some(found.process.open_entry("ns/ipc").map_err(gone("reach the IPC namespace of the process that maps it"))?) } else { None };
     if !found.process.alive() {
         return Err(LedgerError::NotInUse { path: path.clone() });
+    }
+    if let Some(memfd) = &found.memfd {
+        let memfd = memfd.try_clone().map_err(gone("hold its memory file"))?;
+        return Ledger::observe_memfd(file, path, memfd);
     }
     Ledger::observe_file(file, path, Some(found.shmid), ns.as_ref())
 }

@@ -68,9 +68,17 @@ pub fn scan_of(proc_root: &Path, own_pid: u32, uid: Option<u32>, deadline: Insta
     let (looks, late) = look_at_all(proc_root, pids, uid, device, deadline);
     let mut denied = 0;
     let mut by_segment: BTreeMap<(u64, i32), Vec<Arc<ProcessDir>>> = BTreeMap::new();
+    let mut by_memfd: BTreeMap<u64, Vec<Arc<ProcessDir>>> = BTreeMap::new();
     for look in looks {
         match look {
-            Look::Mapped { process, ipc: Some(ipc), shmids } => {
+            Look::Mapped { process, ipc, shmids, memfds } => {
+                for ino in memfds {
+                    by_memfd.entry(ino).or_default().push(process.clone());
+                }
+                let Some(ipc) = ipc.filter(|_| !shmids.is_empty()) else {
+                    denied += usize::from(!shmids.is_empty());
+                    continue;
+                };
                 for shmid in shmids {
                     let holders = by_segment.entry((ipc, shmid)).or_default();
                     if !holders.iter().any(|p| p.pid == process.pid) {
@@ -78,7 +86,7 @@ pub fn scan_of(proc_root: &Path, own_pid: u32, uid: Option<u32>, deadline: Insta
                     }
                 }
             }
-            Look::Mapped { ipc: None, .. } | Look::Denied => denied += 1,
+            Look::Denied => denied += 1,
             Look::Nothing => {}
         }
     }
@@ -104,10 +112,49 @@ pub fn scan_of(proc_root: &Path, own_pid: u32, uid: Option<u32>, deadline: Insta
             mapped_by,
             identity: Some(format!("ipc:{ipc}:shm:{shmid}")),
             problem: None,
-            found: Some(Arc::new(Found { process: dir, shmid, other_ipc })),
+            server: None,
+            found: Some(Arc::new(Found { process: dir, shmid, other_ipc, memfd: None })),
+        });
+    }
+    for (ino, holders) in by_memfd {
+        let mapped_by: Vec<u32> = holders.iter().map(|p| p.pid).collect();
+        let mut refused = false;
+        let Some((dir, memfd, path)) = holders.iter().find_map(|dir| match served_memfd(proc_root, dir, ino) {
+            Ok(Some(memfd)) => fgpu_core::ledger::served::recorded_path(&memfd).map(|path| (dir.clone(), memfd, path)),
+            Ok(None) => None,
+            Err(e) => {
+                refused |= e.kind() == std::io::ErrorKind::PermissionDenied;
+                None
+            }
+        }) else {
+            // Not this user's to take (pidfd_getfd needs the right to ptrace), or not a
+            // ledger at all (a memory file of someone's own, named like one).
+            denied += usize::from(refused && uid.is_none());
+            continue;
+        };
+        let open_path = proc_root.join(dir.pid.to_string()).join("root").join(path.strip_prefix("/").unwrap_or(&path));
+        targets.push(Target {
+            path,
+            open_path,
+            origin: Origin::Scan,
+            mapped_by,
+            identity: Some(format!("memfd:{ino}")),
+            problem: None,
+            server: None,
+            found: Some(Arc::new(Found { process: dir, shmid: -1, other_ipc: false, memfd: Some(memfd) })),
         });
     }
     Scan { targets, denied, late }
+}
+
+/// A served ledger's memory file (inode `ino`), taken from the process `dir` without
+/// opening anything (`fgpu_core::ledger::memfd::take_from_process`): only from this
+/// machine's own /proc, where PIDs are this process's.
+fn served_memfd(proc_root: &Path, dir: &ProcessDir, ino: u64) -> std::io::Result<Option<std::fs::File>> {
+    if proc_root != Path::new("/proc") || !dir.alive() {
+        return Ok(None);
+    }
+    fgpu_core::ledger::memfd::take_from_process(proc_root, dir.pid, Some(ino), &|_| true)
 }
 
 /// The lock-file path recorded in segment `shmid`, attached in the IPC namespace of the
@@ -123,8 +170,9 @@ fn recorded_path(dir: &ProcessDir, shmid: i32, other_ipc: bool) -> Option<PathBu
 /// What one process's maps showed.
 enum Look {
     /// It attaches ledger-sized System V segments (`shmids`), in IPC namespace `ipc` (None:
-    /// that namespace could not be told).
-    Mapped { process: Arc<ProcessDir>, ipc: Option<u64>, shmids: Vec<i32> },
+    /// that namespace could not be told), and maps served ledgers' memory files (`memfds`,
+    /// by inode).
+    Mapped { process: Arc<ProcessDir>, ipc: Option<u64>, shmids: Vec<i32>, memfds: Vec<u64> },
     /// Its maps may not be read by this user.
     Denied,
     /// Gone, another user's (when scanning one user's), or no segment of a ledger's size.
@@ -151,13 +199,21 @@ fn look_at(proc_root: &Path, pid: u32, uid: Option<u32>, device: &str) -> Look {
         .filter(|a| a.shared && a.end.checked_sub(a.start) == Some(SEGMENT_SIZE as u64))
         .map(|a| a.shmid)
         .collect();
-    if shmids.is_empty() {
+    let mut memfds: Vec<u64> = maps
+        .lines()
+        .filter_map(|line| fgpu_core::ledger::maps::memfd_ledger(line, device))
+        .filter(|m| m.shared && m.end.checked_sub(m.start) == Some(SEGMENT_SIZE as u64))
+        .map(|m| m.ino)
+        .collect();
+    if shmids.is_empty() && memfds.is_empty() {
         return Look::Nothing;
     }
     shmids.sort_unstable();
     shmids.dedup();
+    memfds.sort_unstable();
+    memfds.dedup();
     let ipc = process.ns_inode("ipc").ok();
-    Look::Mapped { process: Arc::new(process), ipc, shmids }
+    Look::Mapped { process: Arc::new(process), ipc, shmids, memfds }
 }
 
 /// How many threads read maps at first, and at most (one more is started each time no

@@ -42,10 +42,14 @@ pub struct Target {
     pub origin: Origin,
     /// PIDs (as seen here) that map the file; only for scanned ledgers.
     pub mapped_by: Vec<u32>,
-    /// `ipc:NAMESPACE-INODE:shm:SEGMENT-ID`; only for scanned ledgers.
+    /// `ipc:NAMESPACE-INODE:shm:SEGMENT-ID` (`memfd:INODE` for a served ledger); only for
+    /// scanned ledgers.
     pub identity: Option<String>,
     /// A problem found while scanning.
     pub problem: Option<String>,
+    /// The socket of the keeper that serves the ledger's data (a served ledger named by
+    /// the configuration in effect here); `None` for a System V one, or a scanned one.
+    pub server: Option<PathBuf>,
     /// For a scanned ledger: the process it was found through, and its segment.
     pub found: Option<Arc<Found>>,
 }
@@ -58,10 +62,12 @@ pub struct Found {
     pub shmid: i32,
     /// The segment lives in another IPC namespace than this process's (that process's).
     pub other_ipc: bool,
+    /// A served ledger's memory file, taken from that process (`shmid` is then -1).
+    pub memfd: Option<std::fs::File>,
 }
 
 impl Target {
     pub fn plain(path: PathBuf, origin: Origin) -> Target {
-        Target { open_path: path.clone(), path, origin, mapped_by: Vec::new(), identity: None, problem: None, found: None }
+        Target { open_path: path.clone(), path, origin, mapped_by: Vec::new(), identity: None, problem: None, server: None, found: None }
     }
 }

@@ -5,7 +5,8 @@
 //! 1. The root-owned file [`CONFIG_PATH`] (`key = value` lines; `#` starts a comment). It is
 //!    honoured only if owned by root and not writable by group or others. Images use it to
 //!    bake a cap in that the workload cannot raise.
-//! 2. The environment: `FGPU_LIMIT`, `FGPU_COMPUTE`, `FGPU_LEDGER`, `FGPU_LOG`. `FGPU_LIMIT`
+//! 2. The environment: `FGPU_LIMIT`, `FGPU_COMPUTE`, `FGPU_LEDGER` (with
+//!    `FGPU_LEDGER_SOCKET` for a served ledger), `FGPU_LOG`. `FGPU_LIMIT`
 //!    can lower the file's cap, never raise it: per device the smaller of the two applies;
 //!    `FGPU_COMPUTE` likewise for the file's compute share. When the file sets a limit or a
 //!    compute share, `FGPU_LEDGER` is ignored: the file (or the default) names the ledger,
@@ -58,6 +59,10 @@ pub const ENV_LEDGER: &str = "FGPU_LEDGER";
 /// open its file. Without it that ledger is private to its user. Ignored with `FGPU_LEDGER`.
 pub const ENV_LEDGER_SHARED: &str = "FGPU_LEDGER_SHARED";
 pub const ENV_LOG: &str = "FGPU_LOG";
+/// The socket of the keeper that serves the ledger `FGPU_LEDGER` names (a ledger whose
+/// processes may be in several IPC namespaces: `ledger/served.rs`). Ignored with
+/// `FGPU_LEDGER`.
+pub const ENV_LEDGER_SOCKET: &str = "FGPU_LEDGER_SOCKET";
 
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum ConfigError {
@@ -69,10 +74,12 @@ pub enum ConfigError {
     BadComputeEnv { var: &'static str, value: String, reason: LimitError },
     #[error("{path}:{line}: compute {value:?} is not valid: {reason}")]
     BadComputeFile { path: String, line: usize, value: String, reason: LimitError },
-    #[error("{path}:{line}: {text:?} is not a `key = value` line with key limit, compute, ledger or log")]
+    #[error("{path}:{line}: {text:?} is not a `key = value` line with key limit, compute, ledger, ledger_socket or log")]
     BadLine { path: String, line: usize, text: String },
     #[error("{var}={value:?} is not a yes or a no (1, true, yes; 0, false, no)")]
     BadFlagEnv { var: &'static str, value: String },
+    #[error("{path}: ledger_socket is set but ledger is not: a served ledger is named by both")]
+    SocketWithoutLedger { path: String },
     #[error("{path} is not owned by root or is writable by group/others; refusing to trust its cap (fix: chown root:root and chmod 644)")]
     Untrusted { path: String },
     #[error("{path} cannot be read: {reason}")]
@@ -115,6 +122,10 @@ pub struct Config {
     pub ledger_note: Option<String>,
     /// Why the ledger cannot be used: every place for the default ledger is someone else's.
     pub ledger_error: Option<String>,
+    /// The socket of the keeper that serves the ledger's data (`ledger_socket =` in the
+    /// file, or `FGPU_LEDGER_SOCKET` beside `FGPU_LEDGER`): a served ledger, shared across
+    /// IPC namespaces (`ledger/served.rs`). `None`: the data is in a System V segment.
+    pub ledger_server: Option<PathBuf>,
     pub log: Level,
     /// What was ignored and why, one line each (a log level that is not one). Never
     /// anything that changes what is granted.
@@ -222,6 +233,7 @@ impl Config {
             ledger_sharing: Sharing::User,
             ledger_note: None,
             ledger_error: None,
+            ledger_server: None,
             log: Level::Warn,
             warnings: Vec::new(),
         };
@@ -233,6 +245,9 @@ impl Config {
                 return Err(ConfigError::Untrusted { path: file.path });
             }
             apply_file(&mut config, &file.path, &file.text, &mut bad_logs)?;
+            if config.ledger_server.is_some() && config.ledger_origin != LedgerOrigin::File {
+                return Err(ConfigError::SocketWithoutLedger { path: file.path });
+            }
         }
         if let Some(value) = sources.env(ENV_LIMIT) {
             let spec = parse_limit(&value).map_err(|reason| ConfigError::BadLimitEnv { var: ENV_LIMIT, value: value.clone(), reason })?;
@@ -253,6 +268,11 @@ impl Config {
                     Some(v) => parse_flag(&v).ok_or(ConfigError::BadFlagEnv { var: ENV_LEDGER_SHARED, value: v.clone() })?,
                 };
                 config.ledger_sharing = if shared { Sharing::Shared } else { Sharing::Private };
+                // A served ledger: its keeper decides who may have it, as a shared one.
+                config.ledger_server = sources.env(ENV_LEDGER_SOCKET).filter(|s| !s.is_empty()).map(PathBuf::from);
+                if config.ledger_server.is_some() {
+                    config.ledger_sharing = Sharing::Shared;
+                }
             }
         }
         if config.ledger_origin == LedgerOrigin::Default {
@@ -341,6 +361,7 @@ fn apply_file(config: &mut Config, path: &str, text: &str, bad_logs: &mut Vec<St
                 config.ledger_origin = LedgerOrigin::File;
                 config.ledger_sharing = Sharing::Shared;
             }
+            "ledger_socket" if !value.is_empty() => config.ledger_server = Some(PathBuf::from(value)),
             "log" => match parse_log_level(value) {
                 LogValue::Level(level) => config.log = level,
                 LogValue::Empty => {}

@@ -90,6 +90,27 @@ fn who_shares_a_ledger() {
 }
 
 #[test]
+fn a_served_ledger_is_named_with_its_keepers_socket_and_pinned_like_any_other() {
+    // The file (a claim's): the ledger and its keeper's socket; the environment cannot
+    // name another, nor another keeper.
+    let file = Some(("limit = 8G\nledger = /run/fgpu/ledger\nledger_socket = /etc/fgpu/ledger.sock\n", true));
+    let claim = load(&[(ENV_LEDGER, "/tmp/mine"), (ENV_LEDGER_SOCKET, "/tmp/mine.sock")], file).unwrap();
+    assert_eq!(claim.ledger, PathBuf::from("/run/fgpu/ledger"));
+    assert_eq!(claim.ledger_server, Some(PathBuf::from("/etc/fgpu/ledger.sock")));
+    assert_eq!(claim.ledger_sharing, Sharing::Shared);
+    // No socket: a ledger in a System V segment, as before.
+    assert_eq!(load(&[], Some(("limit = 8G\nledger = /var/lib/fgpu/ledger", true))).unwrap().ledger_server, None);
+    // In the environment, only beside FGPU_LEDGER, and only where FGPU_LEDGER counts.
+    let env = load(&[(ENV_LEDGER, "/srv/l"), (ENV_LEDGER_SOCKET, "/srv/l.sock")], None).unwrap();
+    assert_eq!((env.ledger_server, env.ledger_sharing), (Some(PathBuf::from("/srv/l.sock")), Sharing::Shared));
+    assert_eq!(load(&[(ENV_LEDGER_SOCKET, "/srv/l.sock")], None).unwrap().ledger_server, None);
+    assert_eq!(load(&[(ENV_LEDGER, "/srv/l"), (ENV_LEDGER_SOCKET, "/srv/l.sock")], Some(("limit = 8G", true))).unwrap().ledger_server, None);
+    // A socket without a ledger in the file is an error (fail closed), not the default ledger.
+    let err = load(&[], Some(("limit = 8G\nledger_socket = /etc/fgpu/ledger.sock", true))).unwrap_err();
+    assert!(matches!(err, ConfigError::SocketWithoutLedger { .. }), "{err}");
+}
+
+#[test]
 fn no_place_for_the_default_ledger_is_an_error_only_for_the_ledger() {
     struct Squatted;
     impl Sources for Squatted {

@@ -15,6 +15,8 @@ pub enum LedgerError {
     Untrusted { path: PathBuf, why: String },
     #[error("ledger {path}: the file was deleted or replaced while processes still use the ledger (shared memory id {shmid}), and they cannot be reached from here; accounting cannot be trusted, so GPU memory is refused until they exit")]
     Replaced { path: PathBuf, shmid: i32 },
+    #[error("ledger {path}: cannot have it from its keeper ({socket}): {why}")]
+    Unserved { path: PathBuf, socket: PathBuf, why: String },
     #[error("ledger {path}: in use by processes of another IPC namespace; processes that share a ledger must share an IPC namespace")]
     OtherIpcNamespace { path: PathBuf },
     #[error("ledger {path}: in use by processes of an older fgpu (ledger format {found}; this fgpu uses format {expected}); stop them or set FGPU_LEDGER to another file")]

@@ -39,6 +39,9 @@ pub const INIT_LOCK: i64 = LOCK_BASE;
 pub fn refill_lock(device: usize) -> i64 {
     LOCK_BASE + 1 + device as i64
 }
+/// Held (a read lock, shared) by every member of a served ledger from before it is handed
+/// the ledger's memory file until it dies: "the memory file is in use" (`keeper.rs`).
+pub const MAPPED_LOCK: i64 = LOCK_BASE + 32;
 /// Held by a slot's owner for its whole life: "the owner is alive".
 pub fn alive_lock(slot: usize) -> i64 {
     LOCK_BASE + 64 + 2 * slot as i64

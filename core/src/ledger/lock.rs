@@ -119,6 +119,24 @@ pub fn posix_lock(fd: BorrowedFd<'_>, offset: i64) -> io::Result<bool> {
     }
 }
 
+/// Takes a classic POSIX read lock on one byte, not waiting: `/proc/locks` shows its
+/// holder's PID (an OFD lock shows none). Dropped when the process closes any descriptor of
+/// the file, so it is only ever a second lock beside an OFD one.
+pub fn posix_read_lock(fd: BorrowedFd<'_>, offset: i64) -> io::Result<bool> {
+    let mut lock = flock_for(libc::F_RDLCK, offset);
+    match fcntl_lock(fd, libc::F_SETLK, &mut lock) {
+        Ok(()) => Ok(true),
+        Err(e) if matches!(e.raw_os_error(), Some(libc::EAGAIN) | Some(libc::EACCES)) => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// Drops this process's classic POSIX lock on one byte.
+pub fn posix_unlock(fd: BorrowedFd<'_>, offset: i64) {
+    let mut lock = flock_for(libc::F_UNLCK, offset);
+    let _ = fcntl_lock(fd, libc::F_SETLK, &mut lock);
+}
+
 /// PID, in the caller's PID namespace, of the process holding a classic lock on the byte;
 /// `None` if nobody holds it or the holder is not visible from here.
 pub fn posix_holder(fd: BorrowedFd<'_>, offset: i64) -> Option<u32> {

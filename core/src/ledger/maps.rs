@@ -1,5 +1,5 @@
-//! Which lines of `/proc/PID/maps` are attachments of System V shared memory, decided from
-//! the line alone.
+//! Which lines of `/proc/PID/maps` are attachments of System V shared memory, or mappings of
+//! a served ledger's memory file ([`memfd_ledger`]), decided from the line alone.
 //!
 //! The kernel writes a process's maps, but not the names in them: a file's path is what
 //! whoever made it chose, and a tenant can map a file of its own of any size under a path
@@ -98,6 +98,44 @@ pub fn attachment(line: &str, shm_device: &str) -> Option<Attachment> {
     })
 }
 
+/// One mapping of a served ledger's memory file (`served.rs`), as one line of
+/// `/proc/PID/maps` shows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MemfdMapping {
+    pub start: u64,
+    pub end: u64,
+    pub shared: bool,
+    /// The memory file's inode (on the internal shmem mount, where no tenant chooses it).
+    pub ino: u64,
+}
+
+/// The mapping a line of `/proc/PID/maps` shows, if it is of a memory file named as fgpu
+/// names a ledger's (`/memfd:fgpu-ledger`, then `:` and a label or nothing, then
+/// ` (deleted)`) on the device of the kernel's internal shmem mount, where memory files
+/// live beside System V segments. Reads the line only. The name is the maker's choice: any
+/// process can make a memory file so named; what it holds is checked once taken
+/// (`memfd.rs`).
+pub fn memfd_ledger(line: &str, shm_device: &str) -> Option<MemfdMapping> {
+    let mut fields = line.splitn(6, ' ');
+    let (range, perms, _offset, device, inode) = (fields.next()?, fields.next()?, fields.next()?, fields.next()?, fields.next()?);
+    if device != shm_device {
+        return None;
+    }
+    let name = fields.next().unwrap_or("").trim_start_matches(' ');
+    let name = name.strip_suffix(" (deleted)").unwrap_or(name);
+    let rest = name.strip_prefix(super::memfd::MAPS_PREFIX)?;
+    if !(rest.is_empty() || rest.starts_with(':')) {
+        return None;
+    }
+    let (start, end) = range.split_once('-')?;
+    Some(MemfdMapping {
+        start: u64::from_str_radix(start, 16).ok()?,
+        end: u64::from_str_radix(end, 16).ok()?,
+        shared: perms.as_bytes().get(3) == Some(&b's'),
+        ino: inode.parse().ok()?,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -118,6 +156,32 @@ mod tests {
         assert_eq!(attachment(&line(dev, "-1", "/SYSV00000000"), dev), None, "not an id");
         assert_eq!(attachment(&line(dev, "2147483648", "/SYSV00000000"), dev), None, "not an id");
         assert_eq!(attachment("garbage", dev), None);
+    }
+
+    #[test]
+    fn a_ledgers_memory_file_is_told_by_its_device_and_name() {
+        let dev = shm_device().unwrap();
+        let line = |dev: &str, name: &str| format!("7f0a1c000000-7f0a1c051000 rw-s 00000000 {dev} 5789                       {name}");
+        let seen = memfd_ledger(&line(dev, "/memfd:fgpu-ledger:claim-0b1f (deleted)"), dev).unwrap();
+        assert_eq!(seen, MemfdMapping { start: 0x7f0a1c000000, end: 0x7f0a1c051000, shared: true, ino: 5789 });
+        assert!(memfd_ledger(&line(dev, "/memfd:fgpu-ledger (deleted)"), dev).is_some());
+        let fuse = if dev == "00:99" { "00:98" } else { "00:99" };
+        assert_eq!(memfd_ledger(&line(fuse, "/memfd:fgpu-ledger:x (deleted)"), dev), None, "another device: a file of a mount a tenant made");
+        for name in ["/memfd:fgpu-ledgers (deleted)", "/memfd:other (deleted)", "/SYSV00000000 (deleted)", "/dev/zero (deleted)", "/tmp/memfd:fgpu-ledger", ""]
+        {
+            assert_eq!(memfd_ledger(&line(dev, name), dev), None, "{name:?}");
+        }
+        // A memory file is not a segment, and a segment not a memory file.
+        assert_eq!(attachment(&line(dev, "/memfd:fgpu-ledger:x (deleted)"), dev), None);
+        // The real thing: a ledger memory file this process maps, as its own maps show it.
+        let file = super::super::memfd::create("maps-test").unwrap();
+        let base = super::super::memfd::map(&file, false).unwrap();
+        let maps = own_maps().unwrap();
+        let found: Vec<MemfdMapping> = maps.lines().filter_map(|l| memfd_ledger(l, dev)).filter(|m| m.start == base.as_ptr() as u64).collect();
+        assert_eq!(found.len(), 1, "{maps}");
+        assert_eq!(found[0].ino, std::os::unix::fs::MetadataExt::ino(&file.metadata().unwrap()));
+        // SAFETY: mapped above, unmapped once.
+        unsafe { super::super::memfd::unmap(base) };
     }
 
     #[test]

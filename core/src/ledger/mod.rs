@@ -27,16 +27,22 @@ pub mod default_path;
 mod devices;
 pub mod dying;
 mod error;
+#[allow(unsafe_code)]
+pub mod keeper;
 pub mod layout;
 #[allow(unsafe_code)]
 mod lock;
 mod lock_file;
 #[allow(unsafe_code)]
 pub mod maps;
+#[allow(unsafe_code)]
+pub mod memfd;
 mod memory;
 mod reclaim;
 #[allow(unsafe_code)]
 mod segment;
+#[allow(unsafe_code)]
+pub mod served;
 pub mod shm_usage;
 mod slots;
 mod snapshot;
@@ -130,6 +136,32 @@ impl Ledger {
         Self::open(path, Sharing::Shared)
     }
 
+    /// Opens the served ledger at `path` as one of its processes: its data is the memory
+    /// file the keeper at `socket` hands out (`served.rs`), shared across IPC namespaces.
+    pub fn open_served(path: &Path, socket: &Path) -> Result<Ledger, LedgerError> {
+        Store::open_served(path, socket).map(Self::with_store)
+    }
+
+    /// Looks at the ledger at `path` (its data served by the keeper at `server` when given,
+    /// else in a System V segment): [`Ledger::open_existing`] or [`Ledger::observe_served`].
+    pub fn open_existing_at(path: &Path, server: Option<&Path>) -> Result<Ledger, LedgerError> {
+        match server {
+            Some(socket) => Self::observe_served(path, socket),
+            None => Self::open_existing(path),
+        }
+    }
+
+    /// Looks at the served ledger at `path`, asking its keeper at `socket` for the memory file.
+    pub fn observe_served(path: &Path, socket: &Path) -> Result<Ledger, LedgerError> {
+        Store::observe_served(path, socket).map(Self::with_store)
+    }
+
+    /// Looks at a served ledger whose lock file the caller opened read-only (resolved where
+    /// its processes reach it) and whose memory file it took from one of them.
+    pub fn observe_memfd(file: std::fs::File, path: &Path, memfd: std::fs::File) -> Result<Ledger, LedgerError> {
+        Store::observe_memfd(file, path, memfd).map(Self::with_store)
+    }
+
     /// Opens a ledger some process uses to look at it (`fgpu status`, `doctor`, `run`):
     /// creates, chmods, writes and waits for nothing; see [`Trust`] for what it may do.
     pub fn open_existing(path: &Path) -> Result<Ledger, LedgerError> {
@@ -170,9 +202,18 @@ impl Ledger {
         self.store.adopted_from.as_deref()
     }
 
-    /// The shared-memory id of the segment.
+    /// The shared-memory id of the segment; -1 for a served ledger (no segment: see
+    /// [`Ledger::memfd_fd`]).
     pub fn shmid(&self) -> i32 {
-        self.store.shmid
+        self.store.shmid().unwrap_or(-1)
+    }
+
+    /// The descriptor of a served ledger's memory file (a forked child closes its copy).
+    pub fn memfd_fd(&self) -> Option<i32> {
+        match &self.store.backing {
+            store::Backing::Served { memfd } => Some(memfd.as_raw_fd()),
+            store::Backing::Segment { .. } => None,
+        }
     }
 
     /// The descriptor holding this process's locks (a forked child closes its copy).

@@ -55,16 +55,19 @@ pub(super) fn attach_ledger(shmid: i32, read_only: bool) -> Option<NonNull<u8>> 
         return None;
     }
     let base = crate::sys::shm_attach(shmid, read_only).ok()?;
-    let header = header_at(base);
-    let ok = header.magic.load(Acquire) == MAGIC
-        && header.version.load(Relaxed) == VERSION
-        && header.segment_size.load(Relaxed) == SEGMENT_SIZE as u64
-        && header.max_slots.load(Relaxed) == MAX_SLOTS as u32;
-    if !ok {
+    if !header_ok(header_at(base)) {
         detach(base);
         return None;
     }
     Some(base)
+}
+
+/// Whether a header is that of a ledger of this version and size.
+pub(super) fn header_ok(header: &Header) -> bool {
+    header.magic.load(Acquire) == MAGIC
+        && header.version.load(Relaxed) == VERSION
+        && header.segment_size.load(Relaxed) == SEGMENT_SIZE as u64
+        && header.max_slots.load(Relaxed) == MAX_SLOTS as u32
 }
 
 pub(super) fn detach(base: NonNull<u8>) {

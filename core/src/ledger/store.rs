@@ -59,11 +59,19 @@ pub enum Trust {
     Unverified(String),
 }
 
-/// The lock file and the attached segment.
+/// Where a ledger's data lives.
+pub enum Backing {
+    /// A System V segment of this IPC namespace (or the one an observer entered), by id.
+    Segment { shmid: i32 },
+    /// A sealed memory file handed out by the ledger's keeper (`served.rs`), held open.
+    Served { memfd: File },
+}
+
+/// The lock file and the attached segment (or mapped memory file).
 pub struct Store {
     pub file: File,
     pub base: NonNull<u8>,
-    pub shmid: i32,
+    pub backing: Backing,
     pub path: PathBuf,
     /// How the lock file was reached: the path itself, or a live member's `/proc/PID/fd`.
     pub adopted_from: Option<PathBuf>,
@@ -78,13 +86,17 @@ unsafe impl Sync for Store {}
 
 impl Drop for Store {
     fn drop(&mut self) {
-        // SAFETY: `base` came from shm_attach and is detached only here; no reference into
-        // the segment outlives `self` (accessors borrow the Ledger that owns the Store).
-        unsafe { crate::sys::shm_detach(self.base) };
+        match self.backing {
+            // SAFETY: `base` came from shm_attach and is detached only here; no reference
+            // into the segment outlives `self` (accessors borrow the Ledger that owns the Store).
+            Backing::Segment { .. } => unsafe { crate::sys::shm_detach(self.base) },
+            // SAFETY: `base` came from memfd::map and is unmapped only here; as above.
+            Backing::Served { .. } => unsafe { super::memfd::unmap(self.base) },
+        }
     }
 }
 
-fn check_cpu(path: &Path) -> Result<(), LedgerError> {
+pub(super) fn check_cpu(path: &Path) -> Result<(), LedgerError> {
     // The ledger's words are 16-byte atomics, built to use cmpxchg16b (.cargo/config.toml).
     #[cfg(target_arch = "x86_64")]
     if !std::arch::is_x86_feature_detected!("cmpxchg16b") {
@@ -117,7 +129,7 @@ impl Store {
             Some((old_file, via)) => (old_file, Some(via)),
             None => (file, None),
         };
-        Ok(Store { file, base, shmid, path: path.to_path_buf(), adopted_from, trust: Trust::Member })
+        Ok(Store { file, base, backing: Backing::Segment { shmid }, path: path.to_path_buf(), adopted_from, trust: Trust::Member })
     }
 
     /// Opens the ledger at `path` (the caller's own file system; a link in its last
@@ -170,7 +182,7 @@ impl Store {
         let writable = base != read_only || matches!(trust, Trust::Member);
         let trust =
             if matches!(trust, Trust::Verified) && !writable { Trust::Unverified("its shared memory cannot be written by this user".into()) } else { trust };
-        Ok(Store { file, base, shmid, path: path.to_path_buf(), adopted_from: None, trust })
+        Ok(Store { file, base, backing: Backing::Segment { shmid }, path: path.to_path_buf(), adopted_from: None, trust })
     }
 
     pub fn header(&self) -> &Header {
@@ -206,6 +218,14 @@ impl Store {
     /// Whether this opener is a process of the ledger (it holds the file open read-write).
     pub fn is_member(&self) -> bool {
         self.trust == Trust::Member
+    }
+
+    /// The segment's id, for a ledger in a System V segment.
+    pub fn shmid(&self) -> Option<i32> {
+        match self.backing {
+            Backing::Segment { shmid } => Some(shmid),
+            Backing::Served { .. } => None,
+        }
     }
 }
 
@@ -327,7 +347,14 @@ fn adopt_orphan(path: &Path) -> Option<Store> {
         let header = header_at(base);
         if header_path(header) == path.as_os_str().as_encoded_bytes() && header.mntns.load(Relaxed) == ns_inode("mnt") {
             if let Some((file, via)) = reach_old_lock_file(shmid, base, header, true) {
-                return Some(Store { file, base, shmid, path: path.to_path_buf(), adopted_from: Some(via), trust: Trust::Member });
+                return Some(Store {
+                    file,
+                    base,
+                    backing: Backing::Segment { shmid },
+                    path: path.to_path_buf(),
+                    adopted_from: Some(via),
+                    trust: Trust::Member,
+                });
             }
         }
         detach(base);
@@ -358,7 +385,7 @@ fn attach_if_ours(shmid: i32, me: (u64, u64), sharing: Sharing) -> Option<NonNul
     }
 }
 
-fn random_id() -> [u64; 2] {
+pub(super) fn random_id() -> [u64; 2] {
     let bytes = crate::sys::random_16().unwrap_or_else(|| {
         let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
         (t ^ (std::process::id() as u128) << 64).to_le_bytes()
@@ -378,7 +405,14 @@ fn create_segment(path: &Path, sharing: Sharing, me: (u64, u64), ipcns: u64) -> 
     // ledger never outlives its processes. Linux lets others attach it by id until then.
     crate::sys::shm_remove(shmid);
     let base = attached.map_err(|source| LedgerError::Io { path: path.to_path_buf(), op: "attach its shared memory", source })?;
-    let header = header_at(base);
+    init_header(header_at(base), path, sharing, me, ipcns, ns_inode("mnt"));
+    Ok((shmid, base))
+}
+
+/// Writes a new ledger's header (its data is all zeros): the format, a random identity,
+/// the lock file it belongs to (`me`: device and inode), the namespaces it was made in (0:
+/// none, for a served ledger) and the path its processes name it by. The magic goes last.
+pub(super) fn init_header(header: &Header, path: &Path, sharing: Sharing, me: (u64, u64), ipcns: u64, mntns: u64) {
     header.version.store(VERSION, Relaxed);
     header.max_devices.store(MAX_DEVICES as u32, Relaxed);
     header.max_slots.store(MAX_SLOTS as u32, Relaxed);
@@ -390,7 +424,7 @@ fn create_segment(path: &Path, sharing: Sharing, me: (u64, u64), ipcns: u64) -> 
     header.ledger_id[1].store(id[1], Relaxed);
     header.lock_dev.store(me.0, Relaxed);
     header.lock_ino.store(me.1, Relaxed);
-    header.mntns.store(ns_inode("mnt"), Relaxed);
+    header.mntns.store(mntns, Relaxed);
     header.ipcns.store(ipcns, Relaxed);
     header.creator_uid.store(euid(), Relaxed);
     header.sharing.store(if sharing.own_only() { SHARING_USER } else { SHARING_SHARED }, Relaxed);
@@ -402,7 +436,6 @@ fn create_segment(path: &Path, sharing: Sharing, me: (u64, u64), ipcns: u64) -> 
         word.store(u64::from_le_bytes(padded[i * 8..i * 8 + 8].try_into().unwrap()), Relaxed);
     }
     header.magic.store(MAGIC, Release);
-    Ok((shmid, base))
 }
 
 /// The wall clock, in milliseconds since the Unix epoch (0 if it is before it).

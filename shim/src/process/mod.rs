@@ -27,7 +27,7 @@ use fgpu_core::log::{self, Level};
 use fgpu_core::log_at;
 use lifecycle::PerProcess;
 use std::ptr::null_mut;
-use std::sync::atomic::{AtomicI32, AtomicPtr, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, Ordering};
 
 /// What the shim does in this process. `On` holds what a capped process carries: here its
 /// [`Account`]; in the accounting's mode (`crate::accounting::mode`), its records too.
@@ -52,9 +52,13 @@ impl<T: 'static> Mode<T> {
 }
 
 static MODE: PerProcess<Mode> = PerProcess::new();
-/// The ledger descriptor and segment, so a forked child can drop its inherited copies.
+/// The ledger's descriptors (its lock file, and a served ledger's memory file) and mapping
+/// (a segment, or a served ledger's mapped memory file), so a forked child can drop its
+/// inherited copies.
 static LEDGER_FD: AtomicI32 = AtomicI32::new(-1);
+static LEDGER_MEMFD: AtomicI32 = AtomicI32::new(-1);
 static LEDGER_MAP: AtomicPtr<u8> = AtomicPtr::new(null_mut());
+static LEDGER_SERVED: AtomicBool = AtomicBool::new(false);
 
 /// The mode of this process, built on first use.
 #[inline]
@@ -69,8 +73,11 @@ pub fn mode() -> &'static Mode {
 fn build_and_note_the_ledger() -> Mode {
     let mode = build();
     if let Mode::On(account) = &mode {
-        LEDGER_FD.store(account.ledger().raw_fd(), Ordering::Relaxed);
-        LEDGER_MAP.store(account.ledger().mapping().0, Ordering::Relaxed);
+        let ledger = account.ledger();
+        LEDGER_FD.store(ledger.raw_fd(), Ordering::Relaxed);
+        LEDGER_MEMFD.store(ledger.memfd_fd().unwrap_or(-1), Ordering::Relaxed);
+        LEDGER_SERVED.store(ledger.memfd_fd().is_some(), Ordering::Relaxed);
+        LEDGER_MAP.store(ledger.mapping().0, Ordering::Relaxed);
     }
     mode
 }
@@ -97,7 +104,12 @@ fn build() -> Mode {
     if let Some(note) = &config.ledger_note {
         log_at!(Level::Warn, "{note}");
     }
-    match Ledger::open(&config.ledger, config.ledger_sharing) {
+    // A served ledger (a Kubernetes claim's, shared by its pods) comes from its keeper.
+    let opened = match &config.ledger_server {
+        Some(socket) => Ledger::open_served(&config.ledger, socket),
+        None => Ledger::open(&config.ledger, config.ledger_sharing),
+    };
+    match opened {
         Ok(ledger) => {
             ledger.set_still_held(Box::new(nvml_still_lists));
             log_at!(Level::Debug, "ledger {} opened", config.ledger.display());
@@ -141,17 +153,24 @@ fn nvml_still_lists(dead: &fgpu_core::ledger::DeadProcess) -> bool {
 /// CUDA call. Only async-signal-safe calls here.
 fn after_fork_in_child() {
     MODE.forget_in_child();
-    let fd = LEDGER_FD.swap(-1, Ordering::Relaxed);
-    if fd >= 0 {
-        // SAFETY: closes the child's copy of the ledger descriptor; the leaked parent state
-        // that also names it is never used again in the child.
-        unsafe { libc::close(fd) };
+    for fd in [LEDGER_FD.swap(-1, Ordering::Relaxed), LEDGER_MEMFD.swap(-1, Ordering::Relaxed)] {
+        if fd >= 0 {
+            // SAFETY: closes the child's copy of a ledger descriptor; the leaked parent state
+            // that also names it is never used again in the child.
+            unsafe { libc::close(fd) };
+        }
     }
     let map = LEDGER_MAP.swap(null_mut(), Ordering::Relaxed);
     if !map.is_null() {
-        // SAFETY: detaches the child's copy of the ledger segment (shmdt is a plain system
-        // call, safe after fork); nothing in the child uses the parent's state (MODE was
-        // reset above) and so nothing reads through it again.
-        unsafe { libc::shmdt(map.cast()) };
+        if LEDGER_SERVED.load(Ordering::Relaxed) {
+            // SAFETY: unmaps the child's copy of the served ledger's memory file (munmap is
+            // a plain system call, safe after fork); as below, nothing reads through it again.
+            unsafe { libc::munmap(map.cast(), fgpu_core::ledger::layout::SEGMENT_SIZE) };
+        } else {
+            // SAFETY: detaches the child's copy of the ledger segment (shmdt is a plain system
+            // call, safe after fork); nothing in the child uses the parent's state (MODE was
+            // reset above) and so nothing reads through it again.
+            unsafe { libc::shmdt(map.cast()) };
+        }
     }
 }
