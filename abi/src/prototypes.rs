@@ -152,6 +152,8 @@ macro_rules! prototypes {
             Nvml fn nvmlDeviceGetMigMode(device: NvmlDevice, currentMode: *mut c_uint, pendingMode: *mut c_uint) -> NvmlReturn;
             Nvml fn nvmlDeviceGetMaxMigDeviceCount(device: NvmlDevice, count: *mut c_uint) -> NvmlReturn;
             Nvml fn nvmlDeviceGetMigDeviceHandleByIndex(device: NvmlDevice, index: c_uint, migDevice: *mut NvmlDevice) -> NvmlReturn;
+            Nvml fn nvmlDeviceGetGpuInstanceId(device: NvmlDevice, id: *mut c_uint) -> NvmlReturn;
+            Nvml fn nvmlDeviceGetComputeInstanceId(device: NvmlDevice, id: *mut c_uint) -> NvmlReturn;
             Nvml fn nvmlSystemGetDriverVersion(version: *mut c_char, length: c_uint) -> NvmlReturn;
         }
     };
@@ -175,6 +177,20 @@ macro_rules! tool_prototypes {
             Nvml fn nvmlSystemGetCudaDriverVersion_v2(cudaDriverVersion: *mut c_int) -> NvmlReturn;
             Nvml fn nvmlDeviceGetCount(deviceCount: *mut c_uint) -> NvmlReturn;
             Nvml fn nvmlDeviceGetName(device: NvmlDevice, name: *mut c_char, length: c_uint) -> NvmlReturn;
+            // MIG: `fgpu mig` and `fgpu run --mig` (profiles, placements, instances).
+            Nvml fn nvmlDeviceGetGpuInstanceProfileInfoV(device: NvmlDevice, profile: c_uint, info: *mut NvmlGpuInstanceProfileInfoV2) -> NvmlReturn;
+            Nvml fn nvmlDeviceGetGpuInstancePossiblePlacements_v2(device: NvmlDevice, profileId: c_uint, placements: *mut NvmlGpuInstancePlacement, count: *mut c_uint) -> NvmlReturn;
+            Nvml fn nvmlDeviceGetGpuInstanceRemainingCapacity(device: NvmlDevice, profileId: c_uint, count: *mut c_uint) -> NvmlReturn;
+            Nvml fn nvmlDeviceCreateGpuInstanceWithPlacement(device: NvmlDevice, profileId: c_uint, placement: *const NvmlGpuInstancePlacement, gpuInstance: *mut NvmlGpuInstance) -> NvmlReturn;
+            Nvml fn nvmlDeviceGetGpuInstances(device: NvmlDevice, profileId: c_uint, gpuInstances: *mut NvmlGpuInstance, count: *mut c_uint) -> NvmlReturn;
+            Nvml fn nvmlDeviceGetGpuInstanceById(device: NvmlDevice, id: c_uint, gpuInstance: *mut NvmlGpuInstance) -> NvmlReturn;
+            Nvml fn nvmlGpuInstanceGetInfo(gpuInstance: NvmlGpuInstance, info: *mut NvmlGpuInstanceInfo) -> NvmlReturn;
+            Nvml fn nvmlGpuInstanceDestroy(gpuInstance: NvmlGpuInstance) -> NvmlReturn;
+            Nvml fn nvmlGpuInstanceGetComputeInstanceProfileInfo(gpuInstance: NvmlGpuInstance, profile: c_uint, engProfile: c_uint, info: *mut NvmlComputeInstanceProfileInfo) -> NvmlReturn;
+            Nvml fn nvmlGpuInstanceCreateComputeInstance(gpuInstance: NvmlGpuInstance, profileId: c_uint, computeInstance: *mut NvmlComputeInstance) -> NvmlReturn;
+            Nvml fn nvmlGpuInstanceGetComputeInstances(gpuInstance: NvmlGpuInstance, profileId: c_uint, computeInstances: *mut NvmlComputeInstance, count: *mut c_uint) -> NvmlReturn;
+            Nvml fn nvmlComputeInstanceGetInfo_v2(computeInstance: NvmlComputeInstance, info: *mut NvmlComputeInstanceInfo) -> NvmlReturn;
+            Nvml fn nvmlComputeInstanceDestroy(computeInstance: NvmlComputeInstance) -> NvmlReturn;
         }
     };
 }
