@@ -4,14 +4,16 @@
 //! a driver.
 //!
 //! **The rule.** A GPU's *room* is, summed over its profiles, how many more instances of
-//! each profile it could still take one at a time: its free placements (those that overlap
-//! no instance's memory slices), at most its instance count less the instances of it there.
-//! Among every free placement of the asked profile on every GPU in MIG mode, fgpu takes the
-//! one that costs the least room (room before less room after), then the lower GPU index,
-//! then the lower first slice. An instance thus goes where it blocks the fewest other
-//! placements: beside instances already there rather than on an empty GPU (which keeps whole
-//! GPUs for whole-GPU profiles), and at the end of a GPU rather than the middle. NVIDIA
-//! documents no rule for its own choice without a placement; this one is fgpu's.
+//! each profile it could still take one at a time (its free placements, those that overlap
+//! no instance's memory slices, at most its instance count less the instances of it there),
+//! each weighed by the memory slices one instance spans: losing the one 7g placement weighs
+//! 8, losing a 1g placement 1. Among every free placement of the asked profile on every GPU
+//! in MIG mode, fgpu takes the one that costs the least room (room before less room after),
+//! then the lower GPU index, then the lower first slice. An instance thus goes where it
+//! blocks the least of what larger instances would need: beside instances already there
+//! rather than on an empty GPU (which keeps whole GPUs for whole-GPU profiles), and at the
+//! end of a GPU rather than the start. NVIDIA documents no rule for its own choice without
+//! a placement; this one is fgpu's.
 
 /// One GPU instance profile of a GPU: its ID, how many instances of it the GPU can hold,
 /// and its placements (first memory slice, slice count).
@@ -59,9 +61,10 @@ impl GpuLayout {
         (self.free(id).len() as u32).min(shape.instance_count.saturating_sub(existing))
     }
 
-    /// The rule's room: [`GpuLayout::fits`] summed over the profiles.
+    /// The rule's room: [`GpuLayout::fits`] times the memory slices of one instance,
+    /// summed over the profiles.
     pub fn room(&self) -> u32 {
-        self.shapes.iter().map(|s| self.fits(s.id)).sum()
+        self.shapes.iter().map(|s| self.fits(s.id) * s.placements.first().map_or(0, |p| p.1)).sum()
     }
 
     /// This layout with one more instance.
@@ -127,7 +130,7 @@ mod tests {
     #[test]
     fn an_empty_gpu_has_all_its_room_and_a_7g_takes_it_all() {
         let g = gpu(0);
-        assert_eq!(g.room(), 7 + 1 + 4 + 3 + 2 + 1 + 1);
+        assert_eq!(g.room(), 7 + 1 + 4 * 2 + 3 * 2 + 2 * 4 + 4 + 8);
         assert_eq!(g.with(0, (0, 8)).room(), 0);
         assert_eq!(g.fits(19), 7);
     }
@@ -146,6 +149,13 @@ mod tests {
     /// A second small instance joins the GPU that has one rather than break a whole GPU.
     #[test]
     fn a_used_gpu_is_filled_before_an_empty_one() {
+        let gpus = [gpu(0), gpu(1).with(19, (6, 1))];
+        let c = best(&gpus, 19);
+        assert_eq!(c.gpu, 1, "{c:?}");
+        // Also beside a 3g on the other half.
+        let gpus = [gpu(0).with(9, (4, 4)), gpu(1)];
+        let c = best(&gpus, 19);
+        assert_eq!(c.gpu, 0, "{c:?}");
         let gpus = [gpu(0), gpu(1).with(19, (6, 1))];
         let c = best(&gpus, 19);
         assert_eq!(c.gpu, 1, "{c:?}");

@@ -61,11 +61,15 @@ impl Entry {
     }
 }
 
-/// Field 22 (starttime) of `/proc/PID/stat`; `None` when there is no such process.
+/// Field 22 (starttime) of `/proc/PID/stat`; `None` when there is no such process, or it
+/// has died and waits to be reaped (state `Z` or `X`).
 pub fn start_time(pid: u32) -> Option<u64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let rest = &stat[stat.rfind(')')? + 2..];
-    rest.split(' ').nth(19)?.parse().ok()
+    let mut fields = stat[stat.rfind(')')? + 2..].split(' ');
+    if matches!(fields.next(), Some("Z" | "X")) {
+        return None;
+    }
+    fields.nth(18)?.parse().ok()
 }
 
 /// The caller's record directory.
