@@ -255,3 +255,29 @@ fn without_the_capability_or_with_mig_off_one_line_says_why() {
     assert!(user.stderr().contains("needs root or the MIG config capability") && user.stderr().contains("uid 65534 has neither"), "{user}");
     assert_eq!(m.truth(1).len(), 1, "nothing was created");
 }
+
+/// `fgpu status` shows the instances; `--gpus auto` leaves GPUs in MIG mode out, and says
+/// so when that leaves none.
+#[test]
+fn status_shows_instances_and_gpus_auto_skips_mig_gpus() {
+    let m = MigEnv::new("mig-cli-status", Product::H100_80GB, 0b01, 2);
+    let uuid = m.fgpu(&["mig", "create", "2g.20gb"]).success().stdout().trim().to_string();
+    let text = m.fgpu(&["status"]).success();
+    let line = text.stdout().lines().find(|l| l.contains(&uuid)).map(String::from).unwrap_or_else(|| panic!("{text}"));
+    assert!(line.contains("GPU 0") && line.contains("2g.20gb") && line.contains("made by fgpu"), "{line}");
+    let json: Value = serde_json::from_str(&m.fgpu(&["status", "--json"]).success().stdout()).unwrap();
+    let instances = json["mig_instances"].as_array().unwrap_or_else(|| panic!("{json}"));
+    assert_eq!(instances.len(), 1, "{json}");
+    assert_eq!(instances[0]["mig_uuids"][0], uuid.as_str());
+    assert_eq!(instances[0]["gpu_instance"], m.truth(0)[0].0);
+
+    // GPU 0 is in MIG mode: the whole-GPU job goes to GPU 1.
+    let placed = m.fgpu(&["run", "--gpus", "auto", "--limit", "1G", "--", "sh", "-c", "echo visible=$CUDA_VISIBLE_DEVICES"]).success();
+    assert_eq!(placed.line("visible="), format!("visible={}", m.sim.device_uuid_string(1)), "{placed}");
+
+    let all = MigEnv::new("mig-cli-status-all", Product::H100_80GB, 0b11, 2);
+    let refused = all.fgpu(&["run", "--gpus", "auto", "--limit", "1G", "--", "true"]).run();
+    assert_eq!(refused.output.status.code(), Some(125), "{refused}");
+    assert!(refused.stderr().contains("every GPU is in MIG mode") && refused.stderr().contains("--mig PROFILE"), "{refused}");
+    m.fgpu(&["mig", "destroy", &uuid]).success();
+}

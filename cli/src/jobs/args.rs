@@ -65,6 +65,7 @@ pub struct RunArgs {
     /// memory less the caps of the live ledgers on it and what others use there beyond
     /// them; the lower index on a tie) that fits its cap, and sets CUDA_VISIBLE_DEVICES to
     /// that GPU's UUID. Refuses, naming each GPU and what it has left, when none fits.
+    /// GPUs in MIG mode are left out (a whole-GPU job cannot run there; see --mig).
     #[arg(long, value_name = "auto", value_parser = ["auto"])]
     pub gpus: Option<String>,
 

@@ -197,3 +197,84 @@ fn list(json: bool) -> Result<(), String> {
     }
     Ok(())
 }
+
+/// One MIG instance as `fgpu status` shows it.
+#[derive(Debug, Clone, Serialize)]
+pub struct StatusInstance {
+    pub gpu: u32,
+    pub gpu_uuid: String,
+    pub gpu_instance: u32,
+    pub profile: String,
+    pub placement: (u32, u32),
+    pub mig_uuids: Vec<String>,
+    /// fgpu made it (its record names it).
+    pub fgpu_created: bool,
+    pub pids: Vec<u32>,
+}
+
+/// The MIG instances of every GPU in MIG mode, for `fgpu status`; `None` when the driver
+/// cannot be asked or no GPU is in MIG mode.
+pub fn status_instances() -> Option<Vec<StatusInstance>> {
+    let session = carve::Session::open().ok()?;
+    let mig = session.mig().ok()?;
+    let all = gpus::scan(&session.nvml, &mig).ok()?;
+    if !all.iter().any(gpus::Gpu::mig_on) {
+        return None;
+    }
+    let mut records = Record::open().map(|r| r.entries()).unwrap_or_default();
+    if fgpu_core::sys::geteuid() != 0 {
+        // Root's record, read to be shown only.
+        let root = Record { dir: std::path::PathBuf::from(record::ROOT_RECORD), uid: 0 };
+        records.extend(root.entries());
+    }
+    let out = all
+        .iter()
+        .flat_map(|g| {
+            g.instances.iter().map(|i| {
+                let mig_uuids: Vec<String> = i.compute_instances.iter().map(|(_, u)| u.clone()).collect();
+                StatusInstance {
+                    gpu: g.index,
+                    gpu_uuid: g.uuid.clone(),
+                    gpu_instance: i.gpu_instance,
+                    profile: i.profile.clone(),
+                    placement: i.placement,
+                    fgpu_created: records.iter().any(|e| e.gpu_uuid == g.uuid && mig_uuids.contains(&e.mig_uuid)),
+                    mig_uuids,
+                    pids: i.pids.clone(),
+                }
+            })
+        })
+        .collect();
+    Some(out)
+}
+
+/// GPUs in MIG mode (their UUIDs), which `fgpu run --gpus auto` leaves out: their memory
+/// belongs to their instances, and a whole-GPU job cannot run there.
+pub fn mig_enabled_gpus() -> Vec<String> {
+    let Ok(session) = carve::Session::open() else { return Vec::new() };
+    let Ok(mig) = session.mig() else { return Vec::new() };
+    gpus::scan(&session.nvml, &mig).map(|all| all.into_iter().filter(gpus::Gpu::mig_on).map(|g| g.uuid).collect()).unwrap_or_default()
+}
+
+/// `fgpu status`'s MIG section.
+pub fn render_status(instances: &[StatusInstance]) -> String {
+    let mut out = String::from("\nMIG instances (fgpu mig list shows free placements):\n");
+    if instances.is_empty() {
+        out.push_str("  none\n");
+    }
+    for i in instances {
+        let pids: Vec<String> = i.pids.iter().map(u32::to_string).collect();
+        out.push_str(&format!(
+            "  GPU {} instance {:>2} {:<10} at {}:{}  {}  {}  processes: {}\n",
+            i.gpu,
+            i.gpu_instance,
+            i.profile,
+            i.placement.0,
+            i.placement.1,
+            if i.mig_uuids.is_empty() { "no compute instance".to_string() } else { i.mig_uuids.join(" ") },
+            if i.fgpu_created { "made by fgpu" } else { "not made by fgpu" },
+            if pids.is_empty() { "none".to_string() } else { pids.join(", ") }
+        ));
+    }
+    out
+}

@@ -75,7 +75,8 @@ pub fn start_time(pid: u32) -> Option<u64> {
 /// The caller's record directory.
 pub struct Record {
     pub dir: PathBuf,
-    uid: u32,
+    /// Whose it is: only files of this user are read.
+    pub uid: u32,
 }
 
 fn safe(meta: &std::fs::Metadata, uid: u32) -> bool {
