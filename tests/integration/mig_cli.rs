@@ -123,15 +123,26 @@ fn mig_list_create_and_destroy_judged_by_nvidia_smi() {
 #[test]
 fn concurrent_runs_carve_fill_and_free_a_gpu() {
     let m = MigEnv::new("mig-cli-runs", Product::H100_80GB, 1, 1);
+    // All eight wait for one file, so that they choose and create at the same moment.
+    let go = m.env.dir.join("go");
     let mut jobs: Vec<Background> = (0..8)
         .map(|_| {
-            m.fgpu(&["run", "--mig", "1g.10gb", "--limit", "4G", "--"])
+            m.env
+                .command("sh")
+                .args(["-c", "while [ ! -e \"$0\" ]; do sleep 0.01; done; exec \"$@\""])
+                .arg(&go)
+                .arg(fgpu_bin())
+                .args(["run", "--mig", "1g.10gb", "--limit", "4G", "--"])
                 .arg(client("cuclient"))
                 .args(["init", "primary", "info", "hold"])
+                .env("FGPU_MIG_RECORD", &m.record)
+                .env("FGPU_MIG_CAPABILITY", fgpu_sim_state::mig_config_capability_path(&m.env.sim_state))
                 .env("LD_LIBRARY_PATH", sim_lib_dir())
                 .spawn()
         })
         .collect();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    std::fs::write(&go, "").unwrap();
     // Each job either holds its instance or was refused.
     let mut holding = Vec::new();
     let mut refused = Vec::new();
@@ -165,11 +176,14 @@ fn concurrent_runs_carve_fill_and_free_a_gpu() {
     let err = out.stderr();
     assert_eq!(err.lines().filter(|l| l.starts_with("fgpu run: --mig 1g.10gb:")).count(), 1, "{out}");
     assert!(err.contains("no room for a 1g.10gb"), "{out}");
+    let mut retries = err.matches("taken meanwhile").count();
     // Free: each job's end destroys its instance.
     for &i in &holding {
         let out = jobs[i].finish();
         assert!(out.output.status.success(), "{out}");
+        retries += out.stderr().matches("taken meanwhile").count();
     }
+    println!("eight concurrent fgpu run --mig 1g.10gb: 7 carved, 1 refused, {retries} placement(s) taken meanwhile and chosen again");
     assert_eq!(m.truth(0), [], "every instance destroyed when its job ended");
     assert!(std::fs::read_dir(&m.record).unwrap().next().is_none(), "the record is empty again");
 }

@@ -99,7 +99,10 @@ pub fn create(profile: &str, only: Option<u32>, owner: Option<Owner>) -> Result<
         let placement = Placement { start: choice.placement.0, size: choice.placement.1 };
         let gi = match mig.create_gi(device, id, placement) {
             Ok(gi) => gi,
-            Err(NVML_ERROR_INSUFFICIENT_RESOURCES) => continue,
+            Err(NVML_ERROR_INSUFFICIENT_RESOURCES) => {
+                eprintln!("fgpu: GPU {} {}:{} was taken meanwhile by another creation; choosing again", gpu.index, placement.start, placement.size);
+                continue;
+            }
             Err(NVML_ERROR_NO_PERMISSION) => return Err(no_permission_line()),
             Err(rc) => return Err(format!("creating a {profile} on GPU {} at {}:{} failed (NVML error {rc})", gpu.index, placement.start, placement.size)),
         };
