@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""Import cycles between the files of each crate of the workspace.
+"""The house rules of the workspace's imports: no cycles, layers kept, crate arrows kept.
 
-    scripts/check-imports.py [--workspace DIR] [--graph] [--only PACKAGE]... [--skip PACKAGE]...
+    scripts/check-imports.py [--workspace DIR] [--rules FILE] [--graph] [--only PACKAGE]... [--skip PACKAGE]...
 
 Draws, for every target of every workspace member (`cargo metadata --no-deps`), a graph
 whose nodes are the target's source files: a `mod.rs` and each of its children are
@@ -17,9 +17,21 @@ the file that defines the last module it reaches (`crate::ledger::Ledger` -> the
 `cfg` that requires `test`) is left out, with the files it declares. Comments and string
 literals are ignored.
 
-Fails (exit 1) when a cycle passes through more than one file, naming each cycle, the
-files on it, and the line that makes each edge. Exit 2: the workspace could not be read.
-Python 3 standard library only.
+Three rules, all read from one table (`scripts/layers.toml`, or --rules FILE), which
+docs/architecture.md shows (the table names the document; the check fails when the
+document's copy differs):
+
+1. No import cycle passes through more than one file of a crate.
+2. Layers: for each crate the table lists, its files are placed in groups, in rows from the
+   top down; a file may name a file of its own group or of a group in a lower row, never
+   one in a higher row or beside it in its row. A file the table does not place fails too.
+3. Crate arrows: each workspace member may depend (normal and build dependencies) only on
+   the members its `deps` names, and in dev-dependencies on those and its `dev`; a member
+   the table does not list fails.
+
+Fails (exit 1) on any breach, naming the files, the line that makes each edge, or the
+dependency. Exit 2: the workspace or the table could not be read. Python 3.11 standard
+library only.
 """
 
 import argparse
@@ -28,6 +40,7 @@ import os
 import re
 import subprocess
 import sys
+import tomllib
 from dataclasses import dataclass, field
 
 IDENT = r"(?:r#)?[A-Za-z_][A-Za-z0-9_]*"
@@ -545,6 +558,12 @@ def shortest_cycle(graph, start, members):
 
 def workspace_targets(workspace):
     """[(package, target name, kinds, root file)] of every workspace member."""
+    return read_workspace(workspace)[0]
+
+
+def read_workspace(workspace):
+    """(targets as workspace_targets gives them, {package: {(member it depends on, kind)}}),
+    kind being `normal`, `build` or `dev`."""
     out = subprocess.run(
         ["cargo", "metadata", "--no-deps", "--offline", "--format-version", "1"],
         cwd=workspace,
@@ -555,13 +574,113 @@ def workspace_targets(workspace):
         raise RuntimeError("cargo metadata failed: " + out.stderr.strip())
     meta = json.loads(out.stdout)
     members = set(meta["workspace_members"])
-    targets = []
-    for package in meta["packages"]:
-        if package["id"] not in members:
-            continue
+    packages = [p for p in meta["packages"] if p["id"] in members]
+    names = {p["name"] for p in packages}
+    targets, deps = [], {}
+    for package in packages:
         for target in package["targets"]:
             targets.append((package["name"], target["name"], target["kind"], target["src_path"]))
-    return targets
+        deps[package["name"]] = {(d["name"], d["kind"] or "normal") for d in package["dependencies"] if d["name"] in names}
+    return targets, deps
+
+
+# ---------------------------------------------------------------------------------------
+# The table: layers inside crates, and arrows between them.
+
+
+def load_rules(path):
+    """The table (scripts/layers.toml): {"doc": path or None, "crates": {...}, "layers": {...}}."""
+    with open(path, "rb") as f:
+        rules = tomllib.load(f)
+    crates = rules.get("crates", {})
+    for name, allowed in crates.items():
+        unknown = set(allowed) - {"deps", "dev"}
+        if unknown:
+            raise ValueError(f"{path}: crates.{name}: unknown key(s) {sorted(unknown)} (deps, dev)")
+    for name, layer in rules.get("layers", {}).items():
+        rows = layer.get("rows")
+        if not isinstance(rows, list) or not all(isinstance(r, list) and r for r in rows):
+            raise ValueError(f"{path}: layers.{name}: `rows` must be a list of non-empty lists of paths")
+        if "src" not in layer:
+            raise ValueError(f"{path}: layers.{name}: `src` (the crate's source folder) is missing")
+    return {"doc": rules.get("doc"), "crates": crates, "layers": rules.get("layers", {})}
+
+
+def crate_arrows(deps, rules):
+    """Every dependency between members the table does not allow: [(package, dependency,
+    kind, why)]."""
+    out = []
+    crates = rules["crates"]
+    for package in sorted(deps):
+        if package not in crates:
+            out.append((package, None, None, "the member is not in the table's [crates]"))
+            continue
+        allowed = set(crates[package].get("deps", []))
+        dev = allowed | set(crates[package].get("dev", []))
+        for dep, kind in sorted(deps[package]):
+            if dep not in (dev if kind == "dev" else allowed):
+                out.append((package, dep, kind, f"{package} may depend on {', '.join(sorted(allowed)) or 'no member'}" + (f" (dev: {', '.join(sorted(dev - allowed))})" if dev - allowed else "")))
+    return out
+
+
+class Layers:
+    """The rows of one crate: which group each source file is in, and whether an edge
+    between two files is allowed."""
+
+    def __init__(self, base, layer):
+        self.src = os.path.normpath(os.path.join(base, layer["src"]))
+        self.groups = []  # (row, name)
+        for row, names in enumerate(layer["rows"]):
+            for name in names:
+                self.groups.append((row, name))
+
+    def group_of(self, path):
+        """(row, group) of a file, or None when the table places it nowhere."""
+        rel = os.path.relpath(os.path.normpath(path), self.src)
+        if rel.startswith(".."):
+            return None
+        for row, name in self.groups:
+            stem = name[:-3] if name.endswith(".rs") else name
+            if rel == name or rel == stem + ".rs" or rel.startswith(stem + os.sep):
+                return row, name
+        return None
+
+    def breaches(self, crate):
+        """([(from, to, from group, to group, evidence)], [unplaced files]) of a target."""
+        unplaced = sorted(p for p in crate.sources if self.group_of(p) is None)
+        out = []
+        for (a, b), evidence in sorted(crate.edges.items()):
+            ga, gb = self.group_of(a), self.group_of(b)
+            if ga is None or gb is None or ga[1] == gb[1]:
+                continue
+            if gb[0] <= ga[0]:
+                out.append((a, b, ga, gb, evidence))
+        return out, unplaced
+
+
+DOC_MARK = "<!-- scripts/layers.toml -->"
+
+
+def doc_differs(base, rules_path, doc):
+    """Why the document's copy of the table is not the table, or None when it is. The copy
+    is the fenced block right after the line `<!-- scripts/layers.toml -->`."""
+    path = os.path.join(base, doc)
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+        with open(rules_path, encoding="utf-8") as f:
+            table = f.read()
+    except OSError as e:
+        return f"cannot read it: {e}"
+    at = text.find(DOC_MARK)
+    if at < 0:
+        return f"it has no line {DOC_MARK} followed by a copy of the table"
+    m = re.match(r"\s*```[a-z]*\n(.*?)```", text[at + len(DOC_MARK) :], re.S)
+    if not m:
+        return f"no fenced block follows {DOC_MARK}"
+    if m.group(1).strip() != table.strip():
+        return "its copy of the table differs from the table: copy the table into it again"
+    return None
 
 
 def check(targets, base):
@@ -594,20 +713,35 @@ def report(found, base, out):
             print("  every file of the cycle: " + ", ".join(rel(f) for f in files), file=out)
 
 
+def report_layers(breaches, unplaced, base, out):
+    rel = lambda p: os.path.relpath(p, base)  # noqa: E731
+    for label, a, b, ga, gb, evidence in breaches:
+        line, text = evidence[0]
+        where = "above it" if gb[0] < ga[0] else "beside it"
+        print(f"layer crossed in {label}: {rel(a)} ({ga[1]}) names {rel(b)} ({gb[1]}, {where})", file=out)
+        print(f"    {rel(a)}:{line}: {text}" + (f" (and {len(evidence) - 1} more)" if len(evidence) > 1 else ""), file=out)
+    for label, path in unplaced:
+        print(f"file placed in no layer of {label}: {rel(path)} (add it to a row of the table)", file=out)
+
+
 def main(argv=None):
-    parser = argparse.ArgumentParser(description="Fails on an import cycle through more than one file of a crate.")
+    parser = argparse.ArgumentParser(description="Fails on an import cycle through more than one file of a crate, a layer crossed, or a crate arrow the table does not allow.")
     parser.add_argument("--workspace", default=".", help="the workspace's root (default: .)")
+    parser.add_argument("--rules", metavar="FILE", help="the table of layers and crate arrows (default: scripts/layers.toml under the workspace)")
     parser.add_argument("--only", action="append", default=[], metavar="PACKAGE", help="check only this package (repeatable)")
     parser.add_argument("--skip", action="append", default=[], metavar="PACKAGE", help="leave this package out (repeatable)")
     parser.add_argument("--graph", action="store_true", help="print every edge as FROM -> TO (line: path)")
     args = parser.parse_args(argv)
     base = os.path.abspath(args.workspace)
+    rules_path = args.rules or os.path.join(base, "scripts", "layers.toml")
     try:
-        targets = workspace_targets(base)
-    except (RuntimeError, OSError, ValueError) as e:
+        targets, deps = read_workspace(base)
+        rules = load_rules(rules_path)
+    except (RuntimeError, OSError, ValueError, tomllib.TOMLDecodeError) as e:
         print(f"check-imports: {e}", file=sys.stderr)
         return 2
     targets = [t for t in targets if (not args.only or t[0] in args.only) and t[0] not in args.skip]
+    deps = {p: d for p, d in deps.items() if (not args.only or p in args.only) and p not in args.skip}
     if not targets:
         print("check-imports: no target to check", file=sys.stderr)
         return 2
@@ -623,12 +757,60 @@ def main(argv=None):
     if missing:
         return 2
     report(found, base, sys.stdout)
+
+    # Layers.
+    breaches, unplaced, layered = [], [], set()
+    for package, name, kinds, root in targets:
+        layer = rules["layers"].get(package)
+        if layer is None:
+            continue
+        layers = Layers(base, layer)
+        if layers.group_of(root) is None:
+            continue  # a target outside the crate's source folder (a test, a bench)
+        crate = Crate(f"{package} ({'/'.join(kinds)} {name})", root)
+        b, u = layers.breaches(crate)
+        breaches += [(crate.name, *x) for x in b]
+        unplaced += [(crate.name, p) for p in u]
+        layered.add(package)
+    for package in sorted(set(rules["layers"]) - {t[0] for t in targets}):
+        if not args.only and package not in args.skip:
+            unplaced.append((package, os.path.join(base, "scripts", "layers.toml")))
+            print(f"check-imports: the table has layers for {package}, which is not a member", file=sys.stderr)
+    report_layers(breaches, unplaced, base, sys.stdout)
+
+    # Crate arrows.
+    arrows = crate_arrows(deps, rules)
+    for package, dep, kind, why in arrows:
+        if dep is None:
+            print(f"crate arrow: {package}: {why}")
+        else:
+            print(f"crate arrow not allowed: {package} -> {dep} ({kind} dependency); {why}")
+
+    # The document's copy of the table.
+    doc = None
+    if rules["doc"] and not args.only and not args.skip:
+        doc = doc_differs(base, rules_path, rules["doc"])
+        if doc:
+            print(f"check-imports: {rules['doc']}: {doc}")
+
     packages = sorted({t[0] for t in targets})
+    failures = []
     if found:
         where = sorted({label.split(" ")[0] for label, _, _ in found})
-        print(f"check-imports: {len(found)} import cycle(s) through more than one file, in {', '.join(where)}")
+        failures.append(f"{len(found)} import cycle(s) through more than one file, in {', '.join(where)}")
+    if breaches or unplaced:
+        failures.append(f"{len(breaches)} layer(s) crossed and {len(unplaced)} file(s) placed in no layer")
+    if arrows:
+        failures.append(f"{len(arrows)} crate arrow(s) the table does not allow")
+    if doc:
+        failures.append(f"{rules['doc']} does not show the table")
+    if failures:
+        print("check-imports: " + "; ".join(failures))
         return 1
-    print(f"check-imports: no import cycle through more than one file ({len(targets)} targets of {len(packages)} packages, {files} files)")
+    print(
+        f"check-imports: no import cycle through more than one file ({len(targets)} targets of {len(packages)} packages, {files} files); "
+        f"the layers of {', '.join(sorted(layered)) or 'no crate'} kept; every crate arrow allowed ({sum(len(d) for d in deps.values())} dependencies between members)"
+    )
     return 0
 
 

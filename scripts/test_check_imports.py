@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Unit tests of scripts/check-imports.py on small crates written to a temp directory.
+"""Unit tests of scripts/check-imports.py on small crates written to a temp directory: import
+cycles, layers crossed, crate arrows, and the document's copy of the table.
 
     python3 scripts/test_check_imports.py
 """
@@ -234,29 +235,41 @@ class NoFalseCycles(Fixture):
         self.assertEqual(self.rel_edges(crate), [])
 
 
+RULES = """\
+[crates]
+one = { deps = [] }
+
+[layers.one]
+src = "one/src"
+rows = [["lib.rs"], ["a.rs", "b.rs"]]
+"""
+
+
 class Workspace(Fixture):
     """The command itself, over a workspace that cargo metadata reads."""
 
-    def workspace(self, b_uses_a):
+    def workspace(self, b_uses_a, rules=RULES):
         self.write(
             {
                 "Cargo.toml": '[workspace]\nresolver = "2"\nmembers = ["one"]\n',
                 "one/Cargo.toml": '[package]\nname = "one"\nversion = "0.1.0"\nedition = "2021"\n',
                 "one/src/lib.rs": "mod a;\nmod b;\n",
-                "one/src/a.rs": "pub fn f() { crate::b::g() }\n",
+                "one/src/a.rs": "pub fn f() {}\n",
                 "one/src/b.rs": "pub fn g() {}\n" + ("use crate::a::f;\n" if b_uses_a else ""),
+                "scripts/layers.toml": rules,
             }
         )
 
-    def run_check(self):
+    def run_check(self, *extra):
         return subprocess.run(
-            [sys.executable, os.path.join(HERE, "check-imports.py"), "--workspace", self.dir],
+            [sys.executable, os.path.join(HERE, "check-imports.py"), "--workspace", self.dir, *extra],
             capture_output=True,
             text=True,
         )
 
     def test_fails_naming_the_cycle(self):
-        self.workspace(b_uses_a=True)
+        self.workspace(b_uses_a=True, rules="[crates]\none = { deps = [] }\n")
+        self.write({"one/src/a.rs": "pub fn f() { crate::b::g() }\n"})
         out = self.run_check()
         self.assertEqual(out.returncode, 1, out.stdout + out.stderr)
         self.assertIn("import cycle through 2 files in one (lib one)", out.stdout)
@@ -267,6 +280,7 @@ class Workspace(Fixture):
         out = self.run_check()
         self.assertEqual(out.returncode, 0, out.stdout + out.stderr)
         self.assertIn("no import cycle", out.stdout)
+        self.assertIn("the layers of one kept", out.stdout)
 
     def test_a_missing_module_file_is_an_error(self):
         self.workspace(b_uses_a=False)
@@ -274,6 +288,91 @@ class Workspace(Fixture):
         out = self.run_check()
         self.assertEqual(out.returncode, 2, out.stdout + out.stderr)
         self.assertIn("one/src/lib.rs:3: no file for `mod gone;`", out.stderr)
+
+    def test_a_file_naming_one_beside_it_in_its_row_fails(self):
+        self.workspace(b_uses_a=True)
+        out = self.run_check()
+        self.assertEqual(out.returncode, 1, out.stdout + out.stderr)
+        self.assertIn("layer crossed in one (lib one): one/src/b.rs (b.rs) names one/src/a.rs (a.rs, beside it)", out.stdout)
+        self.assertIn("one/src/b.rs:2: use crate::a::f", out.stdout)
+
+    def test_a_file_naming_one_above_it_fails_and_below_passes(self):
+        rows = 'rows = [["lib.rs"], ["b.rs"], ["a.rs"]]'
+        self.workspace(b_uses_a=True, rules=RULES.replace('rows = [["lib.rs"], ["a.rs", "b.rs"]]', rows))
+        self.assertEqual(self.run_check().returncode, 0, "b above a: b may name a")
+        rows = 'rows = [["lib.rs"], ["a.rs"], ["b.rs"]]'
+        self.workspace(b_uses_a=True, rules=RULES.replace('rows = [["lib.rs"], ["a.rs", "b.rs"]]', rows))
+        out = self.run_check()
+        self.assertEqual(out.returncode, 1, out.stdout + out.stderr)
+        self.assertIn("one/src/b.rs (b.rs) names one/src/a.rs (a.rs, above it)", out.stdout)
+
+    def test_a_file_the_table_does_not_place_fails(self):
+        self.workspace(b_uses_a=False, rules=RULES.replace('["a.rs", "b.rs"]', '["a.rs"]'))
+        out = self.run_check()
+        self.assertEqual(out.returncode, 1, out.stdout + out.stderr)
+        self.assertIn("file placed in no layer of one (lib one): one/src/b.rs", out.stdout)
+
+    def test_a_folder_entry_places_the_folder_and_its_twin_file(self):
+        layers = check_imports.Layers(self.dir, {"src": "s", "rows": [["lib.rs"], ["hooks", "abi.rs"]]})
+        at = lambda p: layers.group_of(os.path.join(self.dir, "s", p))  # noqa: E731
+        self.assertEqual(at("hooks.rs"), (1, "hooks"))
+        self.assertEqual(at("hooks/nvml/mod.rs"), (1, "hooks"))
+        self.assertEqual(at("abi.rs"), (1, "abi.rs"))
+        self.assertIsNone(at("hooksmith.rs"))
+        self.assertEqual(at("abi/x.rs"), (1, "abi.rs"), "a module's children are the module's")
+
+    def test_a_crate_arrow_the_table_does_not_allow_fails(self):
+        self.workspace(b_uses_a=False)
+        self.write(
+            {
+                "Cargo.toml": '[workspace]\nresolver = "2"\nmembers = ["one", "two"]\n',
+                "one/Cargo.toml": '[package]\nname = "one"\nversion = "0.1.0"\nedition = "2021"\n\n[dependencies]\ntwo = { path = "../two" }\n',
+                "two/Cargo.toml": '[package]\nname = "two"\nversion = "0.1.0"\nedition = "2021"\n',
+                "two/src/lib.rs": "",
+                "scripts/layers.toml": RULES.replace('one = { deps = [] }', 'one = { deps = [] }\ntwo = { deps = [] }'),
+            }
+        )
+        out = self.run_check()
+        self.assertEqual(out.returncode, 1, out.stdout + out.stderr)
+        self.assertIn("crate arrow not allowed: one -> two (normal dependency)", out.stdout)
+        self.write({"scripts/layers.toml": RULES.replace('one = { deps = [] }', 'one = { deps = ["two"] }\ntwo = { deps = [] }')})
+        self.assertEqual(self.run_check().returncode, 0)
+        self.write({"scripts/layers.toml": RULES.replace('one = { deps = [] }', 'one = { deps = ["two"] }')})
+        out = self.run_check()
+        self.assertEqual(out.returncode, 1, out.stdout + out.stderr)
+        self.assertIn("crate arrow: two: the member is not in the table's [crates]", out.stdout)
+
+    def test_the_document_must_show_the_table(self):
+        self.workspace(b_uses_a=False, rules='doc = "ARCH.md"\n' + RULES)
+        self.write({"ARCH.md": "# House\n\nNo copy here.\n"})
+        out = self.run_check()
+        self.assertEqual(out.returncode, 1, out.stdout + out.stderr)
+        self.assertIn("ARCH.md: it has no line <!-- scripts/layers.toml -->", out.stdout)
+        with open(os.path.join(self.dir, "scripts/layers.toml"), encoding="utf-8") as f:
+            table = f.read()
+        self.write({"ARCH.md": "# House\n\n<!-- scripts/layers.toml -->\n```toml\n" + table + "```\n"})
+        self.assertEqual(self.run_check().returncode, 0, self.run_check().stdout)
+        self.write({"ARCH.md": "# House\n\n<!-- scripts/layers.toml -->\n```toml\n" + table.replace("a.rs", "c.rs") + "```\n"})
+        out = self.run_check()
+        self.assertEqual(out.returncode, 1, out.stdout + out.stderr)
+        self.assertIn("its copy of the table differs", out.stdout)
+
+
+class TheRealTable(unittest.TestCase):
+    """scripts/layers.toml itself: the rules the issue asks for are in it."""
+
+    def test_the_shim_stands_on_nothing_of_the_tools_and_keeps_its_order(self):
+        rules = check_imports.load_rules(os.path.join(HERE, "layers.toml"))
+        shim = set(rules["crates"]["fgpu-shim"]["deps"])
+        self.assertFalse(shim & {"fgpu-cli", "fgpu-cdi", "fgpu-kubelet-plugin"}, shim)
+        self.assertEqual(rules["crates"]["fgpu-core"]["deps"], [], "core touches no driver")
+        self.assertEqual(
+            rules["layers"]["fgpu-shim"]["rows"],
+            [["lib.rs"], ["hooks"], ["accounting", "compute"], ["process"], ["driver"], ["abi.rs"]],
+        )
+        cli = rules["layers"]["fgpu-cli"]["rows"]
+        self.assertEqual(cli[0], ["main.rs"])
+        self.assertIn("driver", cli[-1])
 
 
 if __name__ == "__main__":

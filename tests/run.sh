@@ -11,8 +11,9 @@
 #   4. the real-GPU script's dry run and self-test (tests/gpu/run.sh),
 #   5. the benchmark in quick mode: a target missed beyond its margin fails (a row read past
 #      it is measured again with the full plan first; docs/benchmarks.md, "Verdicts"),
-#   6. the house rules: no import cycle through more than one file of a crate
-#      (scripts/check-imports.py, with its own unit tests), no source file under shim/ over
+#   6. the house rules: no import cycle through more than one file of a crate, the layers
+#      and crate arrows of scripts/layers.toml kept (scripts/check-imports.py, with its own
+#      unit tests), no source file under shim/ over
 #      500 lines (scripts/check-file-lengths.sh), and `cargo fmt --all --check` (rustfmt.toml).
 # Ends with one line over the suites: "suites: N passed, M failed, K skipped; tests
 # skipped: S". A skipped test is one whose prerequisite was missing (tests/support:
@@ -115,8 +116,8 @@ if ! cargo fmt --version >/dev/null 2>&1; then
     rustup component add rustfmt || { echo "cannot install rustfmt (rustup component add rustfmt)"; exit 1; }
 fi
 
-step "python clients (.venv: pynvml, gpustat, nvitop, cuda-bindings, jsonschema, PyYAML, kubernetes-validate)"
-if [ ! -x .venv/bin/python ] || ! .venv/bin/python -c 'import pynvml, gpustat, nvitop, cuda.bindings, jsonschema, yaml, kubernetes_validate' 2>/dev/null; then
+step "python clients (.venv: pynvml, gpustat, nvitop, cuda-bindings, jsonschema, PyYAML, kubernetes-validate, grpcio, h2, cel-python)"
+if [ ! -x .venv/bin/python ] || ! .venv/bin/python -c 'import pynvml, gpustat, nvitop, cuda.bindings, jsonschema, yaml, kubernetes_validate, grpc, grpc_tools, h2, celpy' 2>/dev/null; then
     python3 -m venv .venv && .venv/bin/pip install -q --disable-pip-version-check -r tests/python/requirements.txt \
         || { echo "cannot set up .venv"; exit 1; }
 fi
@@ -156,8 +157,8 @@ else
 fi
 
 # The house rules (issue 21): cheap, and independent of the build.
-suite "import cycles: none through more than one file of a crate (scripts/check-imports.py)" python3 scripts/check-imports.py
-suite "the import-cycle checker's unit tests (scripts/test_check_imports.py)" python3 scripts/test_check_imports.py
+suite "imports: no cycle through more than one file, the layers and crate arrows of scripts/layers.toml kept (scripts/check-imports.py)" python3 scripts/check-imports.py
+suite "the import checker's unit tests (scripts/test_check_imports.py)" python3 scripts/test_check_imports.py
 suite "no source file under shim/ over 500 lines, tests included (scripts/check-file-lengths.sh)" bash scripts/check-file-lengths.sh shim 500
 suite "formatting: cargo fmt --all --check (rustfmt.toml)" cargo fmt --all --check
 suite "cargo clippy -D warnings (with the unsafe rules of Cargo.toml's [workspace.lints])" cargo clippy --release --workspace --all-targets -- -D warnings

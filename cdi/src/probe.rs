@@ -44,12 +44,20 @@ pub struct ProbedDevice {
 
 /// Runs `fgpu __driver-probe` with the `fgpu` binary at `fgpu`, without `LD_PRELOAD`.
 pub fn run(fgpu: &Path) -> Result<DriverProbe, String> {
-    let out = Command::new(fgpu)
-        .arg("__driver-probe")
-        .env_remove("LD_PRELOAD")
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|e| format!("cannot start the probe {}: {e}", fgpu.display()))?;
+    run_with_libraries(fgpu, None)
+}
+
+/// [`run`], with `library_dir` searched first for the driver's libraries (a driver root
+/// mounted into a container: `LD_LIBRARY_PATH` of the probe only).
+pub fn run_with_libraries(fgpu: &Path, library_dir: Option<&Path>) -> Result<DriverProbe, String> {
+    let mut command = Command::new(fgpu);
+    command.arg("__driver-probe").env_remove("LD_PRELOAD").stdin(Stdio::null());
+    if let Some(dir) = library_dir {
+        let mut paths = vec![dir.to_path_buf()];
+        paths.extend(std::env::var_os("LD_LIBRARY_PATH").map(|p| std::env::split_paths(&p).collect::<Vec<_>>()).unwrap_or_default());
+        command.env("LD_LIBRARY_PATH", std::env::join_paths(paths).map_err(|e| format!("{}: {e}", dir.display()))?);
+    }
+    let out = command.output().map_err(|e| format!("cannot start the probe {}: {e}", fgpu.display()))?;
     if !out.status.success() {
         let stderr = String::from_utf8_lossy(&out.stderr);
         return Err(format!("loading the driver libraries crashed the probe ({}): {}", out.status, stderr.trim()));

@@ -1,32 +1,60 @@
 //! What the driver asks of the API server, as plain REST calls through kube's client (which
-//! brings the kubeconfig, the in-cluster service account, TLS and token refresh): GET the
-//! Node and a ResourceClaim, and keep the node's ResourceSlice as it should be with GET,
-//! POST, PUT and DELETE. Nothing here watches: a watch may be cut, or answered with an
-//! empty stream, and the driver never waits on one. Answers are read leniently (every field
-//! optional), so an object with fields this driver does not know, or without ones it does
-//! not need, is read all the same.
+//! brings the kubeconfig, the in-cluster service account, TLS and token refresh), and
+//! nothing else (the ClusterRole in deploy/kubernetes grants exactly these):
+//!
+//! | call | verb |
+//! |---|---|
+//! | GET the Node (the slices' owner) | `get nodes` |
+//! | GET a ResourceClaim | `get resourceclaims` |
+//! | list this node's slices of this driver, and watch them | `list`, `watch resourceslices` |
+//! | GET a slice by name (where the server cannot list them) | `get resourceslices` |
+//! | POST a slice (and a dry run of one, to learn which fields the server keeps) | `create resourceslices` |
+//! | PUT a slice | `update resourceslices` |
+//! | DELETE a slice | `delete resourceslices` |
+//!
+//! Answers are read leniently (every field optional), so an object with fields this driver
+//! does not know, or without ones it does not need, is read all the same.
 
-use crate::slices::{self, DRIVER};
-use k8s_openapi::api::resource::v1::{Device, ResourceSlice};
+use crate::slices::DRIVER;
+use k8s_openapi::api::resource::v1::ResourceSlice;
 use kube::client::Body;
 use serde::Deserialize;
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
-const SLICES: &str = "/apis/resource.k8s.io/v1/resourceslices";
+pub const SLICES: &str = "/apis/resource.k8s.io/v1/resourceslices";
 
 /// How long one call may take.
 const TIMEOUT: Duration = Duration::from_secs(20);
 
+/// How long one watch runs before the server ends it (it is started again at once); a
+/// watch that gives nothing for twice that is taken as cut.
+const WATCH_SECONDS: u64 = 240;
+
 pub struct Api {
     client: kube::Client,
+    /// A client without the read timeout, for watches (which wait for events).
+    watcher: kube::Client,
     server: String,
-    /// The pool generation this driver last wrote or saw, so that a slice written anew
-    /// never goes back in generation.
-    generation: AtomicI64,
+}
+
+/// What a write of a slice came to.
+#[derive(Debug)]
+pub enum Written {
+    /// The object as the server stored it (or would have, for a dry run).
+    Stored(Value),
+    /// The server said 409: it exists already (POST) or changed meanwhile (PUT).
+    Conflict,
+}
+
+/// One event of a watch.
+#[derive(Debug, Clone)]
+pub struct WatchEvent {
+    /// ADDED, MODIFIED, DELETED, BOOKMARK or ERROR.
+    pub kind: String,
+    pub object: Value,
 }
 
 /// A ResourceClaim, as much of it as the driver reads.
@@ -65,11 +93,14 @@ pub struct AllocatedDevices {
 }
 
 /// One allocated device: `consumedCapacity` is there when the cluster has
-/// DRAConsumableCapacity on, `shareID` when the device is shared.
+/// DRAConsumableCapacity on, `shareID` when the device is shared, `adminAccess` when the
+/// claim asked for it (in a namespace the cluster's admins allow it in). `request` names
+/// `<request>/<subrequest>` when the request is a prioritized list (`firstAvailable`).
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(default, rename_all = "camelCase")]
 pub struct AllocationResult {
     pub request: String,
+    pub admin_access: Option<bool>,
     pub driver: String,
     pub pool: String,
     pub device: String,
@@ -119,11 +150,14 @@ impl Api {
                 .map_err(|e| format!("no API server: no kubeconfig (--kubeconfig, KUBECONFIG) and not in a pod with a service account ({e})"))?,
         };
         config.connect_timeout = Some(TIMEOUT);
-        config.read_timeout = Some(TIMEOUT);
         config.write_timeout = Some(TIMEOUT);
         let server = config.cluster_url.to_string();
+        let mut watch_config = config.clone();
+        watch_config.read_timeout = None;
+        config.read_timeout = Some(TIMEOUT);
         let client = kube::Client::try_from(config).map_err(|e| format!("cannot set up a client for {server}: {e}"))?;
-        Ok(Api { client, server, generation: AtomicI64::new(0) })
+        let watcher = kube::Client::try_from(watch_config).map_err(|e| format!("cannot set up a client for {server}: {e}"))?;
+        Ok(Api { client, watcher, server })
     }
 
     pub fn server(&self) -> &str {
@@ -189,125 +223,112 @@ impl Api {
         }
     }
 
-    /// Makes the node's slice hold `devices`: created when missing, replaced when it differs
-    /// (with the pool's generation counted up), left alone otherwise; then removes other
-    /// slices of this driver for this node (from a release that named them otherwise). Says
-    /// what it did, or `None` when nothing changed.
-    pub async fn publish(&self, node: &str, devices: Vec<Device>) -> Result<Option<String>, String> {
-        let owner = match self.node_uid(node).await {
-            Ok(Some(uid)) => Some(uid),
-            Ok(None) => {
-                crate::log(&format!("node {node} not found: the ResourceSlice is published without an owner"));
-                None
-            }
-            Err(e) => {
-                crate::log(&format!("cannot read node {node} ({e}): the ResourceSlice is published without an owner"));
-                None
-            }
-        };
-        let name = slices::slice_name(node);
-        let path = format!("{SLICES}/{name}");
-        let count = devices.len();
-        let existing = match self.get(&path).await {
-            Ok(existing) => existing,
-            Err(e) => {
-                // Write it all the same: a server that cannot read it back may take it.
-                crate::log(&format!("cannot read ResourceSlice {name} ({e}); writing it anyway"));
-                None
-            }
-        };
-        let said = match existing {
-            None => {
-                let generation = self.generation.load(Ordering::Relaxed).saturating_add(1);
-                let desired = slices::slice(node, owner.as_deref(), devices, generation);
-                let body = serde_json::to_vec(&desired).expect("a ResourceSlice serialises");
-                let (status, answer) = self.call(http::Method::POST, SLICES, Some(("application/json", body))).await?;
-                if status == 409 {
-                    // It exists after all (made meanwhile, or not readable): replace it
-                    // unconditionally, with a generation above any this driver wrote.
-                    let mut desired = desired;
-                    desired.spec.pool.generation = generation.saturating_add(1);
-                    self.replace(&path, &desired).await?;
-                    self.generation.store(desired.spec.pool.generation, Ordering::Relaxed);
-                    Some(format!("replaced ResourceSlice {name}: {count} device{}", plural(count)))
-                } else if (200..=299).contains(&status) {
-                    self.generation.store(generation, Ordering::Relaxed);
-                    Some(format!("created ResourceSlice {name} with {count} device{}", plural(count)))
-                } else {
-                    return Err(Self::refusal("POST", SLICES, status, &answer));
-                }
-            }
-            Some(existing) => {
-                let mut desired = slices::slice(node, owner.as_deref(), devices, 1);
-                if desired.metadata.owner_references.is_none() {
-                    // The node could not be read: keep the owner the slice has.
-                    desired.metadata.owner_references = existing.pointer("/metadata/ownerReferences").and_then(|o| serde_json::from_value(o.clone()).ok());
-                }
-                let generation = existing.pointer("/spec/pool/generation").and_then(Value::as_i64).unwrap_or(0);
-                self.generation.fetch_max(generation, Ordering::Relaxed);
-                if !slices::needs_update(&existing, &desired) {
-                    None
-                } else {
-                    desired.spec.pool.generation = generation.max(self.generation.load(Ordering::Relaxed)).saturating_add(1);
-                    desired.metadata.resource_version = existing.pointer("/metadata/resourceVersion").and_then(Value::as_str).map(str::to_string);
-                    self.replace(&path, &desired).await?;
-                    self.generation.store(desired.spec.pool.generation, Ordering::Relaxed);
-                    Some(format!("updated ResourceSlice {name}: {count} device{}, pool generation {}", plural(count), desired.spec.pool.generation))
-                }
-            }
-        };
-        self.remove_strays(node, &name).await;
-        Ok(said)
+    /// This node's slices of this driver (the server's list, checked item by item, in case
+    /// it ignored the selector), and the list's resourceVersion.
+    pub async fn list_slices(&self, node: &str) -> Result<(Vec<Value>, String), String> {
+        let path = format!("{SLICES}?fieldSelector={}", selector(node)?);
+        let list = self.get(&path).await?.ok_or_else(|| format!("GET {path}: HTTP 404"))?;
+        let version = list.pointer("/metadata/resourceVersion").and_then(Value::as_str).unwrap_or_default().to_string();
+        let items = list.get("items").and_then(Value::as_array).cloned().unwrap_or_default();
+        let mine = items
+            .into_iter()
+            .filter(|s| s.pointer("/spec/driver").and_then(Value::as_str) == Some(DRIVER) && s.pointer("/spec/nodeName").and_then(Value::as_str) == Some(node))
+            .collect();
+        Ok((mine, version))
     }
 
-    async fn replace(&self, path: &str, slice: &ResourceSlice) -> Result<(), String> {
-        let body = serde_json::to_vec(slice).expect("a ResourceSlice serialises");
-        let (status, answer) = self.call(http::Method::PUT, path, Some(("application/json", body))).await?;
-        if (200..=299).contains(&status) {
-            Ok(())
-        } else {
-            Err(Self::refusal("PUT", path, status, &answer))
+    /// One slice by name, or `None` when the server says 404 (where it cannot list them).
+    pub async fn get_slice(&self, name: &str) -> Result<Option<Value>, String> {
+        self.get(&format!("{SLICES}/{}", segment("ResourceSlice", name)?)).await
+    }
+
+    /// POSTs a slice; with `dry_run`, the server only says what it would store.
+    pub async fn create_slice(&self, slice: &Value, dry_run: bool) -> Result<Written, String> {
+        let path = if dry_run { format!("{SLICES}?dryRun=All") } else { SLICES.to_string() };
+        let body = serde_json::to_vec(slice).expect("a slice serialises");
+        let (status, answer) = self.call(http::Method::POST, &path, Some(("application/json", body))).await?;
+        Self::written("POST", &path, status, &answer)
+    }
+
+    /// PUTs a slice over the one of its name (conditionally when it names a resourceVersion).
+    pub async fn replace_slice(&self, slice: &ResourceSlice) -> Result<Written, String> {
+        let name = segment("ResourceSlice", slice.metadata.name.as_deref().unwrap_or_default())?;
+        let path = format!("{SLICES}/{name}");
+        let body = serde_json::to_vec(slice).expect("a slice serialises");
+        let (status, answer) = self.call(http::Method::PUT, &path, Some(("application/json", body))).await?;
+        Self::written("PUT", &path, status, &answer)
+    }
+
+    fn written(method: &str, path: &str, status: u16, answer: &[u8]) -> Result<Written, String> {
+        match status {
+            200..=299 => serde_json::from_slice(answer).map(Written::Stored).map_err(|e| format!("{method} {path}: the answer is not JSON: {e}")),
+            409 => Ok(Written::Conflict),
+            _ => Err(Self::refusal(method, path, status, answer)),
         }
     }
 
-    /// Deletes this driver's slices for `node` other than `keep`. Best effort: a server
-    /// that cannot list or select is not an error (the slice that matters is `keep`).
-    async fn remove_strays(&self, node: &str, keep: &str) {
-        let path = format!("{SLICES}?fieldSelector=spec.nodeName%3D{node}");
-        let list = match self.get(&path).await {
-            Ok(Some(list)) => list,
-            Ok(None) => return,
-            Err(e) => {
-                crate::log(&format!("cannot list ResourceSlices to remove stale ones: {e}"));
-                return;
-            }
-        };
-        let items = list.get("items").and_then(Value::as_array).map(Vec::as_slice).unwrap_or(&[]);
-        // The server may ignore the selector: check each item.
-        for item in items {
-            let mine =
-                item.pointer("/spec/driver").and_then(Value::as_str) == Some(DRIVER) && item.pointer("/spec/nodeName").and_then(Value::as_str) == Some(node);
-            let Some(name) = item.pointer("/metadata/name").and_then(Value::as_str) else { continue };
-            if !mine || name == keep {
-                continue;
-            }
-            let Ok(name) = segment("ResourceSlice", name) else { continue };
-            let path = format!("{SLICES}/{name}");
-            match self.call(http::Method::DELETE, &path, None).await {
-                Ok((200..=299 | 404, _)) => crate::log(&format!("deleted stale ResourceSlice {name}")),
-                Ok((status, body)) => crate::log(&format!("cannot delete stale ResourceSlice: {}", Self::refusal("DELETE", &path, status, &body))),
-                Err(e) => crate::log(&format!("cannot delete stale ResourceSlice: {e}")),
+    /// DELETEs a slice; one already gone is not an error.
+    pub async fn delete_slice(&self, name: &str) -> Result<(), String> {
+        let path = format!("{SLICES}/{}", segment("ResourceSlice", name)?);
+        match self.call(http::Method::DELETE, &path, None).await? {
+            (200..=299 | 404, _) => Ok(()),
+            (status, body) => Err(Self::refusal("DELETE", &path, status, &body)),
+        }
+    }
+
+    /// Watches this node's slices of this driver from `resource_version`, handing each event
+    /// to `on_event`, until the server ends the watch (Ok) or it breaks (the reason). An
+    /// ERROR event (such as 410: the version is too old) ends it with its message.
+    pub async fn watch_slices(&self, node: &str, resource_version: &str, mut on_event: impl FnMut(WatchEvent)) -> Result<(), String> {
+        let path = format!(
+            "{SLICES}?watch=true&allowWatchBookmarks=true&timeoutSeconds={WATCH_SECONDS}&fieldSelector={}&resourceVersion={}",
+            selector(node)?,
+            if resource_version.bytes().all(|b| b.is_ascii_alphanumeric()) { resource_version } else { "" }
+        );
+        let request = http::Request::builder().method(http::Method::GET).uri(&path).header(http::header::ACCEPT, "application/json");
+        let request = request.body(Body::empty()).map_err(|e| format!("GET {path}: {e}"))?;
+        let response = tokio::time::timeout(TIMEOUT, self.watcher.send(request))
+            .await
+            .map_err(|_| format!("GET {path}: no answer in {} s", TIMEOUT.as_secs()))?
+            .map_err(|e| format!("GET {path}: {e}"))?;
+        let status = response.status().as_u16();
+        let mut body = response.into_body();
+        if !(200..=299).contains(&status) {
+            let bytes = http_body_util::BodyExt::collect(body).await.map(|b| b.to_bytes().to_vec()).unwrap_or_default();
+            return Err(Self::refusal("GET", &path, status, &bytes));
+        }
+        let mut pending: Vec<u8> = Vec::new();
+        let idle = Duration::from_secs(2 * WATCH_SECONDS);
+        loop {
+            let frame = match tokio::time::timeout(idle, http_body_util::BodyExt::frame(&mut body)).await {
+                Err(_) => return Err(format!("the watch gave nothing for {} s", idle.as_secs())),
+                Ok(None) => return Ok(()),
+                Ok(Some(Err(e))) => return Err(format!("the watch broke: {e}")),
+                Ok(Some(Ok(frame))) => frame,
+            };
+            let Ok(data) = frame.into_data() else { continue };
+            pending.extend_from_slice(&data);
+            while let Some(end) = pending.iter().position(|&b| b == b'\n') {
+                let line: Vec<u8> = pending.drain(..=end).collect();
+                if line.iter().all(u8::is_ascii_whitespace) {
+                    continue;
+                }
+                let event: Value = serde_json::from_slice(&line).map_err(|e| format!("the watch sent something that is not JSON: {e}"))?;
+                let kind = event["type"].as_str().unwrap_or_default().to_string();
+                let object = event["object"].clone();
+                if kind == "ERROR" {
+                    let message = object["message"].as_str().unwrap_or("no message");
+                    return Err(format!("the watch ended with an error (code {}): {message}", object["code"]));
+                }
+                on_event(WatchEvent { kind, object });
             }
         }
     }
 }
 
-fn plural(n: usize) -> &'static str {
-    if n == 1 {
-        ""
-    } else {
-        "s"
-    }
+/// The field selector of this node's slices of this driver, as a query value.
+fn selector(node: &str) -> Result<String, String> {
+    Ok(format!("spec.nodeName%3D{}%2Cspec.driver%3D{DRIVER}", segment("node", node)?))
 }
 
 #[cfg(test)]

@@ -37,6 +37,12 @@ pub struct CapRecord {
     pub total: u64,
     pub memory: u64,
     pub compute_millipercent: Option<u64>,
+    /// Allocated with no consumed capacity: the GPU is this claim's alone.
+    #[serde(default)]
+    pub exclusive: bool,
+    /// Allocated with admin access only: not a tenant's share, and not counted.
+    #[serde(default)]
+    pub admin: bool,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
@@ -45,6 +51,9 @@ pub struct DeviceRecord {
     pub pool: String,
     pub device: String,
     pub cdi_ids: Vec<String>,
+    /// The allocation's `shareID`, which kubelets from 1.35 read.
+    #[serde(default)]
+    pub share_id: Option<String>,
 }
 
 pub struct Store {
@@ -109,8 +118,21 @@ mod tests {
             PreparedClaim {
                 namespace: "ml".into(),
                 name: "train".into(),
-                caps: vec![CapRecord { index: 0, uuid: "GPU-a".into(), total: 80 << 30, memory: 8 << 30, compute_millipercent: Some(30_000) }],
-                devices: vec![DeviceRecord { requests: vec!["gpu".into()], pool: "n".into(), device: "gpu-0".into(), cdi_ids: vec!["x.io/y=z".into()] }],
+                caps: vec![CapRecord {
+                    index: 0,
+                    uuid: "GPU-a".into(),
+                    total: 80 << 30,
+                    memory: 8 << 30,
+                    compute_millipercent: Some(30_000),
+                    ..Default::default()
+                }],
+                devices: vec![DeviceRecord {
+                    requests: vec!["gpu".into()],
+                    pool: "n".into(),
+                    device: "gpu-0".into(),
+                    cdi_ids: vec!["x.io/y=z".into()],
+                    share_id: Some("s".into()),
+                }],
             },
         );
         store.save(&c).unwrap();
@@ -121,6 +143,14 @@ mod tests {
         assert!(why.unwrap().contains("set aside"));
         assert!(dir.join("checkpoint.json.corrupt").exists());
         assert!(!store.path().exists());
+        // A checkpoint of the release before exclusive, admin and share_id were kept loads.
+        std::fs::write(
+            store.path(),
+            br#"{"version":1,"claims":{"u":{"namespace":"a","name":"b","caps":[{"index":0,"uuid":"GPU-a","total":1,"memory":1,"compute_millipercent":null}],"devices":[{"requests":["gpu"],"pool":"n","device":"gpu-0","cdi_ids":[]}]}}}"#,
+        )
+        .unwrap();
+        let (old, why) = store.load();
+        assert_eq!((old.claims["u"].caps[0].exclusive, old.claims["u"].devices[0].share_id.clone(), why), (false, None, None));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -1,19 +1,30 @@
 //! fgpu-kubelet-plugin: the Kubernetes DRA driver `gpu.fgpu.io`. It publishes each GPU of
 //! its node as a shareable device with consumable `memory` and `compute` capacity
-//! ([`slices`]), so that the stock scheduler packs claims onto GPUs by what they ask for,
-//! and turns each allocation into a CDI device of fgpu's that caps the claim's containers
-//! at what it was allocated ([`plugin`]), beside NVIDIA's device for the GPU ([`nvidia`]).
-//! kubelet talks to it over two Unix sockets ([`server`]); the API server is called with
-//! plain REST requests ([`api`]), never watched. docs/kubernetes.md is the user's guide.
+//! ([`slices`], kept on the API server by [`publish`] and [`watch`]), so that the stock
+//! scheduler packs claims onto GPUs by what they ask for, and turns each allocation
+//! ([`plan`], checked against the node's own account, [`capacity`]) into a CDI device of
+//! fgpu's that caps the claim's containers at what it was allocated ([`plugin`],
+//! [`claimfiles`]), beside NVIDIA's device for the GPU ([`nvidia`]). kubelet talks to it over
+//! two Unix sockets ([`server`], through [`authority`]); the API server is called with plain
+//! REST requests ([`api`]). docs/kubernetes.md is the user's guide.
 
 pub mod api;
+pub mod authority;
+pub mod capacity;
+pub mod check;
 pub mod checkpoint;
+pub mod claimfiles;
+pub mod inventory;
 pub mod nvidia;
+pub mod plan;
 pub mod plugin;
 pub mod proto;
+pub mod publish;
 pub mod quantity;
 pub mod server;
 pub mod slices;
+pub mod status;
+pub mod watch;
 
 /// One line to standard error, where kubelet's container logs take it.
 pub fn log(message: &str) {

@@ -1,50 +1,89 @@
 //! `fgpu-kubelet-plugin`: the DRA driver `gpu.fgpu.io` on one node (docs/kubernetes.md).
 
-use clap::Parser;
+use clap::{Args, Parser, Subcommand};
 use fgpu_cdi::files::{prepare_dir, Payload};
 use fgpu_kubelet_plugin::api::Api;
+use fgpu_kubelet_plugin::authority::Notice;
+use fgpu_kubelet_plugin::claimfiles::ClaimFiles;
+use fgpu_kubelet_plugin::inventory::{self, Inventory};
 use fgpu_kubelet_plugin::nvidia::NvidiaNames;
-use fgpu_kubelet_plugin::plugin::{Inventory, Plugin, Settings};
-use fgpu_kubelet_plugin::quantity::Quantity;
-use fgpu_kubelet_plugin::slices::{self, DriverInfo, GpuInfo, MemoryPolicy};
-use fgpu_kubelet_plugin::{log, server};
+use fgpu_kubelet_plugin::plugin::{Plugin, Settings};
+use fgpu_kubelet_plugin::publish::Publisher;
+use fgpu_kubelet_plugin::quantity::{format_bytes, Quantity};
+use fgpu_kubelet_plugin::slices::MemoryPolicy;
+use fgpu_kubelet_plugin::status::{self, Status};
+use fgpu_kubelet_plugin::{check, log, server, watch};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
+use tokio::sync::Notify;
 
 const AFTER_HELP: &str = "\
-Runs on each GPU node (a DaemonSet: deploy/kubernetes/). It publishes the node's GPUs in a
-ResourceSlice (pool = the node's name; devices gpu-0, gpu-1, ... with consumable capacity
-`memory` and `compute`), registers with kubelet, and answers NodePrepareResources with
-NVIDIA's CDI device for each allocated GPU and fgpu's device `fgpu.io/gpu=claim-<uid>`,
-which caps the claim's containers at the memory and compute the scheduler allocated.
+Runs on each GPU node (a DaemonSet: deploy/kubernetes/). It publishes the node's GPUs as a
+pool of ResourceSlices (pool = the node's name; devices gpu-0, gpu-1, ... with consumable
+capacity `memory` and `compute`, or whole GPUs where the cluster lacks DRAConsumableCapacity),
+registers with kubelet, and answers NodePrepareResources with NVIDIA's CDI device for each
+allocated GPU and fgpu's device `fgpu.io/gpu=claim-<uid>`, which caps the claim's containers
+at the memory and compute the scheduler allocated.
 
 Examples:
   fgpu-kubelet-plugin --node-name gpu-node-1
   NODE_NAME=gpu-node-1 fgpu-kubelet-plugin --kubeconfig ~/.kube/config --cdi-root /etc/cdi
+  fgpu-kubelet-plugin check       (the probes: calls the plugin over its sockets)
+  fgpu-kubelet-plugin status      (what it publishes and has prepared, as JSON)
 
 See docs/kubernetes.md.";
 
+/// How long a stopping plugin waits for the calls in flight (kubelet gives each 45 s; the
+/// DaemonSet's grace period is longer).
+const STOP_GRACE: Duration = Duration::from_secs(50);
+
 /// The Kubernetes DRA driver gpu.fgpu.io: GPUs shared by memory and compute, each claim capped.
 #[derive(Debug, Parser)]
-#[command(name = "fgpu-kubelet-plugin", version, after_help = AFTER_HELP)]
-struct Args {
-    /// The node this plugin runs on: the pool of its ResourceSlice.
+#[command(name = "fgpu-kubelet-plugin", version, after_help = AFTER_HELP, args_conflicts_with_subcommands = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+    #[command(flatten)]
+    run: RunArgs,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Calls the running plugin over its sockets as kubelet does (GetInfo, then an empty
+    /// NodePrepareResources); exits 0 when both answer. For liveness and startup probes.
+    Check(Dirs),
+    /// Prints the running plugin's status (JSON): what it publishes and why, what is
+    /// prepared on each GPU.
+    Status(Dirs),
+}
+
+/// kubelet's directories, where the plugin's sockets and status are.
+#[derive(Debug, Args)]
+struct Dirs {
+    /// kubelet's plugin registration directory, where the registration socket goes.
+    #[arg(long, default_value = "/var/lib/kubelet/plugins_registry", value_name = "DIR")]
+    kubelet_registrar_directory_path: PathBuf,
+
+    /// kubelet's plugins directory: the DRA socket, the checkpoint and the status go in its
+    /// gpu.fgpu.io/.
+    #[arg(long, default_value = "/var/lib/kubelet/plugins", value_name = "DIR")]
+    kubelet_plugins_directory_path: PathBuf,
+}
+
+#[derive(Debug, Args)]
+struct RunArgs {
+    /// The node this plugin runs on: the pool of its ResourceSlices.
     #[arg(long, env = "NODE_NAME", value_name = "NAME")]
-    node_name: String,
+    node_name: Option<String>,
 
     /// Where the claims' CDI specs are written (/var/run/cdi: generated at run time, gone at
     /// reboot, when the plugin writes them again; CDI reads it after /etc/cdi).
     #[arg(long, default_value = "/var/run/cdi", value_name = "DIR")]
     cdi_root: PathBuf,
 
-    /// kubelet's plugin registration directory, where the registration socket goes.
-    #[arg(long, default_value = "/var/lib/kubelet/plugins_registry", value_name = "DIR")]
-    kubelet_registrar_directory_path: PathBuf,
-
-    /// kubelet's plugins directory: the DRA socket and the checkpoint go in its gpu.fgpu.io/.
-    #[arg(long, default_value = "/var/lib/kubelet/plugins", value_name = "DIR")]
-    kubelet_plugins_directory_path: PathBuf,
+    #[command(flatten)]
+    dirs: Dirs,
 
     /// The kubeconfig of the API server (default: KUBECONFIG or ~/.kube/config, else the
     /// pod's service account).
@@ -52,7 +91,8 @@ struct Args {
     kubeconfig: Option<PathBuf>,
 
     /// Where the files the CDI specs mount go: the library, the preload list, and each
-    /// claim's configuration and ledger directory. Not writable by group or others.
+    /// claim's configuration and ledger directory (claims/, root's alone). Not writable by
+    /// group or others.
     #[arg(long, default_value = "/var/lib/fgpu/dra", value_name = "DIR")]
     state_dir: PathBuf,
 
@@ -61,6 +101,13 @@ struct Args {
     /// (beside this binary, ../lib/fgpu, ..., FGPU_SHIM).
     #[arg(long, value_name = "FILE")]
     fgpu: Option<PathBuf>,
+
+    /// The host's driver root, mounted into the plugin's container: NVML
+    /// (libnvidia-ml.so.1) is read from its library directories. / for a driver installed
+    /// on the host, /run/nvidia/driver for the GPU operator's driver container. Default:
+    /// the libraries the dynamic loader finds.
+    #[arg(long, value_name = "DIR")]
+    driver_root: Option<PathBuf>,
 
     /// NVIDIA's CDI device for a GPU, with {index} and {uuid} (such as
     /// nvidia.com/gpu={uuid}). Default: the name NVIDIA's spec in /etc/cdi or /var/run/cdi
@@ -81,7 +128,8 @@ struct Args {
     #[arg(long, default_value = "256Mi", value_name = "QUANTITY", value_parser = parse_step)]
     memory_step: u64,
 
-    /// Seconds between two looks at the GPUs and the ResourceSlice.
+    /// Seconds between two looks at the GPUs and the ResourceSlices (the slices are also
+    /// watched, and put back within seconds when someone else deletes or changes them).
     #[arg(long, default_value_t = 60, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..=86400))]
     resync_interval: u64,
 }
@@ -112,48 +160,43 @@ fn find_fgpu(flag: Option<&Path>) -> Result<PathBuf, String> {
         .ok_or_else(|| "cannot find the fgpu command beside this binary or on PATH; install it beside fgpu-kubelet-plugin or pass --fgpu".into())
 }
 
-/// The node's GPUs and driver, read by `fgpu __driver-probe`.
-fn probe(fgpu: &Path) -> Result<Inventory, String> {
-    let probe = fgpu_cdi::probe::run(fgpu)?;
-    if !probe.nvml.loaded || probe.nvml.device_count.is_none() {
-        let why = probe.nvml.error.clone().unwrap_or_else(|| "it lists no GPU".into());
-        return Err(format!("cannot read the GPUs through NVML (libnvidia-ml.so.1: {why})"));
+/// Flags that leave no GPU of a node that has some are refused: the plugin would publish
+/// nothing.
+fn check_policy(inventory: &Inventory, policy: &MemoryPolicy) -> Result<(), String> {
+    if inventory.gpus.is_empty() || inventory.gpus.iter().any(|g| policy.refusal(g.total).is_none()) {
+        return Ok(());
     }
-    let mut gpus = Vec::new();
-    for d in &probe.devices {
-        if d.uuid.is_empty() || d.total_bytes == 0 {
-            return Err(format!("NVML did not give the UUID and memory size of GPU {}", d.index));
-        }
-        gpus.push(GpuInfo { index: d.index, uuid: d.uuid.clone(), product: d.name.clone(), total: d.total_bytes });
-    }
-    let driver = DriverInfo { driver_version: probe.nvml.driver_version.clone(), cuda_version: probe.cuda.cuda_version.or(probe.nvml.cuda_version) };
-    Ok(Inventory { gpus, driver })
+    let largest = inventory.gpus.iter().map(|g| g.total).max().unwrap_or(0);
+    Err(format!(
+        "--memory-reserve {} and --memory-step {} leave no GPU to publish: the largest GPU here has {}, and a GPU needs at least --memory-reserve + 2 x --memory-step ({})",
+        format_bytes(policy.reserve),
+        format_bytes(policy.step),
+        format_bytes(largest),
+        format_bytes(policy.reserve.saturating_add(policy.step.saturating_mul(2)))
+    ))
 }
 
-fn describe(inventory: &Inventory) -> String {
-    let gpus: Vec<String> = inventory
-        .gpus
-        .iter()
-        .map(|g| format!("{} {} ({}, {})", slices::device_name(g.index), g.uuid, g.product, fgpu_kubelet_plugin::quantity::format_bytes(g.total)))
-        .collect();
-    if gpus.is_empty() {
-        "no GPU".into()
-    } else {
-        gpus.join("; ")
-    }
+struct Looks {
+    plugin: Arc<Plugin>,
+    publisher: Arc<Publisher>,
+    fgpu: PathBuf,
+    driver_root: Option<PathBuf>,
+    interval: Duration,
+    kick: Arc<Notify>,
 }
 
-/// Probes the GPUs and keeps the slice as it should be, every `interval`; a failed publish
-/// is tried again sooner.
-async fn resync(plugin: Arc<Plugin>, fgpu: PathBuf, interval: Duration) {
-    let mut first = true;
+/// Probes the GPUs every `interval`, and keeps the slices as they should be at each look and
+/// whenever the watch says they changed; a failed look is tried again sooner.
+async fn looks(l: Looks) {
+    let mut next_probe = tokio::time::Instant::now() + l.interval;
     loop {
-        if !first {
-            let path = fgpu.clone();
-            match tokio::task::spawn_blocking(move || probe(&path)).await {
-                Ok(Ok(inventory)) => {
-                    let text = describe(&inventory);
-                    if plugin.set_inventory(inventory) {
+        if tokio::time::Instant::now() >= next_probe {
+            next_probe = tokio::time::Instant::now() + l.interval;
+            let (path, root) = (l.fgpu.clone(), l.driver_root.clone());
+            match tokio::task::spawn_blocking(move || inventory::probe(&path, root.as_deref())).await {
+                Ok(Ok(found)) => {
+                    let text = inventory::describe(&found);
+                    if l.plugin.set_inventory(found) {
                         log(&format!("the GPUs changed: {text}"));
                     }
                 }
@@ -161,28 +204,30 @@ async fn resync(plugin: Arc<Plugin>, fgpu: PathBuf, interval: Duration) {
                 Err(e) => log(&format!("the probe failed: {e}")),
             }
         }
-        first = false;
-        let inventory = plugin.inventory();
-        let devices = slices::devices(&inventory.gpus, &inventory.driver, &plugin.settings.memory);
-        let wait = match plugin.api().publish(&plugin.settings.node, devices).await {
+        let found = l.plugin.inventory();
+        let wait = match l.publisher.sync(&found, &l.plugin.settings.memory).await {
             Ok(Some(said)) => {
                 log(&said);
-                interval
+                next_probe
             }
-            Ok(None) => interval,
+            Ok(None) => next_probe,
             Err(e) => {
-                log(&format!("cannot publish the ResourceSlice: {e}"));
-                interval.min(Duration::from_secs(5))
+                log(&format!("cannot publish the ResourceSlices: {e}"));
+                next_probe.min(tokio::time::Instant::now() + Duration::from_secs(5))
             }
         };
-        tokio::time::sleep(wait).await;
+        tokio::select! {
+            _ = tokio::time::sleep_until(wait) => {}
+            _ = l.kick.notified() => {
+                // Let a burst of changes (kubelet deleting every slice) settle.
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
     }
 }
 
-async fn run(args: Args) -> Result<(), String> {
-    if args.node_name.is_empty() {
-        return Err("--node-name (or NODE_NAME) is empty".into());
-    }
+async fn run(args: RunArgs) -> Result<(), String> {
+    let node = args.node_name.clone().filter(|n| !n.is_empty()).ok_or("--node-name (or NODE_NAME) is missing or empty")?;
     let fgpu = find_fgpu(args.fgpu.as_deref())?;
     let front = fgpu_cdi::shimpath::locate().map_err(|e| e.to_string())?.path;
     let payload = Payload::read(&front, Some(&fgpu))?;
@@ -190,78 +235,125 @@ async fn run(args: Args) -> Result<(), String> {
     prepare_dir(&state_dir, None)?;
     payload.install(&state_dir, None)?;
 
-    let path = fgpu.clone();
-    let inventory = tokio::task::spawn_blocking(move || probe(&path)).await.map_err(|e| format!("the probe failed: {e}"))??;
-    log(&format!("node {}: {}", args.node_name, describe(&inventory)));
-    let api = Api::connect(args.kubeconfig.as_deref()).await?;
+    let policy = MemoryPolicy { reserve: args.memory_reserve, step: args.memory_step };
+    let (path, root) = (fgpu.clone(), args.driver_root.clone());
+    let found = tokio::task::spawn_blocking(move || inventory::probe(&path, root.as_deref())).await.map_err(|e| format!("the probe failed: {e}"))??;
+    log(&format!("node {node}: {}", inventory::describe(&found)));
+    check_policy(&found, &policy)?;
+    let api = Arc::new(Api::connect(args.kubeconfig.as_deref()).await?);
     log(&format!("API server {}", api.server()));
 
-    let plugins_dir = fgpu_cdi::files::absolute(&args.kubelet_plugins_directory_path)?;
-    let registrar_dir = fgpu_cdi::files::absolute(&args.kubelet_registrar_directory_path)?;
+    let plugins_dir = fgpu_cdi::files::absolute(&args.dirs.kubelet_plugins_directory_path)?;
+    let registrar_dir = fgpu_cdi::files::absolute(&args.dirs.kubelet_registrar_directory_path)?;
     let plugin_dir = server::plugin_dir(&plugins_dir);
-    std::fs::create_dir_all(&plugin_dir).map_err(|e| format!("cannot create {}: {e}", plugin_dir.display()))?;
+    std::fs::create_dir_all(&plugins_dir).map_err(|e| format!("cannot create {}: {e}", plugins_dir.display()))?;
+    server::private_dir(&plugin_dir, server::PLUGIN_DIR_MODE)?;
+    let status = Arc::new(Status::new(Some(plugin_dir.join(status::FILE)), &node));
+    let cdi_root = fgpu_cdi::files::absolute(&args.cdi_root)?;
     let nvidia = match args.nvidia_cdi_device {
         Some(template) => NvidiaNames::Template(template),
         None if !args.cdi_spec_dirs.is_empty() => NvidiaNames::Search(args.cdi_spec_dirs.clone()),
         None => {
             let mut dirs = vec![PathBuf::from("/etc/cdi"), PathBuf::from("/var/run/cdi")];
-            let root = fgpu_cdi::files::absolute(&args.cdi_root)?;
-            if !dirs.contains(&root) {
-                dirs.push(root);
+            if !dirs.contains(&cdi_root) {
+                dirs.push(cdi_root.clone());
             }
             NvidiaNames::Search(dirs)
         }
     };
-    let settings = Settings {
-        node: args.node_name.clone(),
-        cdi_root: fgpu_cdi::files::absolute(&args.cdi_root)?,
-        state_dir,
-        checkpoint: plugin_dir.join("checkpoint.json"),
-        nvidia,
-        memory: MemoryPolicy { reserve: args.memory_reserve, step: args.memory_step },
-        service_dir: PathBuf::from(fgpu_core::hostpid::SERVICE_DIR),
-    };
-    let plugin = Arc::new(Plugin::new(settings, api, inventory));
-    plugin.restore().await;
+    let settings = Settings { node: node.clone(), checkpoint: plugin_dir.join("checkpoint.json"), nvidia, memory: policy };
+    let files = ClaimFiles::new(cdi_root, state_dir, PathBuf::from(fgpu_core::hostpid::SERVICE_DIR));
+    let plugin = Arc::new(Plugin::new(settings, api.clone(), files, found, status.clone()));
+    plugin.restore().await?;
 
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|stop| *stop).await;
     };
     let dra_socket = server::dra_socket(&plugins_dir);
-    let dra = tokio::spawn(server::serve_dra(plugin.clone(), server::listen(&dra_socket)?, stopped(stop_rx.clone())));
     let reg_socket = server::registration_socket(&registrar_dir);
-    let registration = tokio::spawn(server::serve_registration(dra_socket.clone(), server::listen(&reg_socket)?, stopped(stop_rx.clone())));
+    let dra_listener = server::listen(&dra_socket)?;
+    let mut dra = tokio::spawn(server::serve_dra(plugin.clone(), dra_listener, Notice::new(&dra_socket), stopped(stop_rx.clone())));
+    let reg_listener = server::listen(&reg_socket)?;
+    let mut registration =
+        tokio::spawn(server::serve_registration(dra_socket.clone(), status.clone(), reg_listener, Notice::new(&reg_socket), stopped(stop_rx.clone())));
     log(&format!("serving {} and {}", reg_socket.display(), dra_socket.display()));
-    let sync = tokio::spawn(resync(plugin.clone(), fgpu, Duration::from_secs(args.resync_interval)));
+
+    let publisher = Arc::new(Publisher::new(api.clone(), &node, status.clone()));
+    let kick = Arc::new(Notify::new());
+    let looking = tokio::spawn(looks(Looks {
+        plugin: plugin.clone(),
+        publisher: publisher.clone(),
+        fgpu,
+        driver_root: args.driver_root.clone(),
+        interval: Duration::from_secs(args.resync_interval),
+        kick: kick.clone(),
+    }));
+    let watching = tokio::spawn(watch::run(api.clone(), publisher, node, kick, status));
+    let forgetting = tokio::spawn({
+        let plugin = plugin.clone();
+        async move { plugin.forget_deleted_claims().await }
+    });
 
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).map_err(|e| e.to_string())?;
     let outcome = tokio::select! {
         _ = term.recv() => Ok("SIGTERM"),
         _ = tokio::signal::ctrl_c() => Ok("SIGINT"),
-        r = dra => Err(r.map_err(|e| e.to_string()).and_then(|r| r).err().unwrap_or_else(|| "the DRA service stopped".into())),
-        r = registration => Err(r.map_err(|e| e.to_string()).and_then(|r| r).err().unwrap_or_else(|| "the registration service stopped".into())),
+        r = &mut dra => Err(r.map_err(|e| e.to_string()).and_then(|r| r).err().unwrap_or_else(|| "the DRA service stopped".into())),
+        r = &mut registration => Err(r.map_err(|e| e.to_string()).and_then(|r| r).err().unwrap_or_else(|| "the registration service stopped".into())),
     };
-    sync.abort();
-    let _ = stop_tx.send(true);
-    // kubelet deregisters the plugin when its registration socket goes.
+    looking.abort();
+    watching.abort();
+    forgetting.abort();
+    // kubelet deregisters the plugin when its registration socket goes; the calls in flight
+    // finish, and new connections are refused.
     let _ = std::fs::remove_file(&reg_socket);
+    let _ = stop_tx.send(true);
+    if outcome.is_ok() {
+        log(&format!("stopping: the calls in flight finish (at most {} s)", STOP_GRACE.as_secs()));
+        let both = async {
+            let _ = (&mut dra).await;
+            let _ = (&mut registration).await;
+        };
+        if tokio::time::timeout(STOP_GRACE, both).await.is_err() {
+            log("calls still in flight after the grace period are cut");
+        }
+    }
     let _ = std::fs::remove_file(&dra_socket);
     let signal = outcome?;
     log(&format!("stopped on {signal}; prepared claims stay prepared"));
     Ok(())
 }
 
-fn main() {
-    let args = Args::parse();
-    let runtime = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
+fn runtime() -> tokio::runtime::Runtime {
+    match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
         Ok(r) => r,
         Err(e) => {
             log(&format!("cannot start: {e}"));
             std::process::exit(1);
         }
+    }
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        None => runtime().block_on(run(cli.run)),
+        Some(Command::Check(dirs)) => {
+            let socket = server::registration_socket(&dirs.kubelet_registrar_directory_path);
+            match runtime().block_on(check::run(&socket)) {
+                Ok(found) => {
+                    println!("ok: {found}");
+                    Ok(())
+                }
+                Err(e) => Err(format!("check failed: {e}")),
+            }
+        }
+        Some(Command::Status(dirs)) => status::read(&server::plugin_dir(&dirs.kubelet_plugins_directory_path)).map(|s| {
+            println!("{}", serde_json::to_string_pretty(&s).expect("a status serialises"));
+        }),
     };
-    if let Err(e) = runtime.block_on(run(args)) {
+    if let Err(e) = result {
         log(&e);
         std::process::exit(1);
     }

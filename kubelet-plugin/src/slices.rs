@@ -1,6 +1,8 @@
-//! The ResourceSlice this driver publishes for its node: pool `<node name>`, one device
-//! `gpu-<index>` per GPU, each shareable (`allowMultipleAllocations`) with two consumable
-//! capacities:
+//! The devices this driver publishes for its node, and the ResourceSlices that carry them:
+//! a pool named after the node, of as many slices as the API's limits ask.
+//!
+//! Where the cluster has DRAConsumableCapacity (the API server keeps the fields), each GPU
+//! `gpu-<index>` is shareable (`allowMultipleAllocations`) with two consumable capacities:
 //!
 //! - `memory`: the GPU's memory less a reserve (`--memory-reserve`, for what the driver and
 //!   processes outside any claim hold), rounded down to the step of its request policy
@@ -14,15 +16,26 @@
 //!   consume 0 still fit beside it and run unthrottled). The scheduler keeps the sum on
 //!   each GPU within 100, so claims with a share, all busy at once, each get theirs as long
 //!   as claims without one leave the GPU the time.
+//!
+//! Where it does not (the API server drops `allowMultipleAllocations` and `requestPolicy`),
+//! each GPU is published whole: one claim at a time, capped at the GPU's size. The two
+//! capacities stay, as plain values, for selectors.
+//!
+//! The API server's validation refuses a whole slice for one device it finds wrong; the
+//! rules that bear on what this driver writes are kept here: a request policy's `min +
+//! step` must fit in the capacity (so a GPU too small for two steps is left out, with the
+//! reason), at most 128 devices per slice (64 once devices consume counters or have
+//! taints), string attributes of at most 64 characters.
 
+use crate::inventory::{DriverInfo, GpuInfo};
 use crate::quantity::format_bytes;
 use k8s_openapi::api::resource::v1::{
-    CapacityRequestPolicy, CapacityRequestPolicyRange, Device, DeviceAttribute, DeviceCapacity, ResourcePool, ResourceSlice, ResourceSliceSpec,
+    CapacityRequestPolicy, CapacityRequestPolicyRange, CounterSet, Device, DeviceAttribute, DeviceCapacity, ResourcePool, ResourceSlice, ResourceSliceSpec,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use serde_json::Value;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// The driver's name, the domain of its attributes and capacities.
 pub const DRIVER: &str = "gpu.fgpu.io";
@@ -32,23 +45,24 @@ pub const COMPUTE: &str = "compute";
 pub const COMPUTE_WHOLE: u64 = 100;
 /// Kubernetes' limit on an attribute's string value.
 const MAX_STRING_ATTRIBUTE: usize = 64;
+/// Devices in one slice (`ResourceSliceMaxDevices`).
+pub const MAX_DEVICES: usize = 128;
+/// Devices in one slice once any of them consumes counters or has taints
+/// (`ResourceSliceMaxDevicesWithTaintsOrConsumesCounters`).
+pub const MAX_DEVICES_WITH_COUNTERS: usize = 64;
 
-/// One GPU as the driver probe reports it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct GpuInfo {
-    pub index: u32,
-    pub uuid: String,
-    pub product: String,
-    pub total: u64,
+/// The feature gate whose fields this driver's shared GPUs need.
+pub const CONSUMABLE_CAPACITY: &str = "DRAConsumableCapacity";
+
+/// What the cluster's API server keeps of what this driver may publish.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Features {
+    /// `allowMultipleAllocations` and `requestPolicy` (DRAConsumableCapacity).
+    pub consumable_capacity: bool,
 }
 
-/// The node's driver, for the devices' attributes.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct DriverInfo {
-    /// nvmlSystemGetDriverVersion, such as `570.26` or `535.104.05`.
-    pub driver_version: Option<String>,
-    /// cuDriverGetVersion, such as 12080.
-    pub cuda_version: Option<i32>,
+impl Features {
+    pub const ALL: Features = Features { consumable_capacity: true };
 }
 
 /// How much of each GPU's memory is offered, and in what steps.
@@ -65,6 +79,31 @@ impl MemoryPolicy {
         let step = self.step.max(1);
         total.saturating_sub(self.reserve) / step * step
     }
+
+    /// Why a GPU of `total` bytes cannot be published, if it cannot: the API server refuses
+    /// a request policy whose `min + step` is above the capacity (min is one step).
+    pub fn refusal(&self, total: u64) -> Option<String> {
+        let capacity = self.capacity(total);
+        let least = self.step.saturating_mul(2);
+        (capacity < least).then(|| {
+            format!(
+                "its memory capacity {} (the GPU's {} less --memory-reserve {}, in steps of --memory-step {}) is below the request policy's min + step ({}), which the API server refuses",
+                format_bytes(capacity),
+                format_bytes(total),
+                format_bytes(self.reserve),
+                format_bytes(self.step),
+                format_bytes(least)
+            )
+        })
+    }
+}
+
+/// A GPU this driver does not publish, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeftOut {
+    pub index: u32,
+    pub uuid: String,
+    pub why: String,
 }
 
 /// The device name of the GPU with this index.
@@ -81,17 +120,17 @@ pub fn device_index(name: &str) -> Option<u32> {
     digits.parse().ok()
 }
 
-/// The slice's name: `<node>-gpu.fgpu.io`, one per node, so the driver finds its own slice
-/// again by name, with no list or watch. A node name too long for that (object names have
-/// at most 253 characters) is cut and followed by a hash of the whole name.
-pub fn slice_name(node: &str) -> String {
-    let name = format!("{node}-{DRIVER}");
-    if name.len() <= 253 {
-        return name;
+/// The name of slice `index` of the node's pool: `<node>-gpu.fgpu.io-<index>`, found again
+/// by name. A node name too long for that (object names have at most 253 characters) is
+/// cut and followed by a hash of the whole name.
+pub fn slice_name(node: &str, index: usize) -> String {
+    let tail = format!("-{DRIVER}-{index}");
+    if node.len() + tail.len() <= 253 {
+        return format!("{node}{tail}");
     }
     // FNV-1a, 64 bits: stable across releases, unlike std's hasher.
     let hash = node.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x0100_0000_01b3));
-    let suffix = format!("-{hash:016x}-{DRIVER}");
+    let suffix = format!("-{hash:016x}{tail}");
     let mut cut = 253 - suffix.len();
     while !node.is_char_boundary(cut) {
         cut -= 1;
@@ -129,14 +168,21 @@ fn quantity(text: String) -> Quantity {
     Quantity(text)
 }
 
-/// The slice's devices: every GPU whose memory capacity is at least one step.
-pub fn devices(gpus: &[GpuInfo], driver: &DriverInfo, policy: &MemoryPolicy) -> Vec<Device> {
+/// A capacity, with its request policy where the cluster keeps one.
+fn capacity(value: String, policy: CapacityRequestPolicy, features: Features) -> DeviceCapacity {
+    DeviceCapacity { value: quantity(value), request_policy: features.consumable_capacity.then_some(policy) }
+}
+
+/// The devices of the node's GPUs as `features` allow, and the GPUs left out.
+pub fn devices(gpus: &[GpuInfo], driver: &DriverInfo, policy: &MemoryPolicy, features: Features) -> (Vec<Device>, Vec<LeftOut>) {
     let mut out = Vec::new();
+    let mut left_out = Vec::new();
     for gpu in gpus {
-        let memory = policy.capacity(gpu.total);
-        if memory == 0 {
+        if let Some(why) = policy.refusal(gpu.total) {
+            left_out.push(LeftOut { index: gpu.index, uuid: gpu.uuid.clone(), why });
             continue;
         }
+        let memory = policy.capacity(gpu.total);
         let mut attributes = BTreeMap::new();
         attributes.insert("uuid".to_string(), string_attribute(&gpu.uuid));
         attributes.insert("productName".to_string(), string_attribute(&gpu.product));
@@ -147,27 +193,25 @@ pub fn devices(gpus: &[GpuInfo], driver: &DriverInfo, policy: &MemoryPolicy) -> 
         if let Some(v) = driver.cuda_version.and_then(cuda_semver) {
             attributes.insert("cudaVersion".to_string(), DeviceAttribute { version: Some(v), ..Default::default() });
         }
-        let mut capacity = BTreeMap::new();
-        capacity.insert(
+        let mut capacities = BTreeMap::new();
+        let step = quantity(format_bytes(policy.step));
+        capacities.insert(
             MEMORY.to_string(),
-            DeviceCapacity {
-                value: quantity(format_bytes(memory)),
-                request_policy: Some(CapacityRequestPolicy {
+            capacity(
+                format_bytes(memory),
+                CapacityRequestPolicy {
                     default: Some(quantity(format_bytes(memory))),
-                    valid_range: Some(CapacityRequestPolicyRange {
-                        min: quantity(format_bytes(policy.step)),
-                        max: None,
-                        step: Some(quantity(format_bytes(policy.step))),
-                    }),
+                    valid_range: Some(CapacityRequestPolicyRange { min: step.clone(), max: None, step: Some(step) }),
                     valid_values: None,
-                }),
-            },
+                },
+                features,
+            ),
         );
-        capacity.insert(
+        capacities.insert(
             COMPUTE.to_string(),
-            DeviceCapacity {
-                value: quantity(COMPUTE_WHOLE.to_string()),
-                request_policy: Some(CapacityRequestPolicy {
+            capacity(
+                COMPUTE_WHOLE.to_string(),
+                CapacityRequestPolicy {
                     default: Some(quantity("0".into())),
                     valid_range: Some(CapacityRequestPolicyRange {
                         min: quantity("0".into()),
@@ -175,23 +219,65 @@ pub fn devices(gpus: &[GpuInfo], driver: &DriverInfo, policy: &MemoryPolicy) -> 
                         step: Some(quantity("1".into())),
                     }),
                     valid_values: None,
-                }),
-            },
+                },
+                features,
+            ),
         );
         out.push(Device {
             name: device_name(gpu.index),
-            allow_multiple_allocations: Some(true),
+            allow_multiple_allocations: features.consumable_capacity.then_some(true),
             attributes: Some(attributes),
-            capacity: Some(capacity),
+            capacity: Some(capacities),
             ..Default::default()
         });
     }
-    out
+    (out, left_out)
 }
 
-/// The node's slice, owned by the Node (`node_uid`, when it could be read) so that it goes
-/// when the node does.
-pub fn slice(node: &str, node_uid: Option<&str>, devices: Vec<Device>, generation: i64) -> ResourceSlice {
+/// What one slice of the pool holds: devices, or (from Kubernetes 1.35, for partitionable
+/// devices) counter sets, never both.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SliceContent {
+    pub devices: Vec<Device>,
+    pub shared_counters: Vec<CounterSet>,
+}
+
+/// The most devices one slice may hold, given whether they consume counters or have taints.
+fn limit(device: &Device) -> usize {
+    let counters = device.consumes_counters.as_ref().is_some_and(|c| !c.is_empty());
+    let taints = device.taints.as_ref().is_some_and(|t| !t.is_empty());
+    if counters || taints {
+        MAX_DEVICES_WITH_COUNTERS
+    } else {
+        MAX_DEVICES
+    }
+}
+
+/// The pool's slices: the counter sets first, in a slice of their own, then the devices in
+/// order, each slice as full as the API allows. At least one slice, so that an empty pool
+/// is published as such.
+pub fn pack(devices: Vec<Device>, shared_counters: Vec<CounterSet>) -> Vec<SliceContent> {
+    let mut slices = Vec::new();
+    if !shared_counters.is_empty() {
+        slices.push(SliceContent { devices: Vec::new(), shared_counters });
+    }
+    let mut current: Vec<Device> = Vec::new();
+    for device in devices {
+        let cap = current.iter().chain(std::iter::once(&device)).map(limit).min().unwrap_or(MAX_DEVICES);
+        if current.len() + 1 > cap {
+            slices.push(SliceContent { devices: std::mem::take(&mut current), shared_counters: Vec::new() });
+        }
+        current.push(device);
+    }
+    if !current.is_empty() || slices.is_empty() {
+        slices.push(SliceContent { devices: current, shared_counters: Vec::new() });
+    }
+    slices
+}
+
+/// Slice `index` of `count` of the node's pool, owned by the Node (`node_uid`, when it
+/// could be read) so that it goes when the node does.
+pub fn slice(node: &str, node_uid: Option<&str>, index: usize, count: usize, content: SliceContent, generation: i64) -> ResourceSlice {
     let owner = node_uid.map(|uid| {
         vec![OwnerReference {
             api_version: "v1".into(),
@@ -202,16 +288,69 @@ pub fn slice(node: &str, node_uid: Option<&str>, devices: Vec<Device>, generatio
             block_owner_deletion: None,
         }]
     });
+    let counters = (!content.shared_counters.is_empty()).then_some(content.shared_counters);
     ResourceSlice {
-        metadata: ObjectMeta { name: Some(slice_name(node)), owner_references: owner, ..Default::default() },
+        metadata: ObjectMeta { name: Some(slice_name(node, index)), owner_references: owner, ..Default::default() },
         spec: ResourceSliceSpec {
             driver: DRIVER.into(),
             node_name: Some(node.into()),
-            pool: ResourcePool { name: node.into(), generation, resource_slice_count: 1 },
-            devices: Some(devices),
+            pool: ResourcePool { name: node.into(), generation, resource_slice_count: count as i64 },
+            devices: if counters.is_some() { None } else { Some(content.devices) },
+            shared_counters: counters,
             ..Default::default()
         },
     }
+}
+
+/// A slice made only to ask the API server, in a dry run, which fields it keeps: one device
+/// with every gated field this driver may use.
+pub fn feature_probe(node: &str) -> Value {
+    let step = quantity("256Mi".into());
+    let device = Device {
+        name: "probe".into(),
+        allow_multiple_allocations: Some(true),
+        capacity: Some(BTreeMap::from([(
+            MEMORY.to_string(),
+            DeviceCapacity {
+                value: quantity("1Gi".into()),
+                request_policy: Some(CapacityRequestPolicy {
+                    default: Some(quantity("1Gi".into())),
+                    valid_range: Some(CapacityRequestPolicyRange { min: step.clone(), max: None, step: Some(step) }),
+                    valid_values: None,
+                }),
+            },
+        )])),
+        ..Default::default()
+    };
+    let mut probe = serde_json::to_value(slice(node, None, 0, 1, SliceContent { devices: vec![device], shared_counters: Vec::new() }, 0)).expect("serialises");
+    // A name of the server's making: a dry run never meets an existing slice's.
+    probe["metadata"] = serde_json::json!({"generateName": feature_probe_prefix(node)});
+    probe
+}
+
+/// The start of the names the server makes for [`feature_probe`]'s slices.
+pub fn feature_probe_prefix(node: &str) -> String {
+    format!("{node}-{DRIVER}-probe-")
+}
+
+/// The feature gates whose fields the server dropped: in `sent` (what this driver wrote)
+/// and not in `stored` (what the server answered).
+pub fn dropped(sent: &Value, stored: &Value) -> BTreeSet<&'static str> {
+    let mut gates = BTreeSet::new();
+    let devices = |v: &Value| v.pointer("/spec/devices").and_then(Value::as_array).cloned().unwrap_or_default();
+    let stored_devices = devices(stored);
+    for d in devices(sent) {
+        let Some(kept) = stored_devices.iter().find(|s| s["name"] == d["name"]) else { continue };
+        if d.get("allowMultipleAllocations").is_some() && kept.get("allowMultipleAllocations").is_none() {
+            gates.insert(CONSUMABLE_CAPACITY);
+        }
+        for (name, cap) in d["capacity"].as_object().into_iter().flatten() {
+            if cap.get("requestPolicy").is_some() && kept.pointer(&format!("/capacity/{name}/requestPolicy")).is_none() {
+                gates.insert(CONSUMABLE_CAPACITY);
+            }
+        }
+    }
+    gates
 }
 
 /// Whether everything `desired` says is in `existing` with the same value (what the server
@@ -224,9 +363,11 @@ pub fn contains(existing: &Value, desired: &Value) -> bool {
     }
 }
 
-/// Whether the slice on the server must be replaced by `desired`: its spec (leaving out the
-/// pool's generation, which this driver counts) or its owner differ.
-pub fn needs_update(existing: &Value, desired: &ResourceSlice) -> bool {
+/// Whether the slice on the server says what `desired` says: its spec, the pool's
+/// generation left out (this driver counts it for the pool as a whole), and its owner; and
+/// nothing more in its devices than `desired` has (a field this driver no longer writes,
+/// such as `requestPolicy` after the cluster turned out not to keep it).
+pub fn same(existing: &Value, desired: &ResourceSlice) -> bool {
     let mut want = serde_json::to_value(desired).expect("a ResourceSlice serialises");
     if let Some(pool) = want.pointer_mut("/spec/pool").and_then(Value::as_object_mut) {
         pool.remove("generation");
@@ -236,117 +377,19 @@ pub fn needs_update(existing: &Value, desired: &ResourceSlice) -> bool {
         Some(owners) => existing.pointer("/metadata/ownerReferences").is_some_and(|e| contains(e, owners)),
         None => true,
     };
-    !(spec_same && owner_same)
+    let gated_extra = existing.pointer("/spec/devices").and_then(Value::as_array).into_iter().flatten().any(|d| {
+        let theirs = want.pointer("/spec/devices").and_then(Value::as_array).and_then(|w| w.iter().find(|x| x["name"] == d["name"]));
+        let Some(theirs) = theirs else { return false };
+        let extra_multiple = d.get("allowMultipleAllocations").is_some() && theirs.get("allowMultipleAllocations").is_none();
+        let extra_policy = d["capacity"]
+            .as_object()
+            .into_iter()
+            .flatten()
+            .any(|(k, c)| c.get("requestPolicy").is_some() && theirs.pointer(&format!("/capacity/{k}/requestPolicy")).is_none());
+        extra_multiple || extra_policy
+    });
+    spec_same && owner_same && !gated_extra
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    const GIB: u64 = 1 << 30;
-    const MIB: u64 = 1 << 20;
-    const POLICY: MemoryPolicy = MemoryPolicy { reserve: 512 * MIB, step: 256 * MIB };
-
-    fn gpu(index: u32, total: u64) -> GpuInfo {
-        GpuInfo { index, uuid: format!("GPU-{index:08}-0000-0000-0000-000000000000"), product: "NVIDIA H100 80GB HBM3".into(), total }
-    }
-
-    #[test]
-    fn memory_is_the_gpu_less_the_reserve_rounded_down_to_the_step() {
-        assert_eq!(POLICY.capacity(80 * GIB), 80 * GIB - 512 * MIB);
-        assert_eq!(POLICY.capacity(81559 * MIB), (81559 - 512) / 256 * 256 * MIB);
-        assert_eq!(POLICY.capacity(600 * MIB), 0);
-        assert_eq!(MemoryPolicy { reserve: 0, step: 0 }.capacity(1000), 1000);
-    }
-
-    #[test]
-    fn each_gpu_is_a_shareable_device_with_memory_and_compute() {
-        let driver = DriverInfo { driver_version: Some("535.104.05".into()), cuda_version: Some(12080) };
-        let devices = devices(&[gpu(0, 80 * GIB), gpu(1, 24 * GIB), gpu(2, 256 * MIB)], &driver, &POLICY);
-        let json = serde_json::to_value(&devices).unwrap();
-        assert_eq!(json.as_array().unwrap().len(), 2, "a GPU smaller than the reserve is left out: {json}");
-        let d = &json[0];
-        assert_eq!(d["name"], "gpu-0");
-        assert_eq!(d["allowMultipleAllocations"], true);
-        assert_eq!(d["attributes"]["uuid"]["string"], "GPU-00000000-0000-0000-0000-000000000000");
-        assert_eq!(d["attributes"]["productName"]["string"], "NVIDIA H100 80GB HBM3");
-        assert_eq!(d["attributes"]["index"]["int"], 0);
-        assert_eq!(d["attributes"]["driverVersion"]["version"], "535.104.5");
-        assert_eq!(d["attributes"]["cudaVersion"]["version"], "12.8.0");
-        assert_eq!(d["capacity"]["memory"]["value"], "81408Mi");
-        assert_eq!(d["capacity"]["memory"]["requestPolicy"]["default"], "81408Mi");
-        assert_eq!(d["capacity"]["memory"]["requestPolicy"]["validRange"], serde_json::json!({"min": "256Mi", "step": "256Mi"}));
-        assert_eq!(d["capacity"]["compute"]["value"], "100");
-        assert_eq!(d["capacity"]["compute"]["requestPolicy"]["default"], "0");
-        assert_eq!(d["capacity"]["compute"]["requestPolicy"]["validRange"], serde_json::json!({"min": "0", "max": "100", "step": "1"}));
-        assert_eq!(json[1]["capacity"]["memory"]["value"], "24064Mi");
-        assert_eq!(json[1]["attributes"]["index"]["int"], 1);
-    }
-
-    #[test]
-    fn the_slice_names_its_pool_node_and_owner() {
-        let s = serde_json::to_value(slice("node-a", Some("0a1b"), Vec::new(), 3)).unwrap();
-        assert_eq!(s["apiVersion"], "resource.k8s.io/v1");
-        assert_eq!(s["kind"], "ResourceSlice");
-        assert_eq!(s["metadata"]["name"], "node-a-gpu.fgpu.io");
-        assert_eq!(
-            s["metadata"]["ownerReferences"][0],
-            serde_json::json!({"apiVersion": "v1", "kind": "Node", "name": "node-a", "uid": "0a1b", "controller": true})
-        );
-        assert_eq!(s["spec"]["driver"], "gpu.fgpu.io");
-        assert_eq!(s["spec"]["nodeName"], "node-a");
-        assert_eq!(s["spec"]["pool"], serde_json::json!({"name": "node-a", "generation": 3, "resourceSliceCount": 1}));
-        let s = serde_json::to_value(slice("node-a", None, Vec::new(), 1)).unwrap();
-        assert!(s["metadata"].get("ownerReferences").is_none());
-    }
-
-    #[test]
-    fn long_node_names_give_valid_distinct_slice_names() {
-        let a = "a".repeat(253);
-        let b = format!("{}b", "a".repeat(252));
-        assert!(slice_name(&a).len() <= 253 && slice_name(&b).len() <= 253);
-        assert_ne!(slice_name(&a), slice_name(&b));
-        assert!(slice_name(&a).ends_with("-gpu.fgpu.io"));
-    }
-
-    #[test]
-    fn versions() {
-        assert_eq!(semver("570.26").as_deref(), Some("570.26.0"));
-        assert_eq!(semver("535.104.05").as_deref(), Some("535.104.5"));
-        assert_eq!(semver("580.65.06").as_deref(), Some("580.65.6"));
-        assert_eq!(semver("r570"), None);
-        assert_eq!(semver("1.2.3.4"), None);
-        assert_eq!(cuda_semver(12080).as_deref(), Some("12.8.0"));
-        assert_eq!(cuda_semver(11080).as_deref(), Some("11.8.0"));
-        assert_eq!(cuda_semver(0), None);
-    }
-
-    #[test]
-    fn device_names_map_back_to_indexes() {
-        assert_eq!(device_index(&device_name(7)), Some(7));
-        for bad in ["gpu-", "gpu-07", "gpu-x", "gpu0", "mig-1", "gpu-99999999999"] {
-            assert_eq!(device_index(bad), None, "{bad}");
-        }
-    }
-
-    #[test]
-    fn an_unchanged_slice_needs_no_update_whatever_the_server_added() {
-        let driver = DriverInfo::default();
-        let desired = slice("n", Some("u"), devices(&[gpu(0, 80 * GIB)], &driver, &POLICY), 4);
-        let mut existing = serde_json::to_value(&desired).unwrap();
-        existing["metadata"]["resourceVersion"] = "17".into();
-        existing["metadata"]["uid"] = "x".into();
-        existing["spec"]["pool"]["generation"] = 9.into();
-        existing["spec"]["devices"][0]["attributes"]["extra"] = serde_json::json!({"bool": true});
-        assert!(!needs_update(&existing, &desired));
-        let mut changed = existing.clone();
-        changed["spec"]["devices"][0]["capacity"]["memory"]["value"] = "1Gi".into();
-        assert!(needs_update(&changed, &desired));
-        let mut fewer = existing.clone();
-        fewer["spec"]["devices"] = serde_json::json!([]);
-        assert!(needs_update(&fewer, &desired));
-        let mut no_owner = existing.clone();
-        no_owner["metadata"].as_object_mut().unwrap().remove("ownerReferences");
-        assert!(needs_update(&no_owner, &desired));
-    }
-}
+mod tests;

@@ -2,27 +2,33 @@
 # fgpu-kubelet-plugin's claims in real podman containers: the CDI devices that the DRA
 # driver gpu.fgpu.io answers NodePrepareResources with cap a plain Debian image, on the
 # simulated driver, as tests/cdi/test.sh does for `fgpu cdi generate`'s devices. No
-# kubelet and no API server exist here: fgpu-dra-harness (tests/support/dra.rs) plays
-# both, the API server on 127.0.0.1 serving resource.k8s.io/v1 claims with
-# consumedCapacity, the fake kubelet calling the plugin over its sockets.
+# kubelet and no API server exist here: fgpu-dra-harness (tests/support/dra/) is the API
+# server on 127.0.0.1, serving resource.k8s.io/v1 claims with consumedCapacity, and
+# tests/python/fake_kubelet.py is kubelet, calling the plugin over its sockets as kubelet's
+# grpc-go does (the percent-encoded socket path as :authority).
 #
 #   bash tests/cdi/dra.sh           (as root; tests/run.sh runs it)
 #
 # It checks:
-#   - Prepare of a claim allocated 8Gi and 30 % of GPU 0 answers NVIDIA's device under the
-#     GPU's UUID (from a stand-in for NVIDIA's spec) and fgpu.io/gpu=claim-<uid>, both
-#     defined by specs in /var/run/cdi; the same again on a repeated Prepare;
+#   - kubelet registers the plugin; Prepare of a claim allocated 8Gi and 30 % of GPU 0
+#     answers NVIDIA's device under the GPU's UUID (from a stand-in for NVIDIA's spec) and
+#     fgpu.io/gpu=claim-<uid>, both defined by specs in /var/run/cdi; the same again on a
+#     repeated Prepare;
 #   - a container started with those devices sees an 8192 MiB GPU in nvidia-smi, pynvml and
 #     cuMemGetInfo, is refused 9000 MiB and granted 7000 MiB, and has the 30 % share in its
 #     configuration;
 #   - a second container in the first one's IPC namespace (a pod's second container) shares
 #     the one 8 GiB cap; a container of the same claim in an IPC namespace of its own (a
 #     second pod) is refused GPU memory, and told why;
+#   - a prioritized-list claim (the scheduler chose subrequest gpu/small, 4Gi) is answered
+#     for request `gpu`, and its container sees a 4096 MiB GPU;
 #   - a claim allocated a device the node lacks gets an error and no spec;
-#   - Unprepare removes the claim's spec.
+#   - Unprepare removes the claims' specs; SIGTERM stops the plugin, which removes its
+#     registration socket and leaves nothing running.
 # Host state: the specs go to /var/run/cdi (podman 4.3 reads only it and /etc/cdi) under
 # names of this script's own, removed at exit; everything else lives in a temporary
-# directory. The base image is tests/cdi/test.sh's (the same cache, the same name).
+# directory, removed at exit with the processes and mounts it started. The base image is
+# tests/cdi/test.sh's (the same cache, the same name).
 # Prints PASS/FAIL lines and "N passed, M failed"; exits non-zero if anything failed.
 #
 # Environment:
@@ -47,6 +53,7 @@ CAP_MIB=8192
 # The claims: UIDs of this script's own, so that their specs never meet another's.
 UID_TRAIN=0d7a2c4e-dra0-4000-8000-000000000001
 UID_LOST=0d7a2c4e-dra0-4000-8000-000000000003
+UID_SMALL=0d7a2c4e-dra0-4000-8000-000000000004
 HOSTDIR=
 API_PID=
 PLUGIN_PID=
@@ -72,7 +79,7 @@ if [ "${#need[@]}" -gt 0 ]; then
 fi
 
 PY=${FGPU_TEST_PYTHON:-$root/.venv/bin/python}
-if ! "$PY" -c 'import pynvml' 2>/dev/null; then
+if ! "$PY" -c 'import pynvml, grpc, grpc_tools, h2' 2>/dev/null; then
     log "pip install -r tests/python/requirements.txt into .venv"
     { [ -x "$PY" ] || python3 -m venv "$root/.venv"; } && PY=$root/.venv/bin/python \
         && "$PY" -m pip install -q --disable-pip-version-check -r tests/python/requirements.txt >"$WORK/pip.log" 2>&1 \
@@ -100,7 +107,7 @@ cleanup() {
     [ -n "$PLUGIN_PID" ] && kill "$PLUGIN_PID" 2>/dev/null && wait "$PLUGIN_PID" 2>/dev/null
     [ -n "$API_PID" ] && kill "$API_PID" 2>/dev/null && wait "$API_PID" 2>/dev/null
     { exec 9>&-; } 2>/dev/null
-    rm -f "$NVIDIA_SPEC" "$CDI_DIR/fgpu-claim-$UID_TRAIN.json" "$CDI_DIR/fgpu-claim-$UID_LOST.json"
+    rm -f "$NVIDIA_SPEC" "$CDI_DIR/fgpu-claim-$UID_TRAIN.json" "$CDI_DIR/fgpu-claim-$UID_LOST.json" "$CDI_DIR/fgpu-claim-$UID_SMALL.json"
     if [ -n "$HOSTDIR" ]; then
         # The claims' ledger tmpfs, should a failure have left one mounted.
         grep -o " $HOSTDIR/[^ ]*" /proc/self/mountinfo | sort -r | while read -r m; do umount -l "$m"; done
@@ -115,7 +122,7 @@ cleanup
 
 # ------------------------------------------------------------------ builds
 
-log "cargo build --release (fgpu, the shim, the simulated driver, fgpu-kubelet-plugin, fgpu-dra-harness)"
+log "cargo build --release of fgpu, the shim, the simulated driver, fgpu-kubelet-plugin and fgpu-dra-harness (about 2 minutes on 2 cores from a clean tree; output in $WORK/cargo.log)"
 cargo build --release -p fgpu-cli -p fgpu-shim -p fgpu-sim-cuda -p fgpu-sim-nvml -p fgpu-kubelet-plugin -p fgpu-tests --bins \
     >"$WORK/cargo.log" 2>&1 || die "cargo build failed (see $WORK/cargo.log)"
 REL=$root/target/release
@@ -162,36 +169,65 @@ EOF
 log "the stub API server and fgpu-kubelet-plugin"
 mkfifo "$HOSTDIR/api.in" || die "mkfifo failed"
 "$REL/fgpu-dra-harness" api "$HOSTDIR/kubeconfig" "$NODE" 5e0c1a2b-0000-4000-8000-00000000node \
-    "default/train/$UID_TRAIN/gpu-0/8Gi/30" "default/lost/$UID_LOST/gpu-5/8Gi/-" \
+    "default/train/$UID_TRAIN/gpu-0/8Gi/30" "default/lost/$UID_LOST/gpu-5/8Gi/-" "default/small/$UID_SMALL/gpu-0/4Gi/-/gpu/small" \
     <"$HOSTDIR/api.in" >"$HOSTDIR/api.out" 2>"$HOSTDIR/api.err" &
 API_PID=$!
 exec 9>"$HOSTDIR/api.in"
 for _ in $(seq 1 100); do grep -q '^ready ' "$HOSTDIR/api.out" && break; sleep 0.1; done
 grep -q '^ready ' "$HOSTDIR/api.out" || die "the stub API server did not start: $(cat "$HOSTDIR/api.err")"
 
-sim env FGPU_SHIM="$REL/libfgpu.so" "$REL/fgpu-kubelet-plugin" --node-name "$NODE" --kubeconfig "$HOSTDIR/kubeconfig" \
+# The plugin itself, not a shell around it: $PLUGIN_PID is the plugin's, so that the
+# cleanup stops it.
+env LD_LIBRARY_PATH="$HOSTDIR/simlib" FGPU_SIM_STATE="$SIM_STATE" FGPU_SIM_DEVICES=1 FGPU_SIM_MEMORY=80G FGPU_SIM_CONTEXT_OVERHEAD=300M \
+    FGPU_SHIM="$REL/libfgpu.so" "$REL/fgpu-kubelet-plugin" --node-name "$NODE" --kubeconfig "$HOSTDIR/kubeconfig" \
     --cdi-root "$CDI_DIR" --state-dir "$HOSTDIR/state" --fgpu "$REL/fgpu" \
     --kubelet-registrar-directory-path "$HOSTDIR/registry" --kubelet-plugins-directory-path "$HOSTDIR/plugins" \
     >"$HOSTDIR/plugin.log" 2>&1 &
 PLUGIN_PID=$!
-for _ in $(seq 1 100); do [ -S "$HOSTDIR/registry/gpu.fgpu.io-reg.sock" ] && break; sleep 0.1; done
-[ -S "$HOSTDIR/registry/gpu.fgpu.io-reg.sock" ] || die "the plugin did not start: $(cat "$HOSTDIR/plugin.log")"
+REG_SOCKET=$HOSTDIR/registry/gpu.fgpu.io-reg.sock
+for _ in $(seq 1 300); do [ -S "$REG_SOCKET" ] && break; sleep 0.1; done
+[ -S "$REG_SOCKET" ] || die "the plugin did not start: $(cat "$HOSTDIR/plugin.log")"
+
+# kubelet: tests/python/fake_kubelet.py, with the :authority grpc-go sends.
+kubelet() { run "$PY" "$root/tests/python/fake_kubelet.py" --authority grpc-go "$@"; }
+claims() { # claims NAMESPACE/NAME/UID...: the JSON list kubelet names claims with
+    local out="" c ns name uid
+    for c in "$@"; do
+        IFS=/ read -r ns name uid <<<"$c"
+        out+="${out:+,}{\"namespace\": \"$ns\", \"name\": \"$name\", \"uid\": \"$uid\"}"
+    done
+    printf '[%s]' "$out"
+}
+# The CDI IDs of a prepare's answer ($OUT), one a line, for claim $1.
+ids_of() { printf '%s' "$OUT" | "$PY" -c 'import json, sys; a = json.load(sys.stdin)["claims"][sys.argv[1]]; print("\n".join(i for d in a["devices"] for i in d["cdiDeviceIds"]))' "$1"; }
+error_of() { printf '%s' "$OUT" | "$PY" -c 'import json, sys; print(json.load(sys.stdin)["claims"][sys.argv[1]]["error"])' "$1"; }
+requests_of() { printf '%s' "$OUT" | "$PY" -c 'import json, sys; print(" ".join(r for d in json.load(sys.stdin)["claims"][sys.argv[1]]["devices"] for r in d["requestNames"]))' "$1"; }
+
+log "kubelet registers the plugin"
+kubelet register "$REG_SOCKET"
+check kubelet-registers-the-plugin "GetInfo and NotifyRegistrationStatus with grpc-go's :authority failed" \
+    eval 'test "$RC" = 0 && printf "%s" "$OUT" | grep -q "\"endpoint\": \"$HOSTDIR/plugins/gpu.fgpu.io/dra.sock\""'
+DRA_SOCKET=$HOSTDIR/plugins/gpu.fgpu.io/dra.sock
 
 # ------------------------------------------------------------------ prepare
 
 log "NodePrepareResources"
-run "$REL/fgpu-dra-harness" prepare "$HOSTDIR/registry" "default/train/$UID_TRAIN"
-IDS=$(printf '%s\n' "$OUT" | sed -n "s/^cdi $UID_TRAIN //p")
+kubelet prepare "$DRA_SOCKET" "$(claims "default/train/$UID_TRAIN")"
+IDS=$(ids_of "$UID_TRAIN")
 check prepare-answers-nvidia-and-fgpu-devices "Prepare did not answer NVIDIA's UUID device and fgpu's claim device" \
     test "$RC/$IDS" = "0/$(printf 'nvidia.com/gpu=%s\nfgpu.io/gpu=claim-%s' "$GPU_UUID" "$UID_TRAIN")"
 check prepared-spec-in-cdi-dir "no spec defines fgpu.io/gpu=claim-$UID_TRAIN in $CDI_DIR" \
     grep -q "\"name\": \"claim-$UID_TRAIN\"" "$CDI_DIR/fgpu-claim-$UID_TRAIN.json"
 FIRST=$OUT
-run "$REL/fgpu-dra-harness" prepare "$HOSTDIR/registry" "default/train/$UID_TRAIN"
+kubelet prepare "$DRA_SOCKET" "$(claims "default/train/$UID_TRAIN")"
 check prepare-again-same-ids "a repeated Prepare answered otherwise" test "$RC/$OUT" = "0/$FIRST"
-run "$REL/fgpu-dra-harness" prepare "$HOSTDIR/registry" "default/lost/$UID_LOST"
+kubelet prepare "$DRA_SOCKET" "$(claims "default/lost/$UID_LOST")"
 check prepare-device-the-node-lacks-fails "a claim on gpu-5 must get an error naming it, and no spec" \
-    eval 'test "$RC" = 3 && printf "%s" "$OUT" | grep -q "^error $UID_LOST .*gpu-5 is not on this node" && test ! -e "$CDI_DIR/fgpu-claim-$UID_LOST.json"'
+    eval 'test "$RC" = 0 && error_of "$UID_LOST" | grep -q "gpu-5 is not on this node" && test ! -e "$CDI_DIR/fgpu-claim-$UID_LOST.json"'
+kubelet prepare "$DRA_SOCKET" "$(claims "default/small/$UID_SMALL")"
+SMALL_IDS=$(ids_of "$UID_SMALL")
+check prioritized-list-claim-answers-its-request "the claim allocated for subrequest gpu/small must be answered for request gpu" \
+    test "$RC/$(requests_of "$UID_SMALL")/$(printf '%s' "$SMALL_IDS" | wc -l)" = "0/gpu/1"
 DEVICES=()
 for id in $IDS; do DEVICES+=(--device "$id"); done
 
@@ -258,13 +294,31 @@ else
 fi
 podman rm -f -t 0 "$PREFIX-a" "$PREFIX-a2" "$PREFIX-b" >/dev/null 2>&1
 
+log "the prioritized-list claim's container"
+SMALL=()
+for id in $SMALL_IDS; do SMALL+=(--device "$id"); done
+if start s "${SMALL[@]}"; then
+    check prioritized-list-claim-total-4096 "the container of the claim allocated 4Gi for gpu/small does not see a 4096 MiB GPU" total_is s 4096
+else
+    fail prioritized-list-claim-total-4096 "podman run with $SMALL_IDS failed: $ERR"
+fi
+podman rm -f -t 0 "$PREFIX-s" >/dev/null 2>&1
+
 # ------------------------------------------------------------------ unprepare
 
 log "NodeUnprepareResources"
-run "$REL/fgpu-dra-harness" unprepare "$HOSTDIR/registry" "default/train/$UID_TRAIN"
-check unprepare-removes-spec "Unprepare failed or left the claim's spec or files" \
-    eval 'test "$RC" = 0 && test ! -e "$CDI_DIR/fgpu-claim-$UID_TRAIN.json" && test ! -e "$HOSTDIR/state/claims/$UID_TRAIN"'
-check plugin-still-running "the plugin exited: $(tail -n 5 "$HOSTDIR/plugin.log" 2>/dev/null)" kill -0 "$PLUGIN_PID"
+kubelet unprepare "$DRA_SOCKET" "$(claims "default/train/$UID_TRAIN" "default/small/$UID_SMALL")"
+check unprepare-removes-specs "Unprepare failed or left the claims' specs or files" \
+    eval 'test "$RC" = 0 && test ! -e "$CDI_DIR/fgpu-claim-$UID_TRAIN.json" && test ! -e "$CDI_DIR/fgpu-claim-$UID_SMALL.json" && test ! -e "$HOSTDIR/state/claims/$UID_TRAIN"'
+
+log "SIGTERM"
+kill -TERM "$PLUGIN_PID"
+for _ in $(seq 1 100); do kill -0 "$PLUGIN_PID" 2>/dev/null || break; sleep 0.1; done
+wait "$PLUGIN_PID"
+RC=$?
+check plugin-stops-on-sigterm "the plugin did not stop cleanly on SIGTERM (status $RC): $(tail -n 5 "$HOSTDIR/plugin.log" 2>/dev/null)" \
+    eval 'test "$RC" = 0 && test ! -e "$REG_SOCKET"'
+PLUGIN_PID=
 
 summary
 [ "$nfail" = 0 ]

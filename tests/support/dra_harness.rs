@@ -1,26 +1,20 @@
-//! `fgpu-dra-harness`: the stub API server and the fake kubelet of tests/support/dra.rs as a
-//! command, for tests/cdi/test.sh, which runs the CDI devices that fgpu-kubelet-plugin
-//! prepares in real podman containers.
+//! `fgpu-dra-harness`: the stub API server of tests/support/dra/ as a command, for
+//! tests/cdi/dra.sh (which runs the CDI devices fgpu-kubelet-plugin prepares in real podman
+//! containers; its fake kubelet is tests/python/fake_kubelet.py) and for long measurements.
 //!
-//!   fgpu-dra-harness api KUBECONFIG NODE NODE_UID [CLAIM...]
-//!       serves the API (writes KUBECONFIG, prints `ready URL`) until standard input closes;
-//!       CLAIM is NAMESPACE/NAME/UID/DEVICE/MEMORY/COMPUTE, `-` for no consumed capacity.
-//!   fgpu-dra-harness prepare REGISTRAR_DIR NAMESPACE/NAME/UID...
-//!       registers as kubelet does (GetInfo, NotifyRegistrationStatus) and prepares the
-//!       claims: prints `cdi UID ID` for each CDI device, `error UID MESSAGE` for a claim
-//!       that failed; exits 3 if one did.
-//!   fgpu-dra-harness unprepare REGISTRAR_DIR NAMESPACE/NAME/UID...
+//!   fgpu-dra-harness api KUBECONFIG NODE NODE_UID [--gates consumable-capacity=off] [CLAIM...]
+//!       serves the API (writes KUBECONFIG, prints `ready URL`) until standard input closes,
+//!       then prints its counts. CLAIM is NAMESPACE/NAME/UID/DEVICE/MEMORY/COMPUTE[/REQUEST],
+//!       `-` for no consumed capacity; REQUEST may be `request/subrequest`.
+//!       Commands on standard input, one a line (each answered with one line):
+//!         wipe      kubelet's deletion of the node's slices   -> `wiped N`
+//!         counts    what the plugin asked                     -> `counts {json}`
+//!         slices    the node's slices                         -> `slices {json}`
 
-use fgpu_tests::dra::{claim_json, Alloc, ClaimRef, Kubelet, StubApi};
-use std::path::{Path, PathBuf};
-
-fn claim_ref(text: &str) -> ClaimRef {
-    let parts: Vec<&str> = text.split('/').collect();
-    if parts.len() != 3 {
-        fail(&format!("{text:?} is not NAMESPACE/NAME/UID"));
-    }
-    ClaimRef::new(parts[0], parts[1], parts[2])
-}
+use fgpu_tests::dra::{claim_json, Alloc, Gates, StubApi};
+use serde_json::json;
+use std::io::BufRead;
+use std::path::Path;
 
 /// `-` is none.
 fn given(text: &str) -> Option<&str> {
@@ -32,73 +26,68 @@ fn fail(message: &str) -> ! {
     std::process::exit(2);
 }
 
-/// GetInfo, checked, then the DRA socket it names.
-fn register(kubelet: &Kubelet, registrar: &Path) -> PathBuf {
-    let socket = registrar.join("gpu.fgpu.io-reg.sock");
-    let info = kubelet.get_info(&socket).unwrap_or_else(|e| fail(&format!("GetInfo on {}: {e}", socket.display())));
-    if info.r#type != "DRAPlugin" || info.name != "gpu.fgpu.io" || info.supported_versions != ["v1.DRAPlugin"] {
-        fail(&format!("GetInfo answered {info:?}"));
+fn counts(api: &StubApi) -> serde_json::Value {
+    let log = api.log();
+    let mut by: std::collections::BTreeMap<String, usize> = std::collections::BTreeMap::new();
+    for l in &log {
+        let path = l.url.split('?').next().unwrap_or("");
+        let resource = path.trim_matches('/').split('/').take(6).collect::<Vec<_>>().join("/");
+        let watch = if l.url.contains("watch=true") {
+            " watch"
+        } else if l.url.contains("dryRun") {
+            " dry-run"
+        } else {
+            ""
+        };
+        *by.entry(format!("{} {resource}{watch}", l.method)).or_default() += 1;
     }
-    kubelet.notify(&socket, true, "").unwrap_or_else(|e| fail(&format!("NotifyRegistrationStatus: {e}")));
-    PathBuf::from(info.endpoint)
+    json!({"sliceWrites": api.slice_writes(), "requests": log.len(), "byMethod": by})
 }
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    match args.first().map(String::as_str) {
-        Some("api") if args.len() >= 4 => {
-            let api = StubApi::start();
-            api.add_node(&args[2], &args[3]);
-            for text in &args[4..] {
-                let p: Vec<&str> = text.split('/').collect();
-                if p.len() != 6 {
-                    fail(&format!("{text:?} is not NAMESPACE/NAME/UID/DEVICE/MEMORY/COMPUTE"));
-                }
-                let (memory, compute) = (given(p[4]), given(p[5]));
-                let alloc = Alloc { request: "gpu", pool: &args[2], device: p[3], memory, compute };
-                api.add_claim(claim_json(p[0], p[1], p[2], Some(&[alloc]), &["pod-0"]));
-            }
-            api.kubeconfig(Path::new(&args[1]));
-            println!("ready {}", api.url);
-            let mut sink = Vec::new();
-            let _ = std::io::Read::read_to_end(&mut std::io::stdin(), &mut sink);
-        }
-        Some(verb @ ("prepare" | "unprepare")) if args.len() >= 3 => {
-            let kubelet = Kubelet::new();
-            let dra = register(&kubelet, Path::new(&args[1]));
-            let claims: Vec<ClaimRef> = args[2..].iter().map(|a| claim_ref(a)).collect();
-            let mut failed = false;
-            if verb == "prepare" {
-                let answer = kubelet.prepare(&dra, &claims).unwrap_or_else(|e| fail(&format!("NodePrepareResources: {e}")));
-                for c in &claims {
-                    match answer.claims.get(&c.uid) {
-                        None => fail(&format!("no answer for claim {}", c.uid)),
-                        Some(r) if !r.error.is_empty() => {
-                            failed = true;
-                            println!("error {} {}", c.uid, r.error);
-                        }
-                        Some(r) => {
-                            for id in r.devices.iter().flat_map(|d| &d.cdi_device_ids) {
-                                println!("cdi {} {id}", c.uid);
-                            }
-                        }
-                    }
-                }
-            } else {
-                let answer = kubelet.unprepare(&dra, &claims).unwrap_or_else(|e| fail(&format!("NodeUnprepareResources: {e}")));
-                for c in &claims {
-                    match answer.claims.get(&c.uid) {
-                        None => fail(&format!("no answer for claim {}", c.uid)),
-                        Some(r) if !r.error.is_empty() => {
-                            failed = true;
-                            println!("error {} {}", c.uid, r.error);
-                        }
-                        Some(_) => println!("unprepared {}", c.uid),
-                    }
-                }
-            }
-            std::process::exit(if failed { 3 } else { 0 });
-        }
-        _ => fail("usage: fgpu-dra-harness api KUBECONFIG NODE NODE_UID [CLAIM...] | prepare|unprepare REGISTRAR_DIR NS/NAME/UID..."),
+    if args.first().map(String::as_str) != Some("api") || args.len() < 4 {
+        fail("usage: fgpu-dra-harness api KUBECONFIG NODE NODE_UID [--gates consumable-capacity=off] [CLAIM...]");
     }
+    let node = &args[2];
+    let mut gates = Gates::ALL;
+    let mut claims = Vec::new();
+    let mut rest = args[4..].iter();
+    while let Some(a) = rest.next() {
+        if a == "--gates" {
+            for g in rest.next().unwrap_or_else(|| fail("--gates needs a value")).split(',') {
+                match g {
+                    "consumable-capacity=off" => gates.consumable_capacity = false,
+                    "consumable-capacity=on" => gates.consumable_capacity = true,
+                    other => fail(&format!("unknown gate setting {other:?}")),
+                }
+            }
+        } else {
+            claims.push(a.clone());
+        }
+    }
+    let api = StubApi::with_gates(gates);
+    api.add_node(node, &args[3]);
+    for text in &claims {
+        let p: Vec<&str> = text.split('/').collect();
+        if !(6..=8).contains(&p.len()) {
+            fail(&format!("{text:?} is not NAMESPACE/NAME/UID/DEVICE/MEMORY/COMPUTE[/REQUEST]"));
+        }
+        let request = if p.len() > 6 { p[6..].join("/") } else { "gpu".to_string() };
+        let alloc = Alloc { request: &request, pool: node, device: p[3], memory: given(p[4]), compute: given(p[5]), admin: false };
+        api.add_claim(claim_json(p[0], p[1], p[2], Some(&[alloc]), &["pod-0"]));
+    }
+    api.kubeconfig(Path::new(&args[1]));
+    println!("ready {}", api.url);
+    for line in std::io::stdin().lock().lines() {
+        let Ok(line) = line else { break };
+        match line.trim() {
+            "wipe" => println!("wiped {}", api.wipe(node)),
+            "counts" => println!("counts {}", counts(&api)),
+            "slices" => println!("slices {}", serde_json::to_string(&api.slices()).unwrap()),
+            "" => {}
+            other => println!("unknown {other}"),
+        }
+    }
+    println!("counts {}", counts(&api));
 }

@@ -10,7 +10,6 @@
 
 pub mod c_layout;
 pub mod dra;
-pub use fgpu_kubelet_plugin::proto as dra_proto;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};

@@ -3,6 +3,7 @@
 //! configuration, the driver, the ledger in effect, the PID namespace and the shared memory
 //! ledgers take.
 
+pub use super::system::LedgerFact;
 use super::system::{HostPidError, System, TrialError};
 use crate::driver::probe::{DriverProbe, ProbeError};
 use crate::elf::{ElfError, ElfInfo};
@@ -28,21 +29,6 @@ pub struct PreloadEntry {
     pub is_fgpu: bool,
     /// Defines CUDA or NVML entry points (and is not fgpu).
     pub interposes: bool,
-}
-
-#[derive(Debug)]
-pub enum LedgerFact {
-    Missing {
-        dir: PathBuf,
-        dir_problem: Option<String>,
-    },
-    Healthy {
-        devices: usize,
-        processes: usize,
-    },
-    /// In use, but its file was deleted or replaced while its processes run.
-    FileReplaced(String),
-    Broken(String),
 }
 
 /// Everything the checks look at.

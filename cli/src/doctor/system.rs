@@ -3,7 +3,6 @@
 //! probe, the ledger, the host's service), [`Host`] the machine itself. The facts are
 //! gathered through it (`facts.rs`), so the tests gather them from a fake one.
 
-use super::facts::LedgerFact;
 use crate::driver::probe::{DriverProbe, ProbeError};
 use crate::elf::{self, ElfError, ElfInfo};
 use crate::shimpath::{self, ShimError};
@@ -13,6 +12,22 @@ use fgpu_core::ledger::{Ledger, LedgerError};
 use fgpu_core::nvmlpids::{Entry, Identifier, Look, Member, NvmlPids};
 use std::path::{Path, PathBuf};
 use std::process::Command;
+
+/// What the doctor found of the ledger.
+#[derive(Debug)]
+pub enum LedgerFact {
+    Missing {
+        dir: PathBuf,
+        dir_problem: Option<String>,
+    },
+    Healthy {
+        devices: usize,
+        processes: usize,
+    },
+    /// In use, but its file was deleted or replaced while its processes run.
+    FileReplaced(String),
+    Broken(String),
+}
 
 /// Why a library does not load in a program started with it preloaded.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -302,7 +302,7 @@ impl fgpu_core::config::Sources for FakeSources {
     fn euid(&self) -> u32 {
         1000
     }
-    fn default_ledger(&self, _uid: u32) -> Result<fgpu_core::ledger::default_path::DefaultLedger, String> {
+    fn default_ledger(&self, _uid: u32) -> Result<fgpu_core::ledger::default_path::DefaultLedger, fgpu_core::config::NoPlaceLeft> {
         Ok(fgpu_core::ledger::default_path::DefaultLedger { path: "/run/user/1000/fgpu/ledger".into(), note: None })
     }
 }

@@ -8,13 +8,23 @@ use crate::observe::report::{GpuRoom, LedgerReport};
 use crate::observe::rooms::own_on;
 use fgpu_core::limit::format_bytes;
 
+/// Why no GPU has room for a job.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NoRoom {
+    #[error("no GPU is listed by the driver")]
+    NoGpu,
+    /// Each GPU and what it has left, as `GPU 0 (GPU-...) has 30 GiB left of 80 GiB, needs 50 GiB`.
+    #[error("no GPU has room for the job: {}", .0.join("; "))]
+    Full(Vec<String>),
+}
+
 /// The GPU with the most room that fits `need(gpu)` bytes (the lower index on a tie), or
 /// one line naming each GPU and what it has left.
-pub fn choose(rooms: &[GpuRoom], need: impl Fn(&GpuRoom) -> u64) -> Result<&GpuRoom, String> {
+pub fn choose(rooms: &[GpuRoom], need: impl Fn(&GpuRoom) -> u64) -> Result<&GpuRoom, NoRoom> {
     let best = rooms.iter().filter(|r| need(r) <= r.left_bytes).max_by(|a, b| a.left_bytes.cmp(&b.left_bytes).then(b.index.cmp(&a.index)));
     best.ok_or_else(|| {
         if rooms.is_empty() {
-            return "no GPU is listed by the driver".to_string();
+            return NoRoom::NoGpu;
         }
         let each: Vec<String> = rooms
             .iter()
@@ -29,7 +39,7 @@ pub fn choose(rooms: &[GpuRoom], need: impl Fn(&GpuRoom) -> u64) -> Result<&GpuR
                 )
             })
             .collect();
-        format!("no GPU has room for the job: {}", each.join("; "))
+        NoRoom::Full(each)
     })
 }
 
@@ -57,7 +67,7 @@ pub fn waiting_for(devices: &[ProbedDevice], rooms: &[GpuRoom], ledgers: &[Ledge
                 format!(
                     "{} by {} (PID {})",
                     format_bytes(g.cap_bytes.min(d.total_bytes).max(g.used_bytes)),
-                    crate::observe::report::clean(&l.path),
+                    crate::observe::text::clean(&l.path),
                     pids.join(", ")
                 )
             })
@@ -127,7 +137,7 @@ mod tests {
         assert_eq!(choose(&r, |_| 50 * GIB).unwrap().index, 1);
         let both = [ledger("GPU-0", 50 * GIB, GIB), ledger("GPU-1", 50 * GIB, 0)];
         let r = rooms(&devices, &both);
-        let err = choose(&r, |_| 50 * GIB).unwrap_err();
+        let err = choose(&r, |_| 50 * GIB).unwrap_err().to_string();
         assert!(err.contains("GPU 0 (GPU-0) has 30 GiB left of 80 GiB, needs 50 GiB") && err.contains("GPU 1"), "{err}");
         // A small job still fits on the one with more room.
         assert_eq!(choose(&r, |_| 10 * GIB).unwrap().index, 0);

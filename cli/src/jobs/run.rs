@@ -28,7 +28,15 @@ pub enum Fate {
 /// The value of `FGPU_LIMIT` for `--limit` and `--device` together (`None`: neither was
 /// given, as with `--compute` alone). Device entries come first; `--limit`'s plain size
 /// becomes the `*` entry. Fails, naming the argument, when a device is given twice.
-pub fn limit_value(limit: Option<&LimitArg>, devices: &[DeviceArg]) -> Result<Option<String>, String> {
+/// `--device` and `--limit` that make no valid cap together (a device given twice).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("--device and --limit together give FGPU_LIMIT={value:?}, which is not valid: {source}")]
+pub struct CombinedLimitError {
+    pub value: String,
+    pub source: fgpu_core::limit::LimitError,
+}
+
+pub fn limit_value(limit: Option<&LimitArg>, devices: &[DeviceArg]) -> Result<Option<String>, CombinedLimitError> {
     if devices.is_empty() {
         return Ok(limit.map(|l| l.text.clone()));
     }
@@ -41,7 +49,9 @@ pub fn limit_value(limit: Option<&LimitArg>, devices: &[DeviceArg]) -> Result<Op
         }
     }
     let value = entries.join(",");
-    parse_limit(&value).map_err(|e| format!("--device and --limit together give FGPU_LIMIT={value:?}, which is not valid: {e}"))?;
+    if let Err(source) = parse_limit(&value) {
+        return Err(CombinedLimitError { value, source });
+    }
     Ok(Some(value))
 }
 
@@ -210,7 +220,7 @@ mod tests {
         assert_eq!(limit_value(Some(&limit("8G")), &[device("GPU-1a", "16G")]).unwrap().unwrap(), "GPU-1a=16G,*=8G");
         assert_eq!(limit_value(None, &[device("GPU-1a", "16G"), device("GPU-2b", "50%")]).unwrap().unwrap(), "GPU-1a=16G,GPU-2b=50%");
         assert_eq!(limit_value(Some(&limit("GPU-3=1G,*=2G")), &[device("GPU-1a", "16G")]).unwrap().unwrap(), "GPU-1a=16G,GPU-3=1G,*=2G");
-        let err = limit_value(Some(&limit("GPU-1a=1G")), &[device("GPU-1a", "16G")]).unwrap_err();
+        let err = limit_value(Some(&limit("GPU-1a=1G")), &[device("GPU-1a", "16G")]).unwrap_err().to_string();
         assert!(err.contains("--device") && err.contains("given twice"), "{err}");
         assert_eq!(limit_value(None, &[]), Ok(None), "--compute alone sets no memory cap");
     }

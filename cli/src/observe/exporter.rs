@@ -475,7 +475,7 @@ pub fn exporter(args: &ExporterArgs) -> i32 {
         "every ledger on this machine".to_string()
     } else {
         let resolved = ledgers::resolve(&args.select);
-        resolved.targets.first().map(|t| format!("ledger {}", report::clean(&t.path.display().to_string()))).unwrap_or_default()
+        resolved.targets.first().map(|t| format!("ledger {}", crate::observe::text::clean(&t.path.display().to_string()))).unwrap_or_default()
     };
     let bound = listener.local_addr().unwrap_or(args.listen);
     eprintln!("fgpu exporter: serving metrics of {what} at http://{bound}/metrics");

@@ -399,7 +399,7 @@ mod tests {
         fn euid(&self) -> u32 {
             1000
         }
-        fn default_ledger(&self, uid: u32) -> Result<fgpu_core::config::DefaultLedger, String> {
+        fn default_ledger(&self, uid: u32) -> Result<fgpu_core::config::DefaultLedger, fgpu_core::config::NoPlaceLeft> {
             Ok(fgpu_core::config::DefaultLedger { path: format!("/tmp/fgpu-{uid}/ledger-ipc1").into(), note: None })
         }
     }

@@ -24,7 +24,7 @@ pub fn status(args: &StatusArgs) -> i32 {
         for note in &report.notes {
             eprintln!("fgpu status: {note}");
         }
-        print!("{}", report::render_text(&report, terminal_width()));
+        print!("{}", crate::observe::text::render_text(&report, terminal_width()));
         if let Some(mig) = &mig {
             print!("{}", crate::mig::render_status(mig));
         }

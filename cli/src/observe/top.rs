@@ -43,7 +43,7 @@ pub fn screen(report: &StatusReport, width: usize, height: usize, clock: &str, i
     for note in &report.notes {
         lines.push(format!("note: {note}"));
     }
-    lines.extend(report::render_text(report, width).lines().map(String::from));
+    lines.extend(crate::observe::text::render_text(report, width).lines().map(String::from));
     lines.truncate(height.max(1));
     lines.into_iter().map(|l| l.chars().take(width).collect()).collect()
 }

@@ -27,7 +27,7 @@ use thiserror::Error;
 
 /// The configuration file images write.
 pub const CONFIG_PATH: &str = "/etc/fgpu/fgpu.conf";
-pub use crate::ledger::default_path::DefaultLedger;
+pub use crate::ledger::default_path::{DefaultLedger, NoPlaceLeft};
 use crate::ledger::Sharing;
 
 /// What named the ledger a process uses.
@@ -173,7 +173,7 @@ impl Config {
     /// sees: two processes with different `CUDA_VISIBLE_DEVICES` must read a key alike).
     /// `devices` is only called when some key is a prefix; its error says why the list
     /// cannot be had, and makes such a key an error too.
-    pub fn check_device_keys(&self, devices: impl FnOnce() -> Result<Vec<String>, String>) -> Result<(), ConfigError> {
+    pub fn check_device_keys<E: std::fmt::Display>(&self, devices: impl FnOnce() -> Result<Vec<String>, E>) -> Result<(), ConfigError> {
         let limits = [
             (self.file_limit.as_ref(), CONFIG_PATH),
             (self.env_limit.as_ref(), ENV_LIMIT),
@@ -190,7 +190,7 @@ impl Config {
             Err(reason) => {
                 let (spec, name) = with_prefixes[0];
                 let key = spec.first_prefix_key().unwrap_or_default().to_string();
-                return Err(ConfigError::UncheckedKey { source_name: name.to_string(), key, reason });
+                return Err(ConfigError::UncheckedKey { source_name: name.to_string(), key, reason: reason.to_string() });
             }
         };
         for (spec, name) in with_prefixes {
@@ -264,7 +264,7 @@ impl Config {
                 }
                 Err(why) => {
                     config.ledger = crate::ledger::default_path::tmp_places(uid).next().unwrap_or_default().join("ledger");
-                    config.ledger_error = Some(why);
+                    config.ledger_error = Some(why.to_string());
                 }
             }
         }
@@ -369,7 +369,7 @@ pub trait Sources {
         crate::ledger::store::euid()
     }
     /// The user's default ledger (`ledger/default_path.rs`).
-    fn default_ledger(&self, uid: u32) -> Result<DefaultLedger, String> {
+    fn default_ledger(&self, uid: u32) -> Result<DefaultLedger, NoPlaceLeft> {
         crate::ledger::default_path::choose(uid, &crate::ledger::default_path::OsPlaces)
     }
 }

@@ -18,7 +18,7 @@ impl Sources for Fixed {
     fn euid(&self) -> u32 {
         1000
     }
-    fn default_ledger(&self, uid: u32) -> Result<DefaultLedger, String> {
+    fn default_ledger(&self, uid: u32) -> Result<DefaultLedger, NoPlaceLeft> {
         Ok(DefaultLedger { path: default_ledger(uid), note: None })
     }
 }
@@ -102,13 +102,16 @@ fn no_place_for_the_default_ledger_is_an_error_only_for_the_ledger() {
         fn euid(&self) -> u32 {
             1001
         }
-        fn default_ledger(&self, _uid: u32) -> Result<DefaultLedger, String> {
-            Err("every place is taken".into())
+        fn default_ledger(&self, uid: u32) -> Result<DefaultLedger, NoPlaceLeft> {
+            Err(NoPlaceLeft { uid, passed: vec!["/tmp/fgpu-1001 belongs to uid 0".into()] })
         }
     }
     let config = Config::from_sources(&Squatted).unwrap();
     assert_eq!(config.cap_for("GPU-1", 80 * GIB), Some(8 * GIB));
-    assert_eq!(config.ledger_error.as_deref(), Some("every place is taken"));
+    assert_eq!(
+        config.ledger_error.as_deref(),
+        Some("no place is left for the default ledger of uid 1001: /tmp/fgpu-1001 belongs to uid 0; set FGPU_LEDGER to a file in a directory of your own")
+    );
 }
 
 #[test]
@@ -181,7 +184,7 @@ fn the_environment_log_level_beats_the_file_and_a_repeated_key_takes_its_last_va
 
 #[test]
 fn an_ambiguous_device_key_is_an_error_naming_it_and_its_gpus() {
-    let gpus = || Ok(vec!["GPU-f350df69-dd23-9511-0000-000000000001".to_string(), "GPU-fb306127-4b39-44e9-0000-000000000004".to_string()]);
+    let gpus = || Ok::<_, String>(vec!["GPU-f350df69-dd23-9511-0000-000000000001".to_string(), "GPU-fb306127-4b39-44e9-0000-000000000004".to_string()]);
     let config = load(&[(ENV_LIMIT, "GPU-f=2G")], None).unwrap();
     let err = config.check_device_keys(gpus).unwrap_err();
     assert_eq!(
@@ -197,7 +200,7 @@ fn an_ambiguous_device_key_is_an_error_naming_it_and_its_gpus() {
     let never = || -> Result<Vec<String>, String> { panic!("no list needed") };
     load(&[(ENV_LIMIT, "8G")], None).unwrap().check_device_keys(never).unwrap();
     load(&[(ENV_LIMIT, "GPU-f350df69-dd23-9511-0000-000000000001=2G")], None).unwrap().check_device_keys(never).unwrap();
-    let err = load(&[(ENV_LIMIT, "GPU-f3=2G,*=1G")], None).unwrap().check_device_keys(|| Err("NVML cannot be loaded".into())).unwrap_err();
+    let err = load(&[(ENV_LIMIT, "GPU-f3=2G,*=1G")], None).unwrap().check_device_keys(|| Err::<Vec<String>, _>("NVML cannot be loaded")).unwrap_err();
     assert!(matches!(&err, ConfigError::UncheckedKey { key, .. } if key == "GPU-f3"), "{err}");
 }
 
@@ -231,7 +234,7 @@ fn a_bad_compute_share_fails_closed_naming_it() {
     assert!(matches!(err, ConfigError::BadComputeFile { line: 2, .. }), "{err}");
     assert!(err.to_string().starts_with(r#"/etc/fgpu/fgpu.conf:2: compute "half" is not valid"#), "{err}");
     // Ambiguous device keys are checked for the share as for the cap.
-    let gpus = || Ok(vec!["GPU-f350df69-dd23-9511-0000-000000000001".to_string(), "GPU-fb306127-4b39-44e9-0000-000000000004".to_string()]);
+    let gpus = || Ok::<_, String>(vec!["GPU-f350df69-dd23-9511-0000-000000000001".to_string(), "GPU-fb306127-4b39-44e9-0000-000000000004".to_string()]);
     let err = load(&[(ENV_COMPUTE, "GPU-f=20%")], None).unwrap().check_device_keys(gpus).unwrap_err();
     assert!(err.to_string().starts_with(r#"FGPU_COMPUTE: device key "GPU-f" is ambiguous"#), "{err}");
 }

@@ -66,8 +66,17 @@ pub fn tmp_places(uid: u32) -> impl Iterator<Item = PathBuf> {
     (0..TMP_PLACES).map(move |i| if i == 0 { PathBuf::from(format!("{TMP_PREFIX}{uid}")) } else { PathBuf::from(format!("{TMP_PREFIX}{uid}.{i}")) })
 }
 
+/// Why a user has no default ledger: every place is someone else's.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("no place is left for the default ledger of uid {uid}: {}; set FGPU_LEDGER to a file in a directory of your own", passed.join("; "))]
+pub struct NoPlaceLeft {
+    pub uid: u32,
+    /// Each place passed over, with why ("/tmp/fgpu-1000 belongs to uid 1001").
+    pub passed: Vec<String>,
+}
+
 /// The user's default ledger, or why none can be had (every place is someone else's).
-pub fn choose(uid: u32, places: &dyn Places) -> Result<DefaultLedger, String> {
+pub fn choose(uid: u32, places: &dyn Places) -> Result<DefaultLedger, NoPlaceLeft> {
     let name = file_name(places.ipc_namespace());
     let runtime = Path::new(RUNTIME_BASE).join(uid.to_string());
     let in_runtime = runtime.join("fgpu").join(&name);
@@ -86,7 +95,7 @@ pub fn choose(uid: u32, places: &dyn Places) -> Result<DefaultLedger, String> {
             Place::Taken(why) => passed.push(format!("{} {why}", dir.display())),
         }
     }
-    Err(format!("no place is left for the default ledger of uid {uid}: {}; set FGPU_LEDGER to a file in a directory of your own", passed.join("; ")))
+    Err(NoPlaceLeft { uid, passed })
 }
 
 /// The real file system.
@@ -169,7 +178,7 @@ mod tests {
         // Every place taken: an error naming them, never another user's directory.
         let all: Vec<(String, Place)> = tmp_places(1001).map(|p| (p.display().to_string(), Place::Taken("belongs to uid 1000".into()))).collect();
         let refs: Vec<(&str, Place)> = all.iter().map(|(p, s)| (p.as_str(), s.clone())).collect();
-        let err = choose(1001, &fake(&refs)).unwrap_err();
+        let err = choose(1001, &fake(&refs)).unwrap_err().to_string();
         assert!(err.contains("/tmp/fgpu-1001.7 belongs to uid 1000") && err.contains("FGPU_LEDGER"), "{err}");
     }
 

@@ -154,7 +154,7 @@ impl Store {
         };
         let trust = match verify(&file_facts(&file), &segment_facts(shmid, header_at(read_only))) {
             Ok(()) => Trust::Verified,
-            Err(why) => Trust::Unverified(why),
+            Err(why) => Trust::Unverified(why.to_string()),
         };
         // A verified ledger is attached again, writable, to drop dead processes.
         let base = match trust {

@@ -53,32 +53,43 @@ pub(super) fn segment_facts(shmid: i32, header: &Header) -> SegmentFacts {
 /// * a shared ledger: the file is mode 0666 (anyone may lock it anyway).
 ///
 /// A file of the system (`/etc/shadow`: 0640, not its user's segment) passes neither.
-pub fn verify(file: &FileFacts, segment: &SegmentFacts) -> Result<(), String> {
+/// Why a tool may not act on a ledger ([`verify`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum VerifyError {
+    #[error("its file is not a regular file")]
+    NotRegular,
+    #[error("its shared memory records another file (device {recorded_dev}, inode {recorded_ino}) than the one its path names (device {dev}, inode {ino})")]
+    OtherFile { recorded_dev: u64, recorded_ino: u64, dev: u64, ino: u64 },
+    #[error("a per-user ledger whose file belongs to uid {file_uid} but whose shared memory was made by uid {cuid} and belongs to uid {uid}")]
+    Owners { file_uid: u32, cuid: u32, uid: u32 },
+    #[error("a per-user ledger whose file has mode {file_mode:o} and shared memory mode {segment_mode:o} (fgpu makes both 0600)")]
+    UserModes { file_mode: u32, segment_mode: u32 },
+    #[error("a shared ledger whose file has mode {0:o} (fgpu makes it 0666)")]
+    SharedMode(u32),
+    #[error("its shared memory names an unknown kind of sharing ({0})")]
+    UnknownSharing(u32),
+}
+
+pub fn verify(file: &FileFacts, segment: &SegmentFacts) -> Result<(), VerifyError> {
     if !file.regular {
-        return Err("its file is not a regular file".into());
+        return Err(VerifyError::NotRegular);
     }
     if (segment.lock_dev, segment.lock_ino) != (file.dev, file.ino) {
-        return Err(format!(
-            "its shared memory records another file (device {}, inode {}) than the one its path names (device {}, inode {})",
-            segment.lock_dev, segment.lock_ino, file.dev, file.ino
-        ));
+        return Err(VerifyError::OtherFile { recorded_dev: segment.lock_dev, recorded_ino: segment.lock_ino, dev: file.dev, ino: file.ino });
     }
     match segment.sharing {
         SHARING_USER => {
             if !(file.uid == segment.cuid && segment.cuid == segment.uid) {
-                return Err(format!(
-                    "a per-user ledger whose file belongs to uid {} but whose shared memory was made by uid {} and belongs to uid {}",
-                    file.uid, segment.cuid, segment.uid
-                ));
+                return Err(VerifyError::Owners { file_uid: file.uid, cuid: segment.cuid, uid: segment.uid });
             }
             if file.mode != 0o600 || segment.mode != 0o600 {
-                return Err(format!("a per-user ledger whose file has mode {:o} and shared memory mode {:o} (fgpu makes both 0600)", file.mode, segment.mode));
+                return Err(VerifyError::UserModes { file_mode: file.mode, segment_mode: segment.mode });
             }
             Ok(())
         }
         SHARING_SHARED if file.mode == 0o666 => Ok(()),
-        SHARING_SHARED => Err(format!("a shared ledger whose file has mode {:o} (fgpu makes it 0666)", file.mode)),
-        other => Err(format!("its shared memory names an unknown kind of sharing ({other})")),
+        SHARING_SHARED => Err(VerifyError::SharedMode(file.mode)),
+        other => Err(VerifyError::UnknownSharing(other)),
     }
 }
 
@@ -109,7 +120,7 @@ mod verify_tests {
         assert!(verify(&shadow, &segment(1000, 1000, 0o600, SHARING_USER)).is_err());
         assert!(verify(&shadow, &segment(1000, 1000, 0o666, SHARING_SHARED)).is_err());
         // A root-owned 0600 file claimed by another user's per-user ledger.
-        assert!(verify(&file(0, 0o600), &segment(1000, 1000, 0o600, SHARING_USER)).unwrap_err().contains("uid 0"));
+        assert!(verify(&file(0, 0o600), &segment(1000, 1000, 0o600, SHARING_USER)).unwrap_err().to_string().contains("uid 0"));
         // A segment made by one user and handed to another (IPC_SET).
         assert!(verify(&file(1000, 0o600), &segment(1001, 1000, 0o600, SHARING_USER)).is_err());
         // Loosened modes.
@@ -119,7 +130,7 @@ mod verify_tests {
         // The segment records another file.
         let mut elsewhere = segment(1000, 1000, 0o600, SHARING_USER);
         elsewhere.lock_ino = 43;
-        assert!(verify(&file(1000, 0o600), &elsewhere).unwrap_err().contains("another file"));
+        assert!(verify(&file(1000, 0o600), &elsewhere).unwrap_err().to_string().contains("another file"));
         // Not a regular file; an unknown sharing value.
         assert!(verify(&FileFacts { regular: false, ..file(1000, 0o600) }, &segment(1000, 1000, 0o600, SHARING_USER)).is_err());
         assert!(verify(&file(1000, 0o600), &segment(1000, 1000, 0o600, 7)).is_err());

@@ -1,0 +1,270 @@
+//! The files of a prepared claim on the host, and who may reach them.
+//!
+//! Under `--state-dir`:
+//! - `lib/` and `ld.so.preload`, shared by every claim (written at start), 0755 and 0644:
+//!   every container of every claim mounts them read-only;
+//! - `claims/` (0700, root's): nobody but root can list, open, lock or create anything
+//!   under it. The container runtime, root, bind-mounts the two directories below into the
+//!   claim's containers; inside them only the mounted directory itself is seen;
+//! - `claims/<uid>/` (0700): the claim's;
+//! - `claims/<uid>/config/fgpu.conf`: the caps (root-owned 0644, mounted read-only at
+//!   `/etc/fgpu`);
+//! - `claims/<uid>/ledger/`: the claim's ledger directory, a 16 MiB tmpfs where mounts are
+//!   allowed (a plain directory otherwise, with one line in the log), mounted read-write at
+//!   `/run/fgpu` in every container of the claim. It is writable by all and sticky at its
+//!   root, because the claim's pods may run as any user and the first of their processes
+//!   creates the ledger; on the host it is reachable through `claims/` only, so by root.
+//!
+//! and `fgpu-claim-<uid>.json` under `--cdi-root` (0644: container runtimes read it).
+//! Directories an earlier release made 0755 are set to 0700 when the plugin starts.
+
+use crate::checkpoint::PreparedClaim;
+use fgpu_cdi::claim::ClaimCap;
+use fgpu_cdi::files::{create_dir, write_file};
+use fgpu_cdi::Gpu;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// Size and mode of a claim's ledger tmpfs: the ledger's lock file is a few hundred bytes.
+const LEDGER_TMPFS: &str = "size=16m,mode=1777";
+/// `claims/` and each claim's directory.
+pub const PRIVATE: u32 = 0o700;
+
+/// The CDI device name of a claim's device.
+pub fn fgpu_device_name(uid: &str) -> String {
+    format!("claim-{uid}")
+}
+
+/// A claim UID as kubelet passes it: lowercase letters, digits and `-` (it names files).
+pub fn check_uid(uid: &str) -> Result<(), String> {
+    let alnum = |b: u8| b.is_ascii_lowercase() || b.is_ascii_digit();
+    let ok = !uid.is_empty()
+        && uid.len() <= 128
+        && uid.bytes().all(|b| alnum(b) || b == b'-')
+        && uid.bytes().next().is_some_and(alnum)
+        && uid.bytes().last().is_some_and(alnum);
+    if ok {
+        Ok(())
+    } else {
+        Err(format!("claim UID {uid:?} is not a Kubernetes UID"))
+    }
+}
+
+pub struct ClaimFiles {
+    pub cdi_root: PathBuf,
+    pub state_dir: PathBuf,
+    /// `fgpu service`'s directory, mounted when it exists.
+    pub service_dir: PathBuf,
+    warned_no_tmpfs: AtomicBool,
+}
+
+/// A directory with exactly `mode`, root's (or this process's user's): created so, or an
+/// existing one set so. A symlink in its place is refused.
+fn private_dir(dir: &Path, mode: u32) -> Result<(), String> {
+    use std::os::unix::fs::DirBuilderExt;
+    match std::fs::DirBuilder::new().mode(mode).create(dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(format!("cannot create {}: {e}", dir.display())),
+    }
+    let meta = std::fs::symlink_metadata(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    if !meta.is_dir() {
+        return Err(format!("{} is not a directory", dir.display()));
+    }
+    // SAFETY: geteuid(2) has no preconditions and cannot fail.
+    let me = unsafe { libc::geteuid() };
+    if meta.uid() != me {
+        return Err(format!("{} belongs to uid {}, not to this plugin's user", dir.display(), meta.uid()));
+    }
+    if meta.mode() & 0o7777 != mode {
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode)).map_err(|e| format!("cannot chmod {}: {e}", dir.display()))?;
+    }
+    Ok(())
+}
+
+impl ClaimFiles {
+    pub fn new(cdi_root: PathBuf, state_dir: PathBuf, service_dir: PathBuf) -> ClaimFiles {
+        ClaimFiles { cdi_root, state_dir, service_dir, warned_no_tmpfs: AtomicBool::new(false) }
+    }
+
+    fn claims_dir(&self) -> PathBuf {
+        self.state_dir.join("claims")
+    }
+
+    fn claim_dir(&self, uid: &str) -> PathBuf {
+        self.claims_dir().join(uid)
+    }
+
+    /// The claim's spec file.
+    pub fn spec_path(&self, uid: &str) -> PathBuf {
+        self.cdi_root.join(format!("fgpu-claim-{uid}.json"))
+    }
+
+    /// Sets `claims/` and every claim's directory to 0700 (an earlier release made them 0755).
+    pub fn make_private(&self) -> Result<(), String> {
+        private_dir(&self.claims_dir(), PRIVATE)?;
+        for uid in self.claims_on_disk() {
+            let dir = self.claim_dir(&uid);
+            if dir.is_dir() {
+                private_dir(&dir, PRIVATE)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The UIDs of the claims whose spec or directory is on disk.
+    pub fn claims_on_disk(&self) -> Vec<String> {
+        let names = |dir: &Path| -> Vec<String> {
+            std::fs::read_dir(dir).map(|d| d.flatten().filter_map(|e| e.file_name().into_string().ok()).collect()).unwrap_or_default()
+        };
+        let mut uids: Vec<String> = names(&self.cdi_root)
+            .iter()
+            .filter_map(|n| n.strip_prefix("fgpu-claim-")?.strip_suffix(".json").map(str::to_string))
+            .chain(names(&self.claims_dir()))
+            .filter(|uid| check_uid(uid).is_ok())
+            .collect();
+        uids.sort();
+        uids.dedup();
+        uids
+    }
+
+    /// Writes the claim's configuration, ledger directory and spec. A claim with admin access
+    /// only has none: it gets NVIDIA's device alone.
+    pub fn write(&self, uid: &str, claim: &PreparedClaim) -> Result<(), String> {
+        if claim.caps.iter().all(|c| c.admin) {
+            return Ok(());
+        }
+        let dir = self.claim_dir(uid);
+        private_dir(&self.claims_dir(), PRIVATE)?;
+        private_dir(&dir, PRIVATE)?;
+        let config_dir = dir.join("config");
+        private_dir(&config_dir, 0o755)?;
+        let caps: Vec<ClaimCap> = claim
+            .caps
+            .iter()
+            .map(|c| ClaimCap {
+                gpu: Gpu { index: c.index, uuid: c.uuid.clone(), total: c.total },
+                memory: c.memory,
+                compute_millipercent: if c.admin { None } else { c.compute_millipercent },
+            })
+            .collect();
+        let what = format!("the ResourceClaim {}/{} (uid {uid})", claim.namespace, claim.name);
+        write_file(&config_dir.join(fgpu_cdi::CONFIG_FILE), fgpu_cdi::claim::config_text(&what, &caps).as_bytes(), 0o644, None)?;
+        let ledger_dir = dir.join("ledger");
+        self.ledger_dir(&ledger_dir)?;
+        let service = self.service_dir.is_dir().then_some(self.service_dir.as_path());
+        let spec = fgpu_cdi::claim::spec(&fgpu_device_name(uid), &self.state_dir, &config_dir, &ledger_dir, service);
+        create_dir(&self.cdi_root)?;
+        let text = serde_json::to_string_pretty(&spec).expect("a spec serialises") + "\n";
+        write_file(&self.spec_path(uid), text.as_bytes(), 0o644, None)
+    }
+
+    /// The claim's ledger directory: a tmpfs of its own where this process may mount one,
+    /// else a plain directory; either way writable by every user, sticky (it is reached
+    /// through the claim's 0700 directory only).
+    fn ledger_dir(&self, dir: &Path) -> Result<(), String> {
+        create_dir(dir)?;
+        if is_mount_point(dir) {
+            return Ok(());
+        }
+        match mount_tmpfs(dir) {
+            Ok(()) => return Ok(()),
+            Err(e) => {
+                if !self.warned_no_tmpfs.swap(true, Ordering::Relaxed) {
+                    crate::log(&format!(
+                        "cannot mount a tmpfs for a claim's ledger ({e}): the ledger directories are plain directories of {}, not limited in size",
+                        self.state_dir.display()
+                    ));
+                }
+            }
+        }
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o1777)).map_err(|e| format!("cannot chmod {}: {e}", dir.display()))
+    }
+
+    /// Removes the claim's spec and directory (unmounting its ledger).
+    pub fn remove(&self, uid: &str) -> Result<(), String> {
+        let spec = self.spec_path(uid);
+        match std::fs::remove_file(&spec) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(format!("cannot remove {}: {e}", spec.display())),
+        }
+        let dir = self.claim_dir(uid);
+        let ledger = dir.join("ledger");
+        if is_mount_point(&ledger) {
+            unmount(&ledger)?;
+        }
+        match std::fs::remove_dir_all(&dir) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(format!("cannot remove {}: {e}", dir.display())),
+        }
+    }
+}
+
+/// Whether `dir` is a mount point: another file system than its parent's.
+fn is_mount_point(dir: &Path) -> bool {
+    let (Ok(this), Some(Ok(parent))) = (std::fs::symlink_metadata(dir), dir.parent().map(std::fs::symlink_metadata)) else { return false };
+    this.is_dir() && this.dev() != parent.dev()
+}
+
+fn c_path(path: &Path) -> Result<std::ffi::CString, String> {
+    use std::os::unix::ffi::OsStrExt;
+    std::ffi::CString::new(path.as_os_str().as_bytes()).map_err(|_| format!("{} has a NUL byte", path.display()))
+}
+
+fn mount_tmpfs(dir: &Path) -> Result<(), String> {
+    let target = c_path(dir)?;
+    let options = std::ffi::CString::new(LEDGER_TMPFS).expect("no NUL");
+    // SAFETY: mount(2) with NUL-terminated strings that outlive the call.
+    let rc = unsafe {
+        libc::mount(c"fgpu-ledger".as_ptr(), target.as_ptr(), c"tmpfs".as_ptr(), libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC, options.as_ptr().cast())
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error().to_string())
+    }
+}
+
+fn unmount(dir: &Path) -> Result<(), String> {
+    let target = c_path(dir)?;
+    // SAFETY: umount2(2) with a NUL-terminated path that outlives the call. MNT_DETACH:
+    // a process still inside (none should be, once kubelet unprepares) keeps it alive.
+    let rc = unsafe { libc::umount2(target.as_ptr(), libc::MNT_DETACH | libc::UMOUNT_NOFOLLOW) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(format!("cannot unmount {}: {}", dir.display(), std::io::Error::last_os_error()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn uids_name_files_safely() {
+        assert!(check_uid("8e2b7f0a-54c1-4c1b-9d68-2f1d0f7c3a11").is_ok());
+        for bad in ["", "../x", "a/b", "A", "-a", "a b", &"a".repeat(129)] {
+            assert!(check_uid(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn private_dirs_are_made_and_set_right() {
+        let dir = std::env::temp_dir().join(format!("fgpu-private-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let claims = dir.join("claims");
+        private_dir(&claims, PRIVATE).unwrap();
+        assert_eq!(std::fs::metadata(&claims).unwrap().mode() & 0o7777, 0o700);
+        std::fs::set_permissions(&claims, std::fs::Permissions::from_mode(0o755)).unwrap();
+        private_dir(&claims, PRIVATE).unwrap();
+        assert_eq!(std::fs::metadata(&claims).unwrap().mode() & 0o7777, 0o700, "an earlier release's 0755 is set right");
+        std::os::unix::fs::symlink(&claims, dir.join("link")).unwrap();
+        assert!(private_dir(&dir.join("link"), PRIVATE).unwrap_err().contains("not a directory"));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
