@@ -41,35 +41,14 @@ ARCH=$(uname -m)
 LIBDIR=/usr/lib/$ARCH-linux-gnu
 T0=$(date +%s)
 
-npass=0
-nfail=0
-failed=()
-
-log() { printf '[%3ds] %s\n' "$(($(date +%s) - T0))" "$*" >&2; }
-pass() { echo "PASS $1"; npass=$((npass + 1)); }
-fail() {
-    echo "FAIL $1${2:+: $2}"
-    nfail=$((nfail + 1))
-    failed+=("$1")
-}
+# PASS/FAIL lines, the summary, log and die: the harness the podman scripts share.
+# shellcheck source=tests/cdi/harness.sh
+source "$root/tests/cdi/harness.sh"
 # expect NAME "what went wrong" CONDITION...: PASS if the command succeeds.
 expect() {
     local name=$1 why=$2
     shift 2
     if "$@"; then pass "$name"; else fail "$name" "$why"; fi
-}
-die() {
-    echo "FAIL setup: $*"
-    nfail=$((nfail + 1))
-    summary
-    exit 1
-}
-summary() {
-    log "done in $(($(date +%s) - T0)) s"
-    if [ "${#failed[@]}" -gt 0 ]; then
-        echo "failed: ${failed[*]}"
-    fi
-    echo "$npass passed, $nfail failed"
 }
 
 mkdir -p "$WORK" "$CACHE" || die "cannot create $WORK or $CACHE"

@@ -13,6 +13,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 # 800 (one test file per subject, split by content past that).
 TABLE="
 abi 500
+front 500
 core 500
 shim 500
 cli 500
@@ -24,19 +25,47 @@ tests/support 500
 tests/integration 800
 "
 
-# check DIR MAX: prints the files over MAX; returns 1 if there are any.
+# Files over their limit that wait for a split by content (the front's one C file, the
+# simulated driver's, the
+# DRA driver's and the test support's, in the hands of the work on them when this check
+# grew to every crate): listed on every run, never a failure. Remove a line once its file
+# is split; add none.
+PENDING="
+front/src/front.c
+sim/state/src/lib.rs
+sim/cuda/src/driver.rs
+sim/nvml/src/api/mig.rs
+sim/cuda/src/api/graph.rs
+sim/state/src/mig/instances.rs
+kubelet-plugin/src/authority.rs
+tests/support/lib.rs
+tests/support/c_layout.rs
+tests/support/dra/api_server.rs
+tests/integration/dra.rs
+"
+
+# check DIR MAX: prints the files over MAX; returns 1 if there are any not PENDING.
 check() {
-    local dir=$1 max=$2 over files
+    local dir=$1 max=$2 over files pending
     [ -d "$dir" ] || { echo "check-file-lengths: no directory $dir" >&2; return 2; }
     files=$(find "$dir" -type f \( -name '*.rs' -o -name '*.c' -o -name '*.h' \) -not -path '*/target/*' | wc -l)
     over=$(find "$dir" -type f \( -name '*.rs' -o -name '*.c' -o -name '*.h' \) -not -path '*/target/*' -print0 \
         | xargs -0 -r wc -l | awk -v max="$max" '$2 != "total" && $1 > max' | sort -rn)
+    pending=$(printf '%s\n' "$over" | awk -v list="$PENDING" 'BEGIN { n = split(list, p, "\n"); for (i = 1; i <= n; i++) if (p[i] != "") want[p[i]] = 1 } NF && ($2 in want)')
+    over=$(printf '%s\n' "$over" | awk -v list="$PENDING" 'BEGIN { n = split(list, p, "\n"); for (i = 1; i <= n; i++) if (p[i] != "") want[p[i]] = 1 } NF && !($2 in want)')
+    if [ -n "$pending" ]; then
+        printf '%s\n' "$pending" | awk -v max="$max" '{ printf "check-file-lengths: pending split: %s: %d lines (limit %d)\n", $2, $1, max }'
+    fi
     if [ -n "$over" ]; then
         echo "check-file-lengths: $(printf '%s\n' "$over" | wc -l) of $files source files under $dir/ have more than $max lines:"
         printf '%s\n' "$over" | awk '{ printf "  %s: %d lines\n", $2, $1 }'
         return 1
     fi
-    echo "check-file-lengths: all $files source files under $dir/ have at most $max lines"
+    if [ -n "$pending" ]; then
+        echo "check-file-lengths: the other source files under $dir/ (of $files) have at most $max lines"
+    else
+        echo "check-file-lengths: all $files source files under $dir/ have at most $max lines"
+    fi
 }
 
 if [ $# -gt 0 ]; then

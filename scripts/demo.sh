@@ -47,4 +47,10 @@ wait "$holder" 2>/dev/null || true
 
 say "Checking this installation (fgpu doctor)"
 "$fgpu" run --limit 8G -- "$fgpu" doctor || true
-say "Done. Next: docs/cli.md (the fgpu command), docs/images.md (the fractional-gpu images)."
+say "Done. To try fgpu status and fgpu top yourself on the simulated driver (docs/simulator.md):"
+echo "  export PATH=\"$root/target/release:\$PATH\""
+echo "  eval \"\$(fgpu sim-env /tmp/fgpu-sim)\"            # one simulated 80 GiB GPU"
+echo "  cc -O1 -o /tmp/cuclient $root/tests/clients/cuclient.c -ldl -lpthread"
+echo "  sleep 600 | fgpu run --limit 8G -- /tmp/cuclient init primary alloc 6G hold &   # holds 6 GiB"
+echo "  fgpu status; fgpu top                            # q leaves top"
+echo "More: docs/cli.md (the fgpu command), docs/images.md (the fractional-gpu images)."

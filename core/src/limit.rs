@@ -32,6 +32,10 @@ use thiserror::Error;
 
 /// Why a size or limit string was rejected. The message names the problem; the caller adds
 /// which variable or file line it came from.
+/// The one rule for a cap's smallest size, in the words of every error that applies it
+/// (`0`, `8`, `512K`).
+pub const CAP_RULE: &str = "a cap must be at least 1 MiB, or exactly 1 byte to give a GPU no memory";
+
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum LimitError {
     #[error("it is empty")]
@@ -40,7 +44,7 @@ pub enum LimitError {
     Malformed(String),
     #[error("{0:?} is negative")]
     Negative(String),
-    #[error("{0:?} is zero; a cap must be at least one byte")]
+    #[error("{0:?} is zero ({rule})", rule = CAP_RULE)]
     Zero(String),
     #[error("{0:?} is too large (more than 2^64 bytes)")]
     Overflow(String),
@@ -52,7 +56,7 @@ pub enum LimitError {
     DuplicateKey(String),
     #[error("{0:?} is not a share of the GPU's time: write a percentage such as 30%")]
     NotPercent(String),
-    #[error("{text:?} is {bytes} bytes, too small for any CUDA context (a cap must be at least 1 MiB, or exactly 1 byte to give a GPU no memory): did you mean {hint}?")]
+    #[error("{text:?} is {bytes} bytes, too small for any CUDA context ({rule}): did you mean {hint}?", rule = CAP_RULE)]
     TooSmall { text: String, bytes: u64, hint: String },
 }
 
@@ -348,6 +352,10 @@ mod tests {
         assert!(matches!(parse_size("99999999999999999999"), Err(LimitError::Overflow(_))));
         assert!(matches!(parse_size("20000000000T"), Err(LimitError::Overflow(_))));
         assert!(matches!(parse_amount("0"), Err(LimitError::Zero(_))));
+        // Zero and too small give the same rule in the same words.
+        let zero = parse_amount("0").unwrap_err().to_string();
+        assert_eq!(zero, r#""0" is zero (a cap must be at least 1 MiB, or exactly 1 byte to give a GPU no memory)"#);
+        assert!(parse_limit("8").unwrap_err().to_string().contains(CAP_RULE));
     }
 
     #[test]

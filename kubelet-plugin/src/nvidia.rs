@@ -43,11 +43,21 @@ pub fn device_names(dirs: &[PathBuf]) -> (BTreeSet<String>, Vec<String>) {
     (names, problems)
 }
 
+/// Why a spec file could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum SpecError {
+    #[error("{0}")]
+    Read(#[from] std::io::Error),
+    #[error("{0}")]
+    Json(#[from] serde_json::Error),
+    #[error("{0}")]
+    Yaml(#[from] serde_saphyr::Error),
+}
+
 /// The device names of one spec file, if its kind is NVIDIA's.
-fn read_spec(path: &Path, json: bool) -> Result<Option<Vec<String>>, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| e.to_string())?;
-    let value: serde_json::Value =
-        if json { serde_json::from_str(&text).map_err(|e| e.to_string())? } else { serde_saphyr::from_str(&text).map_err(|e| e.to_string())? };
+fn read_spec(path: &Path, json: bool) -> Result<Option<Vec<String>>, SpecError> {
+    let text = std::fs::read_to_string(path)?;
+    let value: serde_json::Value = if json { serde_json::from_str(&text)? } else { serde_saphyr::from_str(&text)? };
     if value.get("kind").and_then(|k| k.as_str()) != Some(NVIDIA_KIND) {
         return Ok(None);
     }
@@ -55,8 +65,24 @@ fn read_spec(path: &Path, json: bool) -> Result<Option<Vec<String>>, String> {
     Ok(Some(devices.iter().filter_map(|d| d.get("name")?.as_str().map(str::to_string)).collect()))
 }
 
+/// No device of NVIDIA's for a GPU in the CDI specs searched.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "no {NVIDIA_KIND} device for GPU {index} ({uuid}) in the CDI specs of {}: run `nvidia-ctk cdi generate` on the node, or name NVIDIA's device with --nvidia-cdi-device{}",
+    dirs.join(" and "),
+    if problems.is_empty() { String::new() } else { format!(" (unreadable: {})", problems.join("; ")) }
+)]
+pub struct NoNvidiaDevice {
+    pub index: u32,
+    pub uuid: String,
+    /// The directories searched.
+    pub dirs: Vec<String>,
+    /// The spec files passed over, each with why.
+    pub problems: Vec<String>,
+}
+
 /// NVIDIA's CDI ID for the GPU with this index and UUID.
-pub fn device_id(names: &NvidiaNames, index: u32, uuid: &str) -> Result<String, String> {
+pub fn device_id(names: &NvidiaNames, index: u32, uuid: &str) -> Result<String, NoNvidiaDevice> {
     match names {
         NvidiaNames::Template(t) => Ok(t.replace("{index}", &index.to_string()).replace("{uuid}", uuid)),
         NvidiaNames::Search(dirs) => {
@@ -65,15 +91,8 @@ pub fn device_id(names: &NvidiaNames, index: u32, uuid: &str) -> Result<String, 
             if let Some(name) = candidates.iter().find(|c| found.contains(*c)) {
                 return Ok(format!("{NVIDIA_KIND}={name}"));
             }
-            let dirs: Vec<String> = dirs.iter().map(|d| d.display().to_string()).collect();
-            let mut why = format!(
-                "no {NVIDIA_KIND} device for GPU {index} ({uuid}) in the CDI specs of {}: run `nvidia-ctk cdi generate` on the node, or name NVIDIA's device with --nvidia-cdi-device",
-                dirs.join(" and ")
-            );
-            if !problems.is_empty() {
-                why.push_str(&format!(" (unreadable: {})", problems.join("; ")));
-            }
-            Err(why)
+            let dirs = dirs.iter().map(|d| d.display().to_string()).collect();
+            Err(NoNvidiaDevice { index, uuid: uuid.to_string(), dirs, problems })
         }
     }
 }
@@ -103,12 +122,12 @@ mod tests {
         let search = NvidiaNames::Search(vec![d.clone(), d.join("missing")]);
         assert_eq!(device_id(&search, 0, UUID).unwrap(), format!("nvidia.com/gpu={UUID}"));
         // GPU 1 has no UUID name and no index name in NVIDIA's spec (fgpu's "1" does not count).
-        let err = device_id(&search, 1, "GPU-other").unwrap_err();
+        let err = device_id(&search, 1, "GPU-other").unwrap_err().to_string();
         assert!(err.contains("no nvidia.com/gpu device for GPU 1") && err.contains("--nvidia-cdi-device"), "{err}");
         std::fs::write(d.join("nvidia.json"), r#"{"cdiVersion":"0.5.0","kind":"nvidia.com/gpu","devices":[{"name":"1"}]}"#).unwrap();
         assert_eq!(device_id(&search, 1, "GPU-other").unwrap(), "nvidia.com/gpu=1");
         std::fs::write(d.join("broken.yaml"), "kind: [").unwrap();
-        let err = device_id(&search, 7, "GPU-none").unwrap_err();
+        let err = device_id(&search, 7, "GPU-none").unwrap_err().to_string();
         assert!(err.contains("broken.yaml"), "{err}");
         std::fs::remove_dir_all(&d).unwrap();
     }

@@ -7,6 +7,7 @@ use crate::driver::fake::{self, State, FAKE};
 use crate::process::account::Account;
 use fgpu_core::config::{Config, ConfigError, ConfigFile, Sources};
 use fgpu_core::ledger::Ledger;
+use fgpu_core::uuid::{DeviceUuid, UuidKind};
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -15,7 +16,7 @@ use std::sync::MutexGuard;
 pub const GIB: u64 = 1 << 30;
 pub const MIB: u64 = 1 << 20;
 /// The UUID of the fake's device 0.
-pub const UUID: [u8; 16] = [0x5a; 16];
+pub const UUID: DeviceUuid = DeviceUuid { kind: UuidKind::Gpu, bytes: [0x5a; 16] };
 
 /// A directory of one test's own, removed when it ends (pass or fail). Each has a path of
 /// its own, never used again by the test binary: the ledgers of earlier ones stay open

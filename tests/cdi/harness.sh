@@ -1,4 +1,4 @@
-# Shared by the podman scripts of this directory (test.sh, dra.sh): PASS/FAIL lines, a
+# Shared by the podman scripts (tests/cdi/test.sh, tests/cdi/dra.sh, images/test.sh): PASS/FAIL lines, a
 # summary, running a command so that a failure shows it with its exit status and output,
 # and the host side both need (the test client, nvidia-smi, pynvml, the plain image).
 # Source it after setting WORK (the scratch directory) and T0 (the start time).

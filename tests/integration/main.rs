@@ -19,6 +19,7 @@ mod host_pids;
 mod kernels;
 mod ledger_file;
 mod lookup_escapes;
+mod mig_caps;
 mod mig_cli;
 mod mig_sim;
 mod nvml;

@@ -14,6 +14,21 @@ use fgpu_core::ledger::shm_usage::ShmUsage;
 use fgpu_core::limit::parse_limit;
 use fgpu_core::nvmlpids::NvmlPids;
 
+/// The driver of a machine with one H100, as the probe reports it.
+fn one_h100() -> DriverProbe {
+    DriverProbe {
+        cuda: LibraryProbe { loaded: true, cuda_version: Some(12080), device_count: Some(1), ..Default::default() },
+        nvml: LibraryProbe { loaded: true, driver_version: Some("570.1".into()), device_count: Some(1), ..Default::default() },
+        devices: vec![ProbedDevice {
+            index: 0,
+            uuid: "GPU-12345678-0000-0000-0000-000000000000".into(),
+            name: "H100".into(),
+            total_bytes: 80 << 30,
+            ..Default::default()
+        }],
+    }
+}
+
 fn good_facts() -> Facts {
     let info = ElfInfo { class64: true, little_endian: true, machine: 62, needed_versions: vec![("libc.so.6".into(), "GLIBC_2.17".into())], defined: vec![] };
     Facts {
@@ -37,17 +52,7 @@ fn good_facts() -> Facts {
             log: fgpu_core::log::Level::Warn,
             warnings: vec![],
         }),
-        driver: Ok(DriverProbe {
-            cuda: LibraryProbe { loaded: true, cuda_version: Some(12080), device_count: Some(1), ..Default::default() },
-            nvml: LibraryProbe { loaded: true, driver_version: Some("570.1".into()), device_count: Some(1), ..Default::default() },
-            devices: vec![ProbedDevice {
-                index: 0,
-                uuid: "GPU-12345678-0000-0000-0000-000000000000".into(),
-                name: "H100".into(),
-                total_bytes: 80 << 30,
-                ..Default::default()
-            }],
-        }),
+        driver: Ok(one_h100()),
         ledger_path: "/tmp/.fgpu-ledger".into(),
         ledger_origin: Origin::Default,
         ledger: LedgerFact::Missing { dir: "/tmp".into(), dir_problem: None },
@@ -374,17 +379,7 @@ impl System for Fake {
         &self.sources
     }
     fn driver(&self) -> Result<DriverProbe, crate::driver::probe::ProbeError> {
-        Ok(DriverProbe {
-            cuda: LibraryProbe { loaded: true, cuda_version: Some(12080), device_count: Some(1), ..Default::default() },
-            nvml: LibraryProbe { loaded: true, driver_version: Some("570.1".into()), device_count: Some(1), ..Default::default() },
-            devices: vec![ProbedDevice {
-                index: 0,
-                uuid: "GPU-12345678-0000-0000-0000-000000000000".into(),
-                name: "H100".into(),
-                total_bytes: 80 << 30,
-                ..Default::default()
-            }],
-        })
+        Ok(one_h100())
     }
     fn host_pid(&self) -> Result<u32, HostPidError> {
         Ok(4242)

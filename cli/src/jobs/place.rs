@@ -174,7 +174,7 @@ pub fn place(args: &RunArgs, limit: Option<&str>, ledger: &Path) -> Result<Place
                 let sharing = if args.shared_ledger { fgpu_core::ledger::Sharing::Shared } else { fgpu_core::ledger::Sharing::Private };
                 let held = Ledger::open(ledger, sharing)?;
                 let slot = held.join()?;
-                let uuid = fgpu_core::uuid::parse_gpu_uuid(&room.uuid).ok_or_else(|| PlaceError::BadUuid(room.uuid.clone()))?;
+                let uuid = fgpu_core::uuid::DeviceUuid::parse(&room.uuid).ok_or_else(|| PlaceError::BadUuid(room.uuid.clone()))?;
                 let cap = need(room);
                 let cap = if cap == 0 { room.total_bytes } else { cap };
                 let device = held.register_device(uuid, room.total_bytes, cap, Some(slot))?.device;

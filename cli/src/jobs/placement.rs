@@ -104,7 +104,7 @@ mod tests {
 
     fn ledger(uuid: &str, cap: u64, used: u64) -> LedgerReport {
         let target = crate::observe::ledgers::Target::plain("/l".into(), crate::observe::ledgers::Origin::Scan);
-        let mut l = crate::observe::report::tests_support::empty(&target);
+        let mut l = crate::observe::fixtures::empty(&target);
         l.state = LedgerState::Ok;
         l.own = true;
         l.devices.push(DeviceReport {
@@ -121,7 +121,7 @@ mod tests {
             compute_seconds: 0.0,
             compute_wait_seconds: 0.0,
         });
-        l.processes.push(crate::observe::report::tests_support::process());
+        l.processes.push(crate::observe::fixtures::process());
         l
     }
 

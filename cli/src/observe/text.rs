@@ -1,7 +1,7 @@
 //! `fgpu status`'s and `fgpu top`'s text for people, from a [`StatusReport`]: each ledger,
 //! its GPUs with bars, its processes; what a ledger's processes wrote, escaped.
 
-use crate::observe::report::{LedgerReport, LedgerState, StatusReport};
+use crate::observe::report::{LedgerReport, LedgerState, ProcessReport, StatusReport};
 use fgpu_core::limit::format_bytes;
 use std::fmt::Write as _;
 
@@ -29,6 +29,13 @@ fn percent(used: u64, cap: u64) -> String {
 
 fn opt(v: Option<u32>) -> String {
     v.map(|v| v.to_string()).unwrap_or_else(|| "-".into())
+}
+
+/// Whether a ledger's process is `fgpu run` itself, which joins the ledger under
+/// `--gpus auto` only to keep the job's place and never holds memory (its name is the
+/// process's own word, so this only changes how a process holding nothing is shown).
+fn is_launcher(p: &ProcessReport) -> bool {
+    p.name == "fgpu" && p.devices.is_empty()
 }
 
 /// Renders the report as text for people; `width` is the line width to aim for.
@@ -116,14 +123,21 @@ fn render_ledger(out: &mut String, l: &LedgerReport, width: usize) {
             );
         }
     }
-    if l.processes.is_empty() {
+    // `fgpu run --gpus auto` keeps the job's place in its ledger until the command ends: a
+    // process that holds nothing, named `fgpu`. Said as such, not listed as holding 0 B.
+    let (launchers, processes): (Vec<&ProcessReport>, Vec<&ProcessReport>) = l.processes.iter().partition(|p| is_launcher(p));
+    for p in &launchers {
+        let pid = p.pid.map_or_else(|| format!("({})", p.pid_in_namespace), |pid| pid.to_string());
+        let _ = writeln!(out, "  PID {pid} is fgpu run, keeping its job's place in the ledger until the job ends; it holds no GPU memory.");
+    }
+    if processes.is_empty() {
         out.push_str("  No process is using the ledger.\n");
     } else {
         // Processes in another PID namespace: also show the PID they see themselves.
-        let ns_column = l.processes.iter().any(|p| p.pid != Some(p.pid_in_namespace));
+        let ns_column = processes.iter().any(|p| p.pid != Some(p.pid_in_namespace));
         let ns = |text: &str| if ns_column { format!(" {text:>7}") } else { String::new() };
         let _ = writeln!(out, "  {:>8}{} {:>9} {:>4} {:>11} {:>11}  NAME", "PID", ns("NS PID"), "HOST PID", "GPU", "MEMORY", "CONTEXT");
-        for p in &l.processes {
+        for p in &processes {
             let pid = match p.pid {
                 Some(pid) => pid.to_string(),
                 None => format!("({})", p.pid_in_namespace),
@@ -145,7 +159,7 @@ fn render_ledger(out: &mut String, l: &LedgerReport, width: usize) {
                 );
             }
         }
-        if l.processes.iter().any(|p| p.pid.is_none()) {
+        if processes.iter().any(|p| p.pid.is_none()) {
             out.push_str("  (N): PID in the process's own namespace; it is not visible from here.\n");
         }
     }
@@ -181,8 +195,8 @@ fn render_ledger(out: &mut String, l: &LedgerReport, width: usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::observe::fixtures::{process_view, snapshot, GIB};
     use crate::observe::ledgers::{Origin, Target};
-    use crate::observe::report::tests_support::{process_view, snapshot, GIB};
     use crate::observe::report::SCHEMA;
 
     #[test]
@@ -203,5 +217,24 @@ mod tests {
         assert_eq!(bar(4, 8, 4), "[||  ]");
         assert_eq!(bar(9, 8, 4), "[||||]");
         assert_eq!(bar(1, 0, 4), "[    ]");
+    }
+
+    #[test]
+    fn fgpu_run_keeping_a_place_is_said_as_such_not_listed_as_holding_nothing() {
+        let mut launcher = crate::observe::fixtures::process();
+        launcher.pid = Some(4242);
+        launcher.name = "fgpu".into();
+        let mut job = crate::observe::fixtures::process();
+        job.name = "python".into();
+        let target = Target::plain("/l".into(), Origin::Env);
+        let mut r = crate::observe::fixtures::empty(&target);
+        r.state = LedgerState::Ok;
+        r.processes = vec![launcher.clone()];
+        let text = render_text(&StatusReport { schema: SCHEMA, ledgers: vec![r.clone()], notes: vec![], gpus: vec![] }, 100);
+        assert!(text.contains("PID 4242 is fgpu run, keeping its job's place") && text.contains("No process is using the ledger."), "{text}");
+        assert!(!text.lines().any(|l| l.trim_end().ends_with("  fgpu")), "{text}");
+        r.processes = vec![launcher, job];
+        let text = render_text(&StatusReport { schema: SCHEMA, ledgers: vec![r], notes: vec![], gpus: vec![] }, 100);
+        assert!(text.contains("PID 4242 is fgpu run") && text.lines().any(|l| l.trim_end().ends_with("  python")), "{text}");
     }
 }

@@ -3,6 +3,11 @@
 use clap::Args;
 
 const SERVICE_HELP: &str = "\
+Examples:
+  sudo fgpu service                                  listen on /run/fgpu-service/host.sock
+  sudo fgpu service --verbose                        and say why a connection got no answer
+  sudo fgpu service --socket /run/other/host.sock    another socket (FGPU_HOST_SOCKET in the jobs)
+
 Run it on the host (not in a container), as root, for example from a systemd unit or a
 Kubernetes DaemonSet with hostPID, and mount its socket into capped containers:
   docker run -v /run/fgpu-service:/run/fgpu-service:ro ... fractional-gpu:...

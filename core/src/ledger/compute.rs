@@ -159,6 +159,7 @@ impl Ledger {
 mod tests {
     use super::*;
     use crate::compute::BURST_WALL_NS;
+    use crate::uuid::DeviceUuid;
 
     #[test]
     fn processes_of_a_ledger_share_one_bucket_and_the_first_sets_the_share() {
@@ -168,12 +169,12 @@ mod tests {
         let path = dir.join("ledger");
         let a = Ledger::open_or_create(&path).unwrap();
         let sa = a.join().unwrap();
-        let dev = a.register_device([3; 16], 80 << 30, 8 << 30, Some(sa)).unwrap().device;
+        let dev = a.register_device(DeviceUuid::gpu([3; 16]), 80 << 30, 8 << 30, Some(sa)).unwrap().device;
         assert_eq!(a.register_compute(dev, 300_000, Some(sa)).unwrap(), 300_000);
         // A second process (another open of the file) finds the share and cannot change it.
         let b = Ledger::open_or_create(&path).unwrap();
         let sb = b.join().unwrap();
-        let dev_b = b.register_device([3; 16], 80 << 30, 8 << 30, Some(sb)).unwrap().device;
+        let dev_b = b.register_device(DeviceUuid::gpu([3; 16]), 80 << 30, 8 << 30, Some(sb)).unwrap().device;
         assert_eq!(b.register_compute(dev_b, 700_000, Some(sb)).unwrap(), 300_000);
         // Both charge the same clock.
         let now = 10 * BURST_WALL_NS;
@@ -195,7 +196,7 @@ mod tests {
         // Admission tests and charges in one step: a full bucket holds 200 ms of share
         // (60 ms of GPU time at 30 %); one process admits all of it, and the next, asking at
         // the same instant, finds nothing and is charged nothing.
-        let other = [5; 16];
+        let other = DeviceUuid::gpu([5; 16]);
         let (d_a, d_b) =
             (a.register_device(other, 80 << 30, 8 << 30, Some(sa)).unwrap().device, b.register_device(other, 80 << 30, 8 << 30, Some(sb)).unwrap().device);
         let full = 60_000_000;
@@ -221,7 +222,8 @@ mod tests {
         // the share is registered at a process's first kernel).
         let ledgers: Vec<Ledger> = (0..4).map(|_| Ledger::open_or_create(&path).unwrap()).collect();
         let slots: Vec<SlotId> = ledgers.iter().map(|l| l.join().unwrap()).collect();
-        let devs: Vec<DeviceId> = ledgers.iter().zip(&slots).map(|(l, s)| l.register_device([4; 16], 80 << 30, 8 << 30, Some(*s)).unwrap().device).collect();
+        let devs: Vec<DeviceId> =
+            ledgers.iter().zip(&slots).map(|(l, s)| l.register_device(DeviceUuid::gpu([4; 16]), 80 << 30, 8 << 30, Some(*s)).unwrap().device).collect();
         // One without a share registers first: the ledger holds none, and that sets none.
         assert_eq!(ledgers[3].register_compute(devs[3], 0, Some(slots[3])).unwrap(), 0);
         // The first with a share sets it although the others are live; the rest find it.
@@ -231,7 +233,7 @@ mod tests {
         // A process without a share that joins later leaves the share to those that hold it.
         let late = Ledger::open_or_create(&path).unwrap();
         let sl = late.join().unwrap();
-        let dl = late.register_device([4; 16], 80 << 30, 8 << 30, Some(sl)).unwrap().device;
+        let dl = late.register_device(DeviceUuid::gpu([4; 16]), 80 << 30, 8 << 30, Some(sl)).unwrap().device;
         assert_eq!(late.register_compute(dl, 0, Some(sl)).unwrap(), 500_000);
         drop((ledgers, late));
         let _ = std::fs::remove_dir_all(&dir);

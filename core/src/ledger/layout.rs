@@ -48,6 +48,13 @@ pub fn pid_lock(slot: usize) -> i64 {
     alive_lock(slot) + 1
 }
 
+/// `DeviceEntry::kind`: written by an fgpu that did not know MIG devices.
+pub const KIND_UNKNOWN: u32 = 0;
+/// `DeviceEntry::kind`: a whole GPU (`GPU-…`).
+pub const KIND_GPU: u32 = 1;
+/// `DeviceEntry::kind`: a MIG device (`MIG-…`), a compute instance of a GPU in MIG mode.
+pub const KIND_MIG: u32 = 2;
+
 pub const DEVICE_EMPTY: u32 = 0;
 pub const DEVICE_READY: u32 = 2;
 pub const SLOT_FREE: u32 = 0;
@@ -103,7 +110,10 @@ pub struct Header {
 #[repr(C)]
 pub struct DeviceEntry {
     pub state: AtomicU32,
-    pub reserved0: AtomicU32,
+    /// What the UUID names: [`KIND_GPU`] or [`KIND_MIG`]; [`KIND_UNKNOWN`] (0) in an entry
+    /// made by an fgpu that did not know MIG devices (this word was reserved then), which
+    /// printed every device as a GPU. The entry is found by its UUID's bytes alone.
+    pub kind: AtomicU32,
     /// The device UUID (16 bytes as two little-endian words).
     pub uuid: [AtomicU64; 2],
     /// The ledger's cap for this device in bytes.

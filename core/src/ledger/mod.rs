@@ -45,7 +45,7 @@ pub mod store;
 mod verify;
 
 use crate::pidns;
-use crate::uuid::format_gpu_uuid;
+use crate::uuid::DeviceUuid;
 pub use dying::DeadProcess;
 pub use error::LedgerError;
 use layout::*;
@@ -236,7 +236,8 @@ impl Ledger {
 #[derive(Debug, Clone)]
 pub struct DeviceView {
     pub id: DeviceId,
-    pub uuid: [u8; 16],
+    /// Its UUID and kind, as recorded (`devices.rs`).
+    pub uuid: DeviceUuid,
     pub cap: u64,
     /// Held by the ledger's processes (their unspent credit left out).
     pub used: u64,
@@ -247,8 +248,9 @@ pub struct DeviceView {
 }
 
 impl DeviceView {
+    /// `GPU-…`, or `MIG-…` for a MIG device.
     pub fn uuid_string(&self) -> String {
-        format_gpu_uuid(&self.uuid)
+        self.uuid.to_string()
     }
 }
 

@@ -58,12 +58,9 @@ impl Ledger {
             .filter(|id| self.device(*id).state.load(Acquire) == DEVICE_READY)
             .map(|id| {
                 let e = self.device(id);
-                let mut uuid = [0u8; 16];
-                uuid[..8].copy_from_slice(&e.uuid[0].load(Relaxed).to_le_bytes());
-                uuid[8..].copy_from_slice(&e.uuid[1].load(Relaxed).to_le_bytes());
                 DeviceView {
                     id,
-                    uuid,
+                    uuid: devices::entry_uuid(e),
                     cap: e.cap.load(Relaxed),
                     used: processes.iter().map(|p| p.used[id.0]).fold(0u64, u64::saturating_add),
                     peak: e.peak.load(Relaxed),

@@ -3,8 +3,10 @@ use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::Arc;
 
+mod mig;
+
 const MIB: u64 = 1 << 20;
-const UUID: [u8; 16] = [7; 16];
+const UUID: DeviceUuid = DeviceUuid { kind: crate::uuid::UuidKind::Gpu, bytes: [7; 16] };
 
 /// A private directory for one test's ledger, removed when the test ends (pass or fail).
 struct TempDir(PathBuf);
@@ -453,7 +455,7 @@ fn a_lock_over_every_slot_does_not_keep_a_process_out() {
     let newcomer = Ledger::open_or_create(&dir.ledger()).unwrap();
     let slot = newcomer.join().unwrap();
     assert!(newcomer.by_process(slot));
-    let dev = newcomer.register_device([7; 16], 80 << 30, 100 * MIB, Some(slot)).unwrap().device;
+    let dev = newcomer.register_device(UUID, 80 << 30, 100 * MIB, Some(slot)).unwrap().device;
     newcomer.reserve(slot, dev, 60 * MIB, 100 * MIB).unwrap();
     assert!(ledger.reserve(me, device, 41 * MIB, 100 * MIB).is_err(), "the newcomer's 60 MiB count against the cap");
     assert!(ledger.snapshot(Some(me)).processes.iter().all(|p| p.alive));

@@ -5,24 +5,30 @@
 
 use super::active::Active;
 use super::nvml_look;
-use crate::abi::nvml::NvmlDevice;
+use crate::abi::nvml::{NvmlDevice, NVML_NO_INSTANCE};
 use crate::driver::instance::driver;
 use crate::driver::seam::NvmlDriver;
 use fgpu_core::ledger::{DeviceId, SlotId, Snapshot};
 use fgpu_core::nvmlpids::NvmlPids;
-use fgpu_core::uuid::{format_gpu_uuid, parse_gpu_uuid};
+use fgpu_core::uuid::DeviceUuid;
 use fgpu_core::view::MemoryView;
 
-/// The UUID of an NVML device, as bytes.
-pub fn nvml_device_uuid(device: NvmlDevice) -> Option<[u8; 16]> {
-    parse_gpu_uuid(&driver().nvml_device_uuid(device)?)
+/// The UUID of an NVML device (a GPU's, or a MIG device's on a MIG device handle).
+pub fn nvml_device_uuid(device: NvmlDevice) -> Option<DeviceUuid> {
+    DeviceUuid::parse(&driver().nvml_device_uuid(device)?)
 }
 
 /// A process as the container's process lists report it.
 pub struct Listed {
     pub pid: u32,
     pub used: u64,
+    /// The GPU and compute instance it runs in on a MIG device, as NVML's lists name them
+    /// (`NVML_NO_INSTANCE` elsewhere); filled in for the device listed.
+    pub instance: (u32, u32),
 }
+
+/// `NVML_NO_INSTANCE` twice: a process not on a MIG device.
+pub const NO_INSTANCE: (u32, u32) = (NVML_NO_INSTANCE, NVML_NO_INSTANCE);
 
 /// The ledger's live processes holding memory on `id`, with PIDs as the caller sees them.
 pub fn ledger_processes(snapshot: &Snapshot, id: DeviceId) -> Vec<Listed> {
@@ -30,7 +36,7 @@ pub fn ledger_processes(snapshot: &Snapshot, id: DeviceId) -> Vec<Listed> {
         .processes
         .iter()
         .filter(|p| p.alive && p.used.get(id.0).copied().unwrap_or(0) > 0)
-        .filter_map(|p| Some(Listed { pid: p.pid_here.or(p.host_pid)?, used: p.used[id.0] }))
+        .filter_map(|p| Some(Listed { pid: p.pid_here.or(p.host_pid)?, used: p.used[id.0], instance: NO_INSTANCE }))
         .collect()
 }
 
@@ -65,11 +71,11 @@ impl Active {
     pub fn nvml_memory_view(&self, device: NvmlDevice, real_total: u64) -> Option<(MemoryView, u64)> {
         let account = &self.account;
         let uuid = nvml_device_uuid(device)?;
-        let own = account.config().cap_for(&format_gpu_uuid(&uuid), real_total)?;
+        let own = account.config().cap_for(&uuid.to_string(), real_total)?;
         // Not the rate-limited scan: a process that has just exited must already be gone
         // from `used`, as it is from the process list (the driver frees its memory at exit).
         account.ledger().reclaim_dead(account.slot_if_joined());
-        let id = account.ledger().find_device(uuid);
+        let id = account.ledger().find_device(uuid.bytes);
         let view = MemoryView::new(Some(own), id.map(|id| account.ledger().cap(id)), real_total);
         Some((view, id.map_or(0, |id| account.ledger().used(id))))
     }
@@ -78,7 +84,7 @@ impl Active {
     /// ledger knows it), and a snapshot of its processes, the dead ones reclaimed first.
     pub fn listing(&self, device: NvmlDevice) -> (Option<DeviceId>, Snapshot) {
         let account = &self.account;
-        let id = nvml_device_uuid(device).and_then(|u| account.ledger().find_device(u));
+        let id = nvml_device_uuid(device).and_then(|u| account.ledger().find_device(u.bytes));
         account.ledger().reclaim_dead(account.slot_if_joined());
         (id, account.ledger().snapshot(account.slot_if_joined()))
     }
@@ -137,7 +143,7 @@ impl Active {
             return behaviour;
         }
         LAST_LOOK.store(now, std::sync::atomic::Ordering::Relaxed);
-        let Some(id) = nvml_device_uuid(device).and_then(|u| account.ledger().find_device(u)) else { return behaviour };
+        let Some(id) = nvml_device_uuid(device).and_then(|u| account.ledger().find_device(u.bytes)) else { return behaviour };
         let Some(entries) = nvml_look::compute_entries(device) else { return behaviour };
         let own = account.slot_if_joined().filter(|_| self.untracked.quiet()).and_then(|slot| {
             let dev = account.registered_devices().find(|d| d.id == id)?;

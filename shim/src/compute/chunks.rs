@@ -18,6 +18,14 @@
 //! its stream was being captured into a graph, or the thread stopped launching without
 //! synchronising (the chunk is then ended "late" at its next launch, and its time includes
 //! the idle wait, so it is not used as a measure). Such chunks are settled by time.
+//!
+//! **Where events alone measure** (a MIG device, on which NVML gives no per-process
+//! samples), a late chunk is charged the time between its markers, idle wait included (an
+//! upper bound of its work), and a chunk that ended without a marker its estimate. A chunk
+//! whose time nothing measured, on a device where no launch of its kind has been measured
+//! either, means this process's work there cannot be measured at all: settling reports the
+//! device ([`Settled::unmeasurable`]), and the limiter refuses its launches from then on
+//! rather than run them past the share.
 
 use super::book::{DevBook, Unit};
 use crate::abi::cuda::*;
@@ -106,14 +114,19 @@ enum State {
         at: u64,
         late: bool,
     },
-    /// Its work completed; seen at `at`. `busy`: the time between its markers, if usable.
+    /// Its work completed; seen at `at`. `busy`: the time between its markers, if usable
+    /// as a measure; `bound`: that time even when it includes an idle wait (an upper bound).
     Done {
         at: u64,
         busy: Option<u64>,
+        bound: Option<u64>,
     },
-    /// No marker can tell when its work completed; given up on at `at`.
+    /// No marker can tell when its work completed; given up on at `at`. `unmarked`: it was
+    /// ended by its thread without an end marker (none could be recorded), rather than
+    /// left behind by a thread that exited, a context destroyed or a long idle.
     Orphan {
         at: u64,
+        unmarked: bool,
     },
 }
 
@@ -148,6 +161,9 @@ pub struct Registry {
 pub struct Settled {
     /// (device, GPU time to charge (negative: refund), GPU time measured to record).
     pub charges: Vec<(CUdevice, i64, i64)>,
+    /// Devices measured by events alone where a chunk's time could not be measured and
+    /// nothing was measured before it: this process's work there cannot be measured.
+    pub unmeasurable: Vec<CUdevice>,
 }
 
 impl Registry {
@@ -210,6 +226,11 @@ impl Registry {
         self.chunks.iter().filter(|c| c.ordinal == ordinal && matches!(c.state, State::Open | State::Closed { .. })).map(|c| c.provisional).sum()
     }
 
+    /// Whether a chunk of `ordinal` has ended and its end marker has not completed yet.
+    pub fn awaiting_marker(&self, ordinal: CUdevice) -> bool {
+        self.chunks.iter().any(|c| c.ordinal == ordinal && matches!(c.state, State::Closed { .. }))
+    }
+
     /// Ends every open chunk of `ordinal` at its next launch: the ledger is overdrawn, so
     /// the rest of their credit waits for the share like a new chunk (what they did not use
     /// is given back when they end).
@@ -226,7 +247,8 @@ impl Registry {
     /// Looks at every chunk: open ones that sit idle are revoked, ended ones whose marker
     /// completed are measured, and those whose work is fully accounted for are settled.
     /// `covered(ordinal)` is the CLOCK_MONOTONIC time up to which NVML has measured the
-    /// device for this process (`None`: NVML does not measure it; events do).
+    /// device for this process (`None`: NVML does not measure it; events do, for good where
+    /// its book says so, `DevBook::by_events`).
     pub fn settle(&mut self, now: u64, covered: impl Fn(CUdevice) -> Option<u64>) -> Settled {
         let mut settled = Settled::default();
         let mut keep = Vec::with_capacity(self.chunks.len());
@@ -234,11 +256,11 @@ impl Registry {
             if c.state == State::Open {
                 let launches = c.shared.launches.load(Ordering::Relaxed);
                 if c.shared.orphaned.load(Ordering::Acquire) {
-                    c.state = State::Orphan { at: now };
+                    c.state = State::Orphan { at: now, unmarked: false };
                 } else if launches != c.seen_launches {
                     (c.seen_launches, c.seen_at) = (launches, now);
                 } else if now.saturating_sub(c.seen_at) >= ABANDON_NS {
-                    c.state = State::Orphan { at: now };
+                    c.state = State::Orphan { at: now, unmarked: false };
                 } else if now.saturating_sub(c.seen_at) >= IDLE_NS {
                     c.shared.revoked.fetch_or(REVOKED_IDLE, Ordering::Release);
                 }
@@ -247,18 +269,20 @@ impl Registry {
                 match c.end.as_ref().map(|m| m.query()) {
                     Some(EventState::Pending) => {}
                     Some(EventState::Done) => {
-                        // How long the GPU took between the chunk's markers; not for a
-                        // chunk that sat idle (the wait would be in it).
-                        let busy = match (&c.start, &c.end) {
-                            (Some(s), Some(e)) if !late && s.usable() => driver().event_elapsed_ns(s.event(), e.event()),
+                        // How long the GPU took between the chunk's markers: a measure of
+                        // its work, unless it sat idle (the wait would be in it: then only
+                        // an upper bound).
+                        let elapsed = match (&c.start, &c.end) {
+                            (Some(s), Some(e)) if s.usable() => driver().event_elapsed_ns(s.event(), e.event()),
                             _ => None,
                         };
+                        let busy = elapsed.filter(|_| !late);
                         if let Some(busy) = busy {
                             self.books.entry(c.ordinal).or_default().measured(c.unit, busy, c.launches);
                         }
-                        c.state = State::Done { at: now, busy };
+                        c.state = State::Done { at: now, busy, bound: elapsed };
                     }
-                    Some(EventState::Failed) | None => c.state = State::Orphan { at: now },
+                    Some(EventState::Failed) | None => c.state = State::Orphan { at: now, unmarked: true },
                 }
             }
             match (c.state, covered(c.ordinal)) {
@@ -269,14 +293,26 @@ impl Registry {
                     self.books.entry(c.ordinal).or_default().refunded(c.provisional);
                     settled.charges.push((c.ordinal, -(c.provisional as i64), 0));
                 }
-                (State::Orphan { at }, Some(covered)) if covered >= at + ABANDON_NS / 2 => settled.charges.push((c.ordinal, -(c.provisional as i64), 0)),
+                (State::Orphan { at, .. }, Some(covered)) if covered >= at + ABANDON_NS / 2 => settled.charges.push((c.ordinal, -(c.provisional as i64), 0)),
                 // Events measure it: the time between the chunk's markers replaces the
-                // estimate; without that, the estimate stands.
-                (State::Done { busy, .. }, None) => {
-                    let busy = busy.unwrap_or(c.provisional);
+                // estimate (where events alone measure, an idle chunk's too: an upper
+                // bound); without that, the estimate stands.
+                (State::Done { busy, bound, .. }, None) => {
+                    let book = self.books.entry(c.ordinal).or_default();
+                    let time = if book.by_events { busy.or(bound) } else { busy };
+                    if time.is_none() && book.by_events && book.estimate(c.unit) == 0 {
+                        settled.unmeasurable.push(c.ordinal);
+                    }
+                    let busy = time.unwrap_or(c.provisional);
                     settled.charges.push((c.ordinal, busy as i64 - c.provisional as i64, busy as i64));
                 }
-                (State::Orphan { .. }, None) => settled.charges.push((c.ordinal, 0, c.provisional as i64)),
+                (State::Orphan { unmarked, .. }, None) => {
+                    let book = self.books.entry(c.ordinal).or_default();
+                    if unmarked && book.by_events && book.estimate(c.unit) == 0 {
+                        settled.unmeasurable.push(c.ordinal);
+                    }
+                    settled.charges.push((c.ordinal, 0, c.provisional as i64))
+                }
                 _ => keep.push(c),
             }
         }

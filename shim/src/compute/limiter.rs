@@ -14,7 +14,9 @@ use crate::process::devices::{Dev, MAX_ORDINALS};
 use crate::process::lifecycle::PerProcess;
 use crate::process::{self, Mode};
 use fgpu_core::ledger::{Ledger, SlotId};
-use fgpu_core::log::monotonic_ns;
+use fgpu_core::log::{monotonic_ns, Level};
+use fgpu_core::log_at;
+use fgpu_core::uuid::UuidKind;
 use parking_lot::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Once, OnceLock};
@@ -92,10 +94,26 @@ impl Limiter {
         self.account.ledger()
     }
 
-    /// The share of a device this process is held to, `None` when it has none there.
+    /// The share of a device this process is held to, `None` when it has none there. On a
+    /// MIG device the process's events measure it from the start: NVML gives no per-process
+    /// samples on a GPU in MIG mode (nvml.h, `nvmlDeviceGetProcessUtilization`: "On
+    /// MIG-enabled GPUs, querying process utilization is not currently supported").
     pub fn device(&self, dev: &Dev) -> Option<&DevShare> {
         let index = usize::try_from(dev.ordinal).ok().filter(|i| *i < MAX_ORDINALS)?;
-        self.devices[index].get_or_init(|| DevShare::of(self.account, self.slot, dev)).as_ref()
+        self.devices[index]
+            .get_or_init(|| {
+                let share = DevShare::of(self.account, self.slot, dev)?;
+                if dev.uuid.kind == UuidKind::Mig {
+                    self.registry.lock().book(dev.ordinal).by_events = true;
+                    log_at!(
+                        Level::Debug,
+                        "{} is a MIG device: NVML gives no per-process samples there; its compute share is measured by this process's events",
+                        dev.uuid
+                    );
+                }
+                Some(share)
+            })
+            .as_ref()
     }
 
     /// A registered device by ordinal, if its share is known already.
@@ -108,8 +126,16 @@ impl Limiter {
     }
 }
 
-/// Applies what [`Registry::settle`] found to the ledger.
+/// Applies what [`Registry::settle`] found to the ledger; a device whose work cannot be
+/// measured is refused from now on, its open chunks ended at their next launch.
 pub fn apply(limiter: &Limiter, settled: Settled, now: u64) {
+    for ordinal in settled.unmeasurable {
+        if let Some(dev) = limiter.known(ordinal) {
+            if dev.refuse() {
+                limiter.registry.lock().revoke_open(ordinal);
+            }
+        }
+    }
     for (ordinal, charge, measured) in settled.charges {
         if let Some(dev) = limiter.known(ordinal) {
             dev.charge(limiter.ledger(), charge, now);

@@ -114,8 +114,9 @@ pub fn admit_fast(stream: CUstream, ptsz: bool, unit: Unit) -> bool {
 }
 
 /// Everything but the fast path: another stream's chunk, a chunk's first launch (waiting
-/// for the share), a device without a share.
-pub fn admit_slow(limiter: &'static Limiter, stream: CUstream, ptsz: bool, unit: Unit) {
+/// for the share), a device without a share. Answers `CUDA_SUCCESS`, or the error a launch
+/// on a device whose work cannot be measured is refused with.
+pub fn admit_slow(limiter: &'static Limiter, stream: CUstream, ptsz: bool, unit: Unit) -> CUresult {
     let generation = limiter.generation;
     let admitted = with_local(|local| {
         // Another of this thread's chunks with credit: bring it to the front.
@@ -144,20 +145,23 @@ pub fn admit_slow(limiter: &'static Limiter, stream: CUstream, ptsz: bool, unit:
     })
     .unwrap_or(false);
     if admitted {
-        return;
+        return CUDA_SUCCESS;
     }
-    let Ok(dev) = limiter.account.current_device() else { return };
+    let Ok(dev) = limiter.account.current_device() else { return CUDA_SUCCESS };
     let Some(share) = limiter.device(dev) else {
         // No share on this device: a chunk without end.
         let _ = with_local(|local| {
             let e = &mut local.entries[0];
             (e.credit, e.ordinal) = (u32::MAX, dev.ordinal);
         });
-        return;
+        return CUDA_SUCCESS;
     };
+    if share.refused() {
+        return super::REFUSED;
+    }
     let markers = match relaxed(driver(), || driver().stream_capturing(stream, ptsz)) {
         // Captured into a graph, not run: nothing to admit (the graph's launches are).
-        Capture::Yes => return,
+        Capture::Yes => return CUDA_SUCCESS,
         Capture::No => true,
         // The driver cannot say: the launch may run, so it waits for the share like any
         // other; a marker might become part of a capture (or invalidate it), so none is
@@ -165,21 +169,26 @@ pub fn admit_slow(limiter: &'static Limiter, stream: CUstream, ptsz: bool, unit:
         Capture::Unknown => false,
     };
     super::sampler::ensure_started(limiter);
-    let (launches, provisional) = wait_for_share(limiter, share, unit);
+    let Some((launches, provisional)) = wait_for_share(limiter, share, unit) else { return super::REFUSED };
     open(limiter, share, stream, ptsz, unit, launches, provisional, markers);
+    CUDA_SUCCESS
 }
 
 /// Waits until the device's buckets hold a chunk's worth and the work in flight allows
-/// one more chunk; returns the chunk's launches and its estimated cost, already charged.
-fn wait_for_share(limiter: &Limiter, share: &DevShare, unit: Unit) -> (u32, u64) {
+/// one more chunk; returns the chunk's launches and its estimated cost, already charged
+/// (`None`: the device's launches are refused, its work found unmeasurable meanwhile).
+fn wait_for_share(limiter: &Limiter, share: &DevShare, unit: Unit) -> Option<(u32, u64)> {
     let began = monotonic_ns();
     let mut waited = false;
     loop {
         settle_now(limiter);
+        if share.refused() {
+            return None;
+        }
         let now = monotonic_ns();
-        let (inflight, est) = {
+        let (inflight, est, awaiting) = {
             let mut registry = limiter.registry.lock();
-            (registry.inflight(share.ordinal), registry.estimate(share.ordinal, unit))
+            (registry.inflight(share.ordinal), registry.estimate(share.ordinal, unit), registry.awaiting_marker(share.ordinal))
         };
         // The bucket that holds least decides the chunk.
         let mut ready_at = now;
@@ -194,14 +203,17 @@ fn wait_for_share(limiter: &Limiter, share: &DevShare, unit: Unit) -> (u32, u64)
         }
         let launches = chunk_launches(est, least);
         let provisional = launches as u64 * if est == 0 { FIRST_GUESS_NS } else { est };
-        let fits = inflight_allows(inflight, provisional);
+        // Until a launch of this kind has been measured its cost is a guess: a chunk that has
+        // ended is waited for (its markers measure it) before another one starts, so that
+        // launches of unknown length do not queue up ahead of their measure.
+        let fits = inflight_allows(inflight, provisional) && !(est == 0 && awaiting);
         // The buckets are tested again as they are charged: another process of the ledger
         // may have taken what this one saw.
         if ready_at <= now && fits && share.admit(limiter.ledger(), provisional, now) {
             if waited {
                 limiter.ledger().compute_waited(share.id, now.saturating_sub(began));
             }
-            return (launches, provisional);
+            return Some((launches, provisional));
         }
         waited = true;
         let nap = if !fits { INFLIGHT_NAP_NS } else { ready_at.saturating_sub(now).clamp(50_000, MAX_NAP_NS) };

@@ -32,22 +32,26 @@ pub mod share;
 #[cfg(test)]
 mod tests;
 
-use crate::abi::cuda::{CUcontext, CUdevice, CUstream};
+use crate::abi::cuda::{CUcontext, CUdevice, CUresult, CUstream, CUDA_SUCCESS};
 use limiter::{existing, limiter};
 
 pub use book::Unit;
 
-/// Gates one launch: returns once it may go to the driver. `false` only when the limiter
-/// failed (a panic caught by the hook), in which case the launch is refused.
+/// Gates one launch: returns `CUDA_SUCCESS` once it may go to the driver, or the error
+/// the launch is refused with: [`REFUSED`] where this process's GPU time on the device
+/// cannot be measured (`chunks.rs`).
 #[inline(always)]
-pub fn admit(stream: CUstream, ptsz: bool, unit: Unit) -> bool {
-    let Some(limiter) = limiter() else { return true };
+pub fn admit(stream: CUstream, ptsz: bool, unit: Unit) -> CUresult {
+    let Some(limiter) = limiter() else { return CUDA_SUCCESS };
     if local::admit_fast(stream, ptsz, unit) {
-        return true;
+        return CUDA_SUCCESS;
     }
-    local::admit_slow(limiter, stream, ptsz, unit);
-    true
+    local::admit_slow(limiter, stream, ptsz, unit)
 }
+
+/// `CUDA_ERROR_NOT_PERMITTED` (cuda.h, 800): a launch on a device whose share cannot be
+/// measured.
+pub const REFUSED: CUresult = 800;
 
 /// Before a synchronisation of `stream` (`None`: the whole context, or an event's stream,
 /// which fgpu cannot tell): the calling thread's chunks on it end here, so that what they

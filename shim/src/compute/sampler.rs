@@ -30,7 +30,6 @@ use crate::driver::seam::{CudaDriver, NvmlDriver, SamplesError};
 use fgpu_core::compute::UtilisationBook;
 use fgpu_core::log::{monotonic_ns, Level};
 use fgpu_core::log_at;
-use fgpu_core::uuid::format_gpu_uuid;
 use std::time::Duration;
 
 /// How often the sampler wakes.
@@ -40,10 +39,12 @@ const TICK: Duration = Duration::from_millis(5);
 /// late; never more often than that.
 const NVML_AFTER_PERIOD_NS: u64 = 10_000_000;
 const NVML_RETRY_NS: u64 = 30_000_000;
-/// NVML's figures count once its sample period is known (two timestamps, at most 1 s
-/// apart by NVIDIA's documentation); until then the chunks' estimates stand. Should the
-/// period still be unknown this long after NVML was first asked (a process that ran in
-/// one period only, or samples that never name it), its events measure it instead.
+/// NVML's figures count from its first answer (`UtilisationBook`: each answer's window is
+/// known from its timestamps), but its sample period, which says when the next answer is
+/// due and how long a quiet device has been quiet, takes two timestamps of one process (at
+/// most 1 s apart by NVIDIA's documentation). Should it still be unknown this long after
+/// NVML was first asked (a process that ran in one period only, or samples that never name
+/// it), its events measure it instead.
 const LEARN_PERIOD_WITHIN_NS: u64 = 4_000_000_000;
 
 /// Starts the sampler thread on the first chunk (once per limiter).
@@ -132,13 +133,13 @@ fn poll(limiter: &Limiter, share: &DevShare, now: u64) {
         state.offset_ns = offset;
         let used = match answer {
             Ok(_) if !state.book.measuring() && now.saturating_sub(state.since) > LEARN_PERIOD_WITHIN_NS => {
-                // Nothing was counted from NVML yet, so nothing is counted twice: the
-                // chunks kept until now are settled by their events from here on.
+                // The chunks NVML has not answered for yet are settled by their events from
+                // here on: what NVML counted covered only the time before them.
                 log_at!(
                     Level::Info,
                     "NVML's samples did not show their period within {} s on {}; the compute share is measured by this process's events",
                     LEARN_PERIOD_WITHIN_NS / 1_000_000_000,
-                    format_gpu_uuid(&share.uuid)
+                    share.uuid
                 );
                 book.nvml = None;
                 book.by_events = true;
@@ -153,7 +154,7 @@ fn poll(limiter: &Limiter, share: &DevShare, now: u64) {
                 log_at!(
                     Level::Info,
                     "NVML gives no per-process utilisation for {} (NVML error {rc}); the compute share is measured by this process's events",
-                    format_gpu_uuid(&share.uuid)
+                    share.uuid
                 );
                 book.nvml = None;
                 book.by_events = true;
@@ -173,7 +174,7 @@ fn poll(limiter: &Limiter, share: &DevShare, now: u64) {
 /// Sets NVML up for a device if this process's host PID is known.
 fn start_measuring(limiter: &Limiter, share: &DevShare, book: &mut DevBook, now: u64) {
     let Some(pid) = host_pid(limiter) else { return };
-    let uuid = format_gpu_uuid(&share.uuid);
+    let uuid = share.uuid;
     let Some(handle) = driver().nvml_device_by_uuid(&share.uuid) else {
         log_at!(Level::Info, "NVML cannot find {uuid}; the compute share there is measured by this process's events");
         book.by_events = true;

@@ -11,15 +11,15 @@ use fgpu_core::compute::{self as policy, admit_threshold, charge_keeping_rest, f
 use fgpu_core::ledger::{DeviceId, Ledger, SlotId};
 use fgpu_core::log::Level;
 use fgpu_core::log_at;
-use fgpu_core::uuid::format_gpu_uuid;
+use fgpu_core::uuid::DeviceUuid;
 use fgpu_core::view::Kept;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 /// A device's share as this process is held to it.
 pub struct DevShare {
     pub ordinal: CUdevice,
     pub id: DeviceId,
-    pub uuid: [u8; 16],
+    pub uuid: DeviceUuid,
     /// The ledger's share, when it has one: its bucket is shared by all its processes.
     pub ledger_share: Option<u64>,
     /// This process's own share, when the ledger has none or a larger one: a bucket of
@@ -27,6 +27,8 @@ pub struct DevShare {
     pub own: Option<(u64, AtomicU64)>,
     /// Refunds each bucket (the ledger's, this process's own) could not take yet.
     carry: [Carry; 2],
+    /// This process's work on the device cannot be measured: its launches are refused.
+    refused: AtomicBool,
 }
 
 impl DevShare {
@@ -76,6 +78,25 @@ impl DevShare {
         true
     }
 
+    /// Whether launches on this device are refused: their GPU time cannot be measured.
+    #[inline]
+    pub fn refused(&self) -> bool {
+        self.refused.load(Ordering::Acquire)
+    }
+
+    /// Refuses launches on this device from now on, saying why once; true the first time.
+    pub fn refuse(&self) -> bool {
+        if self.refused.swap(true, Ordering::AcqRel) {
+            return false;
+        }
+        log_at!(
+            Level::Error,
+            "the compute share on {} cannot be measured: NVML gives no per-process samples there and this process's kernels could not be timed by events (no marker could be recorded on their stream, or the driver could not time it); kernel launches on it are refused (CUDA_ERROR_NOT_PERMITTED) rather than run past the share",
+            self.uuid
+        );
+        true
+    }
+
     /// Whether any bucket of this device is overdrawn now (`fgpu_core::compute::overdrawn`).
     pub fn overdrawn(&self, ledger: &Ledger, now: u64) -> bool {
         self.buckets(ledger).any(|(_, clock)| overdrawn(clock, now))
@@ -111,7 +132,7 @@ impl DevShare {
     /// The share this process is held to on `dev` (`None`: it has none there), registered
     /// in the ledger of `account` for `slot`: the ledger's, this process's own, or both.
     pub fn of(account: &Account, slot: SlotId, dev: &Dev) -> Option<DevShare> {
-        let uuid = format_gpu_uuid(&dev.uuid);
+        let uuid = dev.uuid.to_string();
         let own = account.config().share_for(&uuid);
         let ledger = match account.ledger().register_compute(dev.id, own.unwrap_or(0), Some(slot)) {
             Ok(share) => share,
@@ -129,6 +150,14 @@ impl DevShare {
         let ledger_share = (ledger != 0).then_some(ledger);
         let own_bucket = (ledger == 0 || own < ledger).then(|| (own, AtomicU64::new(0)));
         log_at!(Level::Debug, "device {} is {uuid}: compute share {}", dev.ordinal, format_share(kept.held_to()));
-        Some(DevShare { ordinal: dev.ordinal, id: dev.id, uuid: dev.uuid, ledger_share, own: own_bucket, carry: Default::default() })
+        Some(DevShare {
+            ordinal: dev.ordinal,
+            id: dev.id,
+            uuid: dev.uuid,
+            ledger_share,
+            own: own_bucket,
+            carry: Default::default(),
+            refused: AtomicBool::new(false),
+        })
     }
 }

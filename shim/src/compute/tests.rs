@@ -176,3 +176,60 @@ fn chunks_without_a_usable_marker_are_settled_by_time() {
     assert_eq!(registry.settle(at(42), |_| None).charges, vec![(0, 0, 3 * MS as i64)]);
     assert_eq!(registry.inflight(0), 0);
 }
+
+/// Where events alone measure (a MIG device): a late chunk is charged the time between its
+/// markers, idle wait included (an upper bound), not the estimate; a chunk that ended with
+/// no marker while nothing of its kind was ever measured makes the device unmeasurable; a
+/// chunk ended without a marker once an estimate exists is charged the estimate. A new
+/// chunk of an unmeasured kind waits for the end marker of one that has ended.
+#[test]
+fn where_events_alone_measure_nothing_goes_unmeasured() {
+    let _p = Process::new("events-only", &[("FGPU_COMPUTE", "30%")], 80 * GIB);
+    let mut registry = Registry::default();
+    registry.book(0).by_events = true;
+    let ctx = registry.context(0x1000, 0);
+    let at = |ms: u64| NOW + ms * MS;
+
+    // A late chunk: 1 ms charged, 30 ms between its markers (the idle wait in them).
+    let shared = Arc::new(ChunkShared::default());
+    registry.opened(shared.clone(), 0, Unit::Kernel, MS, Some(Arc::new(Marker::new(event(EventState::Done), ctx.clone()))), at(0));
+    FAKE.with(|s| s.elapsed_ns = Some(30 * MS));
+    let end = event(EventState::Pending);
+    registry.ended(&shared, Some(Arc::new(Marker::new(end, ctx.clone()))), 1, 0, true, at(25));
+    assert!(registry.awaiting_marker(0), "ended, its marker pending: an unmeasured kind waits for it");
+    FAKE.with(|s| s.events.insert(end as usize, EventState::Done));
+    let settled = registry.settle(at(31), |_| None);
+    assert_eq!(settled.charges, vec![(0, 29 * MS as i64, 30 * MS as i64)], "the upper bound replaces the 1 ms guess");
+    assert!(settled.unmeasurable.is_empty());
+    assert!(!registry.awaiting_marker(0));
+    assert_eq!(registry.estimate(0, Unit::Kernel), 0, "an upper bound is not an estimate");
+
+    // A chunk that ended without a marker (none could be recorded), nothing measured yet.
+    let shared = Arc::new(ChunkShared::default());
+    registry.opened(shared.clone(), 0, Unit::Kernel, MS, None, at(40));
+    registry.ended(&shared, None, 1, 0, false, at(41));
+    let settled = registry.settle(at(42), |_| None);
+    assert_eq!(settled.unmeasurable, vec![0], "its time cannot be known");
+    assert_eq!(settled.charges, vec![(0, 0, MS as i64)]);
+
+    // Once a launch of the kind has been measured, such a chunk is charged the estimate.
+    let shared = Arc::new(ChunkShared::default());
+    registry.opened(shared.clone(), 0, Unit::Kernel, 4 * MS, Some(Arc::new(Marker::new(event(EventState::Done), ctx.clone()))), at(50));
+    FAKE.with(|s| s.elapsed_ns = Some(8 * MS));
+    registry.ended(&shared, Some(Arc::new(Marker::new(event(EventState::Done), ctx.clone()))), 4, 0, false, at(51));
+    assert_eq!(registry.settle(at(52), |_| None).charges, vec![(0, 4 * MS as i64, 8 * MS as i64)]);
+    assert_eq!(registry.estimate(0, Unit::Kernel), 2 * MS);
+    let shared = Arc::new(ChunkShared::default());
+    registry.opened(shared.clone(), 0, Unit::Kernel, 2 * MS, None, at(60));
+    registry.ended(&shared, None, 1, 0, false, at(61));
+    let settled = registry.settle(at(62), |_| None);
+    assert!(settled.unmeasurable.is_empty(), "measured before: the estimate stands");
+    assert_eq!(settled.charges, vec![(0, 0, 2 * MS as i64)]);
+
+    // Where NVML measures (or may yet), nothing is ever unmeasurable: NVML charges it.
+    let mut nvml = Registry::default();
+    let shared = Arc::new(ChunkShared::default());
+    nvml.opened(shared.clone(), 0, Unit::Kernel, MS, None, at(70));
+    nvml.ended(&shared, None, 1, 0, false, at(71));
+    assert!(nvml.settle(at(72), |_| None).unmeasurable.is_empty());
+}

@@ -4,21 +4,25 @@
 use super::raw;
 use super::seam::{Capture, CudaDriver, EventState, Real};
 use crate::abi::cuda::*;
+use fgpu_core::uuid::DeviceUuid;
 use std::ffi::{c_float, c_int, c_uint, c_void};
 use std::ptr::null_mut;
 
 impl CudaDriver for Real {
-    fn device_uuid(&self, ordinal: CUdevice) -> Result<[u8; 16], CUresult> {
-        let mut uuid = CUuuid::default();
+    fn device_uuid(&self, ordinal: CUdevice) -> Result<DeviceUuid, CUresult> {
+        let (mut v2, mut v1) = (CUuuid::default(), CUuuid::default());
         // SAFETY: a live CUuuid local for the driver to write and a plain ordinal.
-        let rc = unsafe { raw::cuDeviceGetUuid_v2(&mut uuid, ordinal) }
-            // SAFETY: as above.
-            .or_else(|| unsafe { raw::cuDeviceGetUuid(&mut uuid, ordinal) })
-            .unwrap_or(CUDA_ERROR_NOT_FOUND);
-        if rc == CUDA_SUCCESS {
-            Ok(uuid.bytes)
-        } else {
-            Err(rc)
+        let rc2 = unsafe { raw::cuDeviceGetUuid_v2(&mut v2, ordinal) };
+        // SAFETY: as above.
+        let rc1 = unsafe { raw::cuDeviceGetUuid(&mut v1, ordinal) };
+        match (rc2, rc1) {
+            // cuda.h: `_v2` gives a MIG device's own UUID; the first version, older than
+            // MIG UUIDs, gives its GPU's. Where they differ the device is a MIG device.
+            (Some(CUDA_SUCCESS), Some(CUDA_SUCCESS)) if v1.bytes != v2.bytes => Ok(DeviceUuid::mig(v2.bytes)),
+            (Some(CUDA_SUCCESS), _) => Ok(DeviceUuid::gpu(v2.bytes)),
+            (None, Some(CUDA_SUCCESS)) => Ok(DeviceUuid::gpu(v1.bytes)),
+            (Some(rc), _) | (None, Some(rc)) => Err(rc),
+            (None, None) => Err(CUDA_ERROR_NOT_FOUND),
         }
     }
 

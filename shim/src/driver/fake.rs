@@ -6,14 +6,16 @@ use super::seam::{Capture, CudaDriver, EventState, NvmlDriver, SamplesError};
 use crate::abi::cuda::*;
 use crate::abi::nvml::*;
 use fgpu_core::compute::Sample;
+use fgpu_core::uuid::DeviceUuid;
 use std::collections::HashMap;
 use std::ffi::c_void;
 use std::sync::{Mutex, MutexGuard};
 
 /// What the fake driver holds and answers.
 pub struct State {
-    /// By ordinal: (UUID, memory). Other ordinals do not exist.
-    pub devices: Vec<([u8; 16], u64)>,
+    /// By ordinal: (UUID, memory). Other ordinals do not exist. NVML lists them in this
+    /// order, as handles 1, 2, ...
+    pub devices: Vec<(DeviceUuid, u64)>,
     /// The device of the calling thread's context (every thread's).
     pub current: CUdevice,
     /// `cuCtxGetCurrent`'s answer.
@@ -86,7 +88,7 @@ impl Fake {
 }
 
 impl CudaDriver for Fake {
-    fn device_uuid(&self, ordinal: CUdevice) -> Result<[u8; 16], CUresult> {
+    fn device_uuid(&self, ordinal: CUdevice) -> Result<DeviceUuid, CUresult> {
         self.with(|s| s.devices.get(ordinal as usize).map(|d| d.0).ok_or(CUDA_ERROR_INVALID_VALUE))
     }
 
@@ -176,17 +178,21 @@ impl NvmlDriver for Fake {
         self.with(|s| s.nvml)
     }
 
-    fn nvml_device_by_uuid(&self, uuid: &[u8; 16]) -> Option<NvmlDevice> {
+    fn nvml_device_by_uuid(&self, uuid: &DeviceUuid) -> Option<NvmlDevice> {
         self.with(|s| s.nvml.then(|| s.devices.iter().position(|d| d.0 == *uuid)).flatten().map(|i| (i + 1) as NvmlDevice))
+    }
+
+    fn nvml_instance_ids(&self, _device: NvmlDevice) -> Option<(u32, u32)> {
+        None
     }
 
     fn nvml_device_uuid(&self, device: NvmlDevice) -> Option<String> {
         let index = (device as usize).checked_sub(1)?;
-        self.with(|s| s.devices.get(index).map(|d| fgpu_core::uuid::format_gpu_uuid(&d.0)))
+        self.with(|s| s.devices.get(index).map(|d| d.0.to_string()))
     }
 
     fn nvml_all_uuids(&self) -> Result<Vec<String>, String> {
-        self.with(|s| Ok(s.devices.iter().map(|d| fgpu_core::uuid::format_gpu_uuid(&d.0)).collect()))
+        self.with(|s| Ok(s.devices.iter().map(|d| d.0.to_string()).collect()))
     }
 
     fn nvml_memory(&self, _device: NvmlDevice) -> Option<NvmlMemory> {

@@ -6,7 +6,7 @@ use super::seam::{NvmlDriver, Real, SamplesError};
 use super::symbols::{get, library_present, Lib, Sym};
 use crate::abi::nvml::*;
 use fgpu_core::compute::Sample;
-use fgpu_core::uuid::format_gpu_uuid;
+use fgpu_core::uuid::DeviceUuid;
 use std::ffi::{c_char, c_uint};
 use std::ptr::null_mut;
 use std::sync::OnceLock;
@@ -58,15 +58,24 @@ impl NvmlDriver for Real {
         })
     }
 
-    fn nvml_device_by_uuid(&self, uuid: &[u8; 16]) -> Option<NvmlDevice> {
+    fn nvml_device_by_uuid(&self, uuid: &DeviceUuid) -> Option<NvmlDevice> {
         if !self.nvml_ready() {
             return None;
         }
-        let text = format!("{}\0", format_gpu_uuid(uuid));
+        let text = format!("{uuid}\0");
         let mut handle: NvmlDevice = null_mut();
         // SAFETY: a NUL-terminated UUID string and a live nvmlDevice_t local.
         let rc = unsafe { raw::nvmlDeviceGetHandleByUUID(text.as_ptr().cast(), &mut handle) }?;
         (rc == NVML_SUCCESS).then_some(handle)
+    }
+
+    fn nvml_instance_ids(&self, device: NvmlDevice) -> Option<(u32, u32)> {
+        let (mut gi, mut ci): (c_uint, c_uint) = (0, 0);
+        // SAFETY: an NVML device handle and a live unsigned int local each.
+        let ok = unsafe { raw::nvmlDeviceGetGpuInstanceId(device, &mut gi) } == Some(NVML_SUCCESS)
+            // SAFETY: as above.
+            && unsafe { raw::nvmlDeviceGetComputeInstanceId(device, &mut ci) } == Some(NVML_SUCCESS);
+        ok.then_some((gi, ci))
     }
 
     fn nvml_device_uuid(&self, device: NvmlDevice) -> Option<String> {

@@ -10,6 +10,7 @@
 use crate::abi::cuda::*;
 use crate::abi::nvml::*;
 use fgpu_core::compute::Sample;
+use fgpu_core::uuid::DeviceUuid;
 use std::ffi::c_void;
 
 /// The real driver (`libcuda.so.1`, `libnvidia-ml.so.1`).
@@ -47,8 +48,10 @@ pub enum SamplesError {
 
 /// The CUDA driver API as the shim uses it itself. Each method names the C call it makes.
 pub trait CudaDriver: Sync {
-    /// `cuDeviceGetUuid_v2`, else `cuDeviceGetUuid`.
-    fn device_uuid(&self, ordinal: CUdevice) -> Result<[u8; 16], CUresult>;
+    /// `cuDeviceGetUuid_v2` (the MIG device's UUID on a MIG device, cuda.h), else
+    /// `cuDeviceGetUuid`; a MIG device where the two differ (the first, older than MIG
+    /// UUIDs, gives the GPU's).
+    fn device_uuid(&self, ordinal: CUdevice) -> Result<DeviceUuid, CUresult>;
     /// `cuDeviceTotalMem_v2`: the device's physical memory.
     fn device_total_mem(&self, ordinal: CUdevice) -> Result<u64, CUresult>;
     /// `cuCtxGetDevice`: the device of the calling thread's context.
@@ -96,8 +99,11 @@ pub trait CudaDriver: Sync {
 pub trait NvmlDriver: Sync {
     /// `nvmlInit_v2` succeeded (once per process).
     fn nvml_ready(&self) -> bool;
-    /// `nvmlDeviceGetHandleByUUID`.
-    fn nvml_device_by_uuid(&self, uuid: &[u8; 16]) -> Option<NvmlDevice>;
+    /// `nvmlDeviceGetHandleByUUID`, with the UUID as NVML prints it (`GPU-…`, `MIG-…`).
+    fn nvml_device_by_uuid(&self, uuid: &DeviceUuid) -> Option<NvmlDevice>;
+    /// `nvmlDeviceGetGpuInstanceId` and `nvmlDeviceGetComputeInstanceId`: the GPU and
+    /// compute instance of a MIG device handle (`None` for any other handle).
+    fn nvml_instance_ids(&self, device: NvmlDevice) -> Option<(u32, u32)>;
     /// `nvmlDeviceGetUUID` as NVML writes it: `GPU-…`, or `MIG-…` for a MIG instance.
     fn nvml_device_uuid(&self, device: NvmlDevice) -> Option<String>;
     /// The UUID of every GPU NVML lists (`nvmlDeviceGetCount_v2`,

@@ -14,13 +14,13 @@ use std::ffi::{c_uint, c_void};
 /// `CUDA_ERROR_UNKNOWN` (cuda.h): what a launch gets if the limiter broke.
 const LIMITER_FAILED: CUresult = 999;
 
-/// Gates a launch on `stream` (`ptsz`: a per-thread-stream entry point), then runs it.
+/// Gates a launch on `stream` (`ptsz`: a per-thread-stream entry point), then runs it, or
+/// answers the error it is refused with.
 #[inline(always)]
 pub fn gated(stream: CUstream, ptsz: bool, unit: Unit, real: impl FnOnce() -> CUresult) -> CUresult {
-    if super::guard(false, || compute::admit(stream, ptsz, unit)) {
-        real()
-    } else {
-        LIMITER_FAILED
+    match super::guard(LIMITER_FAILED, || compute::admit(stream, ptsz, unit)) {
+        CUDA_SUCCESS => real(),
+        refused => refused,
     }
 }
 

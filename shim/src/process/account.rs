@@ -13,7 +13,6 @@ use fgpu_core::ledger::{Ledger, SlotId};
 use fgpu_core::limit::format_bytes;
 use fgpu_core::log::{self, Level, RateLimit};
 use fgpu_core::log_at;
-use fgpu_core::uuid::format_gpu_uuid;
 use std::sync::OnceLock;
 
 pub struct Account {
@@ -122,7 +121,7 @@ impl Account {
                     Level::Error,
                     "{call} of {} refused on {}: ledger {} stayed locked by another process for too long{more}",
                     format_bytes(refusal.requested),
-                    format_gpu_uuid(&dev.uuid),
+                    dev.uuid,
                     self.ledger.path().display()
                 );
             } else {
@@ -130,7 +129,7 @@ impl Account {
                     Level::Warn,
                     "{call} of {} refused on {}: the container already holds {} of its {} cap{more}",
                     format_bytes(refusal.requested),
-                    format_gpu_uuid(&dev.uuid),
+                    dev.uuid,
                     format_bytes(refusal.used),
                     format_bytes(refusal.cap)
                 );

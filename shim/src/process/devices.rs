@@ -10,7 +10,7 @@ use fgpu_core::ledger::{DeviceId, Ledger, SlotId};
 use fgpu_core::limit::format_bytes;
 use fgpu_core::log::Level;
 use fgpu_core::log_at;
-use fgpu_core::uuid::format_gpu_uuid;
+use fgpu_core::uuid::DeviceUuid;
 use fgpu_core::view::{Kept, MemoryView};
 use parking_lot::Mutex;
 use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
@@ -24,7 +24,7 @@ pub const MAX_ORDINALS: usize = 64;
 pub struct Dev {
     pub ordinal: CUdevice,
     pub id: DeviceId,
-    pub uuid: [u8; 16],
+    pub uuid: DeviceUuid,
     /// The cap this process is held to: the smaller of its own and the ledger's
     /// (`fgpu_core::view`).
     pub limit: u64,
@@ -104,7 +104,7 @@ impl Devices {
 pub fn register(config: &Config, ledger: &Ledger, slot: impl FnOnce() -> Option<SlotId>, ordinal: CUdevice) -> Result<Dev, CUresult> {
     let uuid = driver().device_uuid(ordinal)?;
     let total = driver().device_total_mem(ordinal)?;
-    let uuid_text = format_gpu_uuid(&uuid);
+    let uuid_text = uuid.to_string();
     let own = config.cap_for(&uuid_text, total);
     let wanted = own.unwrap_or(total);
     let slot = slot().ok_or(CUDA_ERROR_OUT_OF_MEMORY)?;

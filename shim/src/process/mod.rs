@@ -130,7 +130,7 @@ fn nvml_still_lists(dead: &fgpu_core::ledger::DeadProcess) -> bool {
     // Every GPU NVML lists: the dead process may have held memory on one this process has
     // not used yet (a context being created has none registered).
     let Ok(uuids) = driver().nvml_all_uuids() else { return false };
-    uuids.iter().filter_map(|text| fgpu_core::uuid::parse_gpu_uuid(text)).any(|uuid| {
+    uuids.iter().filter_map(|text| fgpu_core::uuid::DeviceUuid::parse(text)).any(|uuid| {
         driver().nvml_device_by_uuid(&uuid).and_then(|device| driver().nvml_compute_processes(device)).is_some_and(|listed| listed.iter().any(|p| p.pid == pid))
     })
 }

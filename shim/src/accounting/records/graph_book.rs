@@ -15,7 +15,6 @@ use crate::process::devices::Dev;
 use fgpu_core::limit::format_bytes;
 use fgpu_core::log::{self, Level, RateLimit};
 use fgpu_core::log_at;
-use fgpu_core::uuid::format_gpu_uuid;
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -86,7 +85,7 @@ impl GraphBook {
                     Level::Warn,
                     "{call} took {} of graph memory on {} that fgpu could not reserve beforehand: the container now holds {} of its {} cap; allocations are refused until graph memory is trimmed (cuDeviceGraphMemTrim)",
                     format_bytes(after - before),
-                    format_gpu_uuid(&dev.uuid),
+                    dev.uuid,
                     format_bytes(held),
                     format_bytes(dev.limit)
                 );

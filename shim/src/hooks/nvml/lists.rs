@@ -4,7 +4,7 @@
 //! filtered to the ledger's processes. With a broken configuration they are empty.
 
 use crate::abi::nvml::*;
-use crate::accounting::listing::{ledger_processes, Keyed, Listed};
+use crate::accounting::listing::{ledger_processes, Keyed, Listed, NO_INSTANCE};
 use crate::accounting::{self, Mode};
 use crate::driver::instance::driver;
 use crate::driver::raw;
@@ -98,11 +98,19 @@ unsafe fn process_list<T>(
                 entries
                     .iter()
                     .map(&pid_and_memory)
-                    .filter_map(|(pid, used)| map.iter().find(|(host, _)| *host == pid).map(|(_, here)| Listed { pid: *here, used }))
+                    .filter_map(|(pid, used)| map.iter().find(|(host, _)| *host == pid).map(|(_, here)| Listed { pid: *here, used, instance: NO_INSTANCE }))
                     .collect()
             }
         }
     };
+    let mut listed = listed;
+    if !listed.is_empty() {
+        // On a MIG device handle every entry runs in its GPU and compute instance, as the
+        // driver's own list says (nvml.h's nvmlProcessInfo_t).
+        if let Some(instance) = driver().nvml_instance_ids(device) {
+            listed.iter_mut().for_each(|l| l.instance = instance);
+        }
+    }
     // SAFETY: count checked non-null; infos per the caller's contract.
     unsafe { write_list(&listed, count, infos, make) }
 }
@@ -112,7 +120,7 @@ fn v1(l: &Listed) -> NvmlProcessInfoV1 {
 }
 
 fn v2(l: &Listed) -> NvmlProcessInfoV2 {
-    NvmlProcessInfoV2 { pid: l.pid, used_gpu_memory: l.used, gpu_instance_id: NVML_NO_INSTANCE, compute_instance_id: NVML_NO_INSTANCE }
+    NvmlProcessInfoV2 { pid: l.pid, used_gpu_memory: l.used, gpu_instance_id: l.instance.0, compute_instance_id: l.instance.1 }
 }
 
 /// Drivers 535.43 to 535.86 wrote 32-byte `nvmlProcessInfo_t` entries for the `_v3` calls
@@ -130,13 +138,7 @@ fn wide_v3_driver(version: &str) -> bool {
 }
 
 fn v3_wide(l: &Listed) -> NvmlProcessInfoV3Cc {
-    NvmlProcessInfoV3Cc {
-        pid: l.pid,
-        used_gpu_memory: l.used,
-        gpu_instance_id: NVML_NO_INSTANCE,
-        compute_instance_id: NVML_NO_INSTANCE,
-        used_cc_protected_memory: 0,
-    }
+    NvmlProcessInfoV3Cc { pid: l.pid, used_gpu_memory: l.used, gpu_instance_id: l.instance.0, compute_instance_id: l.instance.1, used_cc_protected_memory: 0 }
 }
 
 macro_rules! process_list_hook {
