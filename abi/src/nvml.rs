@@ -1,6 +1,6 @@
 //! NVML types (`nvml.h`).
 
-use std::ffi::{c_uint, c_void};
+use std::ffi::{c_char, c_uint, c_void};
 
 pub type NvmlReturn = u32;
 pub type NvmlDevice = *mut c_void;
@@ -208,6 +208,84 @@ pub struct NvmlAccountingStatsV2 {
     pub start_time: u64,
 }
 
+/// `nvmlGpuInstance_t`: a GPU instance handle (MIG).
+pub type NvmlGpuInstance = *mut c_void;
+/// `nvmlComputeInstance_t`: a compute instance handle (MIG).
+pub type NvmlComputeInstance = *mut c_void;
+
+pub const NVML_ERROR_IN_USE: NvmlReturn = 19;
+pub const NVML_ERROR_INSUFFICIENT_RESOURCES: NvmlReturn = 23;
+pub const NVML_DEVICE_MIG_ENABLE: c_uint = 1;
+/// `NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED`: the only engine profile.
+pub const NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED: c_uint = 0;
+
+/// `nvmlGpuInstancePlacement_t` (and `nvmlComputeInstancePlacement_t`, the same layout):
+/// the first memory slice and the number of slices.
+#[repr(C)]
+#[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
+pub struct NvmlGpuInstancePlacement {
+    pub start: c_uint,
+    pub size: c_uint,
+}
+
+/// `nvmlGpuInstanceProfileInfo_v2_t`; `version` must be [`NVML_GPU_INSTANCE_PROFILE_INFO_V2`].
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct NvmlGpuInstanceProfileInfoV2 {
+    pub version: c_uint,
+    pub id: c_uint,
+    pub is_p2p_supported: c_uint,
+    pub slice_count: c_uint,
+    pub instance_count: c_uint,
+    pub multiprocessor_count: c_uint,
+    pub copy_engine_count: c_uint,
+    pub decoder_count: c_uint,
+    pub encoder_count: c_uint,
+    pub jpeg_count: c_uint,
+    pub ofa_count: c_uint,
+    pub memory_size_mb: u64,
+    pub name: [c_char; 96],
+}
+
+/// `nvmlGpuInstanceProfileInfo_v2` = sizeof(nvmlGpuInstanceProfileInfo_v2_t) | 2 << 24.
+pub const NVML_GPU_INSTANCE_PROFILE_INFO_V2: c_uint = std::mem::size_of::<NvmlGpuInstanceProfileInfoV2>() as c_uint | (2 << 24);
+
+/// `nvmlGpuInstanceInfo_t`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct NvmlGpuInstanceInfo {
+    pub device: NvmlDevice,
+    pub id: c_uint,
+    pub profile_id: c_uint,
+    pub placement: NvmlGpuInstancePlacement,
+}
+
+/// `nvmlComputeInstanceProfileInfo_t`.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub struct NvmlComputeInstanceProfileInfo {
+    pub id: c_uint,
+    pub slice_count: c_uint,
+    pub instance_count: c_uint,
+    pub multiprocessor_count: c_uint,
+    pub shared_copy_engine_count: c_uint,
+    pub shared_decoder_count: c_uint,
+    pub shared_encoder_count: c_uint,
+    pub shared_jpeg_count: c_uint,
+    pub shared_ofa_count: c_uint,
+}
+
+/// `nvmlComputeInstanceInfo_t`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct NvmlComputeInstanceInfo {
+    pub device: NvmlDevice,
+    pub gpu_instance: NvmlGpuInstance,
+    pub id: c_uint,
+    pub profile_id: c_uint,
+    pub placement: NvmlGpuInstancePlacement,
+}
+
 const _: () = {
     use std::mem::{offset_of, size_of};
     assert!(size_of::<NvmlMemory>() == 24);
@@ -237,4 +315,9 @@ const _: () = {
     assert!(size_of::<NvmlAccountingStatsV2>() == 64);
     assert!(offset_of!(NvmlAccountingStatsV2, pid) == 0);
     assert!(offset_of!(NvmlAccountingStatsV2, sum_gpu_util) == 32);
+    assert!(size_of::<NvmlGpuInstanceProfileInfoV2>() == 152);
+    assert!(offset_of!(NvmlGpuInstanceProfileInfoV2, memory_size_mb) == 48);
+    assert!(size_of::<NvmlGpuInstanceInfo>() == 24);
+    assert!(size_of::<NvmlComputeInstanceProfileInfo>() == 36);
+    assert!(size_of::<NvmlComputeInstanceInfo>() == 32);
 };

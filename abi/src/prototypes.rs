@@ -183,6 +183,20 @@ macro_rules! tool_prototypes {
             Nvml fn nvmlDeviceRegisterEvents(device: NvmlDevice, eventTypes: u64, set: NvmlEventSet) -> NvmlReturn;
             Nvml fn nvmlEventSetWait_v2(set: NvmlEventSet, data: *mut NvmlEventData, timeoutms: c_uint) -> NvmlReturn;
             Nvml fn nvmlEventSetFree(set: NvmlEventSet) -> NvmlReturn;
+            // MIG: `fgpu mig` and `fgpu run --mig` (profiles, placements, instances).
+            Nvml fn nvmlDeviceGetGpuInstanceProfileInfoV(device: NvmlDevice, profile: c_uint, info: *mut NvmlGpuInstanceProfileInfoV2) -> NvmlReturn;
+            Nvml fn nvmlDeviceGetGpuInstancePossiblePlacements_v2(device: NvmlDevice, profileId: c_uint, placements: *mut NvmlGpuInstancePlacement, count: *mut c_uint) -> NvmlReturn;
+            Nvml fn nvmlDeviceGetGpuInstanceRemainingCapacity(device: NvmlDevice, profileId: c_uint, count: *mut c_uint) -> NvmlReturn;
+            Nvml fn nvmlDeviceCreateGpuInstanceWithPlacement(device: NvmlDevice, profileId: c_uint, placement: *const NvmlGpuInstancePlacement, gpuInstance: *mut NvmlGpuInstance) -> NvmlReturn;
+            Nvml fn nvmlDeviceGetGpuInstances(device: NvmlDevice, profileId: c_uint, gpuInstances: *mut NvmlGpuInstance, count: *mut c_uint) -> NvmlReturn;
+            Nvml fn nvmlDeviceGetGpuInstanceById(device: NvmlDevice, id: c_uint, gpuInstance: *mut NvmlGpuInstance) -> NvmlReturn;
+            Nvml fn nvmlGpuInstanceGetInfo(gpuInstance: NvmlGpuInstance, info: *mut NvmlGpuInstanceInfo) -> NvmlReturn;
+            Nvml fn nvmlGpuInstanceDestroy(gpuInstance: NvmlGpuInstance) -> NvmlReturn;
+            Nvml fn nvmlGpuInstanceGetComputeInstanceProfileInfo(gpuInstance: NvmlGpuInstance, profile: c_uint, engProfile: c_uint, info: *mut NvmlComputeInstanceProfileInfo) -> NvmlReturn;
+            Nvml fn nvmlGpuInstanceCreateComputeInstance(gpuInstance: NvmlGpuInstance, profileId: c_uint, computeInstance: *mut NvmlComputeInstance) -> NvmlReturn;
+            Nvml fn nvmlGpuInstanceGetComputeInstances(gpuInstance: NvmlGpuInstance, profileId: c_uint, computeInstances: *mut NvmlComputeInstance, count: *mut c_uint) -> NvmlReturn;
+            Nvml fn nvmlComputeInstanceGetInfo_v2(computeInstance: NvmlComputeInstance, info: *mut NvmlComputeInstanceInfo) -> NvmlReturn;
+            Nvml fn nvmlComputeInstanceDestroy(computeInstance: NvmlComputeInstance) -> NvmlReturn;
         }
     };
 }

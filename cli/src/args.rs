@@ -5,6 +5,7 @@
 use crate::cdi::args::CdiArgs;
 use crate::doctor::args::DoctorArgs;
 use crate::jobs::args::RunArgs;
+use crate::mig::args::MigArgs;
 use crate::observe::args::{ExporterArgs, StatusArgs, TopArgs};
 use crate::service::args::ServiceArgs;
 use crate::sim_env::args::SimEnvArgs;
@@ -40,6 +41,7 @@ pub enum Command {
     Completions(CompletionsArgs),
     Cdi(CdiArgs),
     Service(ServiceArgs),
+    Mig(MigArgs),
     /// Internal: loads the driver libraries and prints what they say as JSON (used by
     /// `fgpu doctor` in a child process without the shim preloaded).
     #[command(name = "__driver-probe", hide = true)]

@@ -10,6 +10,7 @@
 //! * [`doctor`]: `fgpu doctor`, one function per check;
 //! * [`cdi`]: `fgpu cdi generate`;
 //! * [`service`]: `fgpu service`, the host-PID helper;
+//! * [`mig`]: `fgpu mig` and the instances `fgpu run --mig` makes;
 //! * [`sim_env`]: the hidden `fgpu sim-env`, the simulated driver for development.
 //!
 //! What they share: [`driver`] (the driver as the tools see it, never through the shim),
@@ -28,6 +29,7 @@ pub mod doctor;
 pub mod driver;
 pub mod elf;
 pub mod jobs;
+pub mod mig;
 pub mod observe;
 pub mod service;
 pub mod shimpath;
@@ -50,6 +52,7 @@ pub fn run(cli: Cli) -> i32 {
         }
         Command::Cdi(args) => cdi::cdi(&args),
         Command::Service(args) => service::service(&args),
+        Command::Mig(args) => mig::mig(&args),
         Command::DriverProbe => driver::probe::main(),
         Command::NvmlEvents => observe::nvml_events::main(),
         Command::SimEnv(args) => sim_env::sim_env(&args),

@@ -272,6 +272,47 @@ pub fn shim_checks() -> Checks {
         gpu_instance_id => "gpuInstanceId",
         compute_instance_id => "computeInstanceId",
     }));
+    // nvml.h's MIG structs (fgpu mig).
+    c.push(c_struct!(Nvml, nvml::NvmlGpuInstancePlacement => "nvmlGpuInstancePlacement_t" { start => "start", size => "size" }));
+    c.push(c_struct!(Nvml, nvml::NvmlGpuInstanceProfileInfoV2 => "nvmlGpuInstanceProfileInfo_v2_t" {
+        version => "version",
+        id => "id",
+        is_p2p_supported => "isP2pSupported",
+        slice_count => "sliceCount",
+        instance_count => "instanceCount",
+        multiprocessor_count => "multiprocessorCount",
+        copy_engine_count => "copyEngineCount",
+        decoder_count => "decoderCount",
+        encoder_count => "encoderCount",
+        jpeg_count => "jpegCount",
+        ofa_count => "ofaCount",
+        memory_size_mb => "memorySizeMB",
+        name => "name",
+    }));
+    c.push(c_struct!(Nvml, nvml::NvmlGpuInstanceInfo => "nvmlGpuInstanceInfo_t" {
+        device => "device",
+        id => "id",
+        profile_id => "profileId",
+        placement => "placement",
+    }));
+    c.push(c_struct!(Nvml, nvml::NvmlComputeInstanceProfileInfo => "nvmlComputeInstanceProfileInfo_t" {
+        id => "id",
+        slice_count => "sliceCount",
+        instance_count => "instanceCount",
+        multiprocessor_count => "multiprocessorCount",
+        shared_copy_engine_count => "sharedCopyEngineCount",
+        shared_decoder_count => "sharedDecoderCount",
+        shared_encoder_count => "sharedEncoderCount",
+        shared_jpeg_count => "sharedJpegCount",
+        shared_ofa_count => "sharedOfaCount",
+    }));
+    c.push(c_struct!(Nvml, nvml::NvmlComputeInstanceInfo => "nvmlComputeInstanceInfo_t" {
+        device => "device",
+        gpu_instance => "gpuInstance",
+        id => "id",
+        profile_id => "profileId",
+        placement => "placement",
+    }));
 
     // nvml.h constants, including the struct version macros.
     for v in [
@@ -295,6 +336,11 @@ pub fn shim_checks() -> Checks {
         c_value!(Nvml, nvml::NVML_PROCESS_MODE_COMPUTE),
         c_value!(Nvml, nvml::NVML_PROCESS_MODE_GRAPHICS),
         c_value!(Nvml, nvml::NVML_PROCESS_MODE_MPS),
+        c_value!(Nvml, nvml::NVML_ERROR_IN_USE),
+        c_value!(Nvml, nvml::NVML_ERROR_INSUFFICIENT_RESOURCES),
+        c_value!(Nvml, nvml::NVML_DEVICE_MIG_ENABLE),
+        c_value!(Nvml, nvml::NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED),
+        c_value!(Nvml, nvml::NVML_GPU_INSTANCE_PROFILE_INFO_V2 => "nvmlGpuInstanceProfileInfo_v2"),
     ] {
         c.value(v);
     }

@@ -21,6 +21,7 @@ mod kernels;
 mod ledger_file;
 mod lookup_escapes;
 mod mig_caps;
+mod mig_cli;
 mod mig_sim;
 mod nvml;
 mod nvml_events;

@@ -583,6 +583,11 @@ c_struct_shape!(
     fgpu_abi::nvml::NvmlFbcSessionInfo,
     fgpu_abi::nvml::NvmlAccountingStatsV2,
     fgpu_abi::nvml::NvmlEventData,
+    fgpu_abi::nvml::NvmlGpuInstancePlacement,
+    fgpu_abi::nvml::NvmlGpuInstanceProfileInfoV2,
+    fgpu_abi::nvml::NvmlGpuInstanceInfo,
+    fgpu_abi::nvml::NvmlComputeInstanceProfileInfo,
+    fgpu_abi::nvml::NvmlComputeInstanceInfo,
 );
 
 /// A C function as a Rust declaration types it, to be checked against the headers.

@@ -129,6 +129,18 @@ pub struct Device<'a> {
     _nvml: PhantomData<&'a Nvml>,
 }
 
+impl<'a> Device<'a> {
+    /// The handle as NVML gave it, for the MIG calls beside this module (`mig.rs`).
+    pub(super) fn raw(self) -> NvmlDevice {
+        self.handle
+    }
+
+    /// A handle NVML gave through `nvml` (a MIG device's, from `mig.rs`).
+    pub(super) fn from_raw(handle: NvmlDevice, _nvml: &'a Nvml) -> Device<'a> {
+        Device { handle, _nvml: PhantomData }
+    }
+}
+
 /// Why [`Nvml::compute_processes`] gave no list.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ListError {

@@ -54,7 +54,7 @@ fn listed_pids() -> Option<HashSet<u32>> {
 }
 
 /// One device's list, asked again with room for what it said it needs while it grows.
-fn device_pids(nvml: &Nvml, device: Device<'_>) -> Option<Vec<u32>> {
+pub(crate) fn device_pids(nvml: &Nvml, device: Device<'_>) -> Option<Vec<u32>> {
     let mut room = 64usize;
     for _ in 0..4 {
         match nvml.compute_processes(device, room) {

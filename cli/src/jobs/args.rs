@@ -14,6 +14,7 @@ Examples:
   fgpu run --limit 8G --compute 30% -- python train.py   (8 GiB and 30 % of each GPU's time)
   fgpu run --limit 50G --gpus auto -- python train.py     (on the GPU with the most room)
   fgpu run --limit 50G --gpus auto --wait -- ./job          (wait for room instead of refusing)
+  sudo fgpu run --mig 3g.40gb --limit 8G -- ./job             (in a MIG instance made for it)
 
 The command and every process it starts share one cap: each `fgpu run` gets a fresh
 ledger of its own (a private directory under $XDG_RUNTIME_DIR or $TMPDIR), removed when
@@ -31,7 +32,7 @@ executed; 127: the command was not found; 2: usage error.";
 #[derive(Debug, Args)]
 #[command(after_help = RUN_HELP)]
 // At least one of --limit, --device and --compute; the usage line shows the choice.
-#[command(group(ArgGroup::new("cap").required(true).multiple(true).args(["limit", "device", "compute"])))]
+#[command(group(ArgGroup::new("cap").required(true).multiple(true).args(["limit", "device", "compute", "mig"])))]
 pub struct RunArgs {
     /// The cap for every GPU: a size (8G, 512M, 8GiB, 8589934592), a percentage of each
     /// GPU's memory (50%), or per device (GPU-1a2b=8G,*=4G). Sizes are binary: 8G = 8 GiB.
@@ -64,6 +65,7 @@ pub struct RunArgs {
     /// memory less the caps of the live ledgers on it and what others use there beyond
     /// them; the lower index on a tie) that fits its cap, and sets CUDA_VISIBLE_DEVICES to
     /// that GPU's UUID. Refuses, naming each GPU and what it has left, when none fits.
+    /// GPUs in MIG mode are left out (a whole-GPU job cannot run there; see --mig).
     #[arg(long, value_name = "auto", value_parser = ["auto"])]
     pub gpus: Option<String>,
 
@@ -71,6 +73,17 @@ pub struct RunArgs {
     /// instead of refusing.
     #[arg(long, requires = "gpus")]
     pub wait: bool,
+
+    /// Run in a MIG instance of this profile (3g.40gb, or a profile ID) made for the job:
+    /// fgpu chooses the GPU and placement (docs/mig.md), creates the GPU instance and its
+    /// full-size compute instance, sets CUDA_VISIBLE_DEVICES to its MIG UUID, and destroys
+    /// it when the command ends. Needs root or the MIG config capability.
+    #[arg(long, value_name = "PROFILE", conflicts_with = "gpus")]
+    pub mig: Option<String>,
+
+    /// With --mig: keep the instance when the command ends (`fgpu mig destroy` removes it).
+    #[arg(long, requires = "mig")]
+    pub keep: bool,
 
     /// The command to run and its arguments: everything after `--`.
     ///
@@ -176,7 +189,7 @@ mod tests {
     fn run_usage_shows_limit_device_or_compute() {
         let mut cli = Cli::command();
         let usage = cli.find_subcommand_mut("run").unwrap().render_usage().to_string();
-        assert!(usage.contains("<--limit <LIMIT>|--device <UUID=SIZE>|--compute <SHARE>>"), "{usage}");
+        assert!(usage.contains("<--limit <LIMIT>|--device <UUID=SIZE>|--compute <SHARE>|--mig <PROFILE>>"), "{usage}");
     }
 
     #[test]

@@ -34,6 +34,9 @@ pub enum PlaceError {
     BadUuid(String),
     #[error(transparent)]
     NoRoom(#[from] NoRoom),
+    /// The GPUs in MIG mode, when every GPU is.
+    #[error("--gpus auto: every GPU is in MIG mode ({0}); a whole-GPU job cannot run there: use --mig PROFILE")]
+    AllMig(String),
 }
 
 /// Why a directory cannot hold the placement lock.
@@ -146,7 +149,14 @@ pub fn place(args: &RunArgs, limit: Option<&str>, ledger: &Path) -> Result<Place
         let _lock = placement_lock()?;
         let seen =
             crate::observe::report::collect(crate::observe::ledgers::resolve(&crate::observe::args::LedgerSelection { all: true, ..Default::default() }));
-        let rooms = crate::observe::rooms::rooms(&probe.devices, &seen.ledgers);
+        let mut rooms = crate::observe::rooms::rooms(&probe.devices, &seen.ledgers);
+        // A GPU in MIG mode is not a place for a whole-GPU job (its memory is its
+        // instances'): left out, and said when that leaves none.
+        let mig = crate::mig::mig_enabled_gpus();
+        rooms.retain(|r| !mig.iter().any(|u| u.eq_ignore_ascii_case(&r.uuid)));
+        if rooms.is_empty() {
+            return Err(PlaceError::AllMig(mig.join(", ")));
+        }
         let need = |r: &crate::observe::report::GpuRoom| spec.as_ref().and_then(|s| s.cap_for(&r.uuid, r.total_bytes)).unwrap_or(0).min(r.total_bytes);
         match crate::jobs::placement::choose(&rooms, need) {
             Ok(room) if spec.is_none() => {

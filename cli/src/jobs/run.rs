@@ -133,10 +133,23 @@ pub fn run(args: RunArgs) -> i32 {
         },
         None => None,
     };
+    let carved = match args.mig.as_deref() {
+        Some(profile) => match crate::mig::carve::Carved::new(profile, args.keep) {
+            Ok(carved) => Some(carved),
+            Err(e) => {
+                eprintln!("fgpu run: --mig {profile}: {e}");
+                return EXIT_FGPU_FAILED;
+            }
+        },
+        None => None,
+    };
     let (program, rest) = args.command.split_first().expect("clap requires a command");
     let mut command = Command::new(program);
     if let Some(placed) = &placed {
         command.env("CUDA_VISIBLE_DEVICES", &placed.uuid);
+    }
+    if let Some(carved) = &carved {
+        command.env("CUDA_VISIBLE_DEVICES", &carved.entry.mig_uuid);
     }
     command
         .args(rest)
@@ -172,6 +185,7 @@ pub fn run(args: RunArgs) -> i32 {
     // fgpu's own place in the ledger goes first, so that only the command's processes can
     // keep the private directory.
     drop(placed);
+    drop(carved);
     if let Some(p) = private.as_mut() {
         p.finish();
     }

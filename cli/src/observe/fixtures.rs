@@ -50,7 +50,15 @@ pub fn process_view(slot: usize, pid: u32, alive: bool, used0: u64, ctx0: u64) -
 pub fn snapshot(processes: Vec<ProcessView>, used: u64) -> Snapshot {
     Snapshot {
         path: PathBuf::from("/l"),
-        devices: vec![DeviceView { id: DeviceId(0), uuid: fgpu_core::uuid::DeviceUuid::gpu([0xab; 16]), cap: 8 * GIB, used, peak: 6 * GIB, refusals: 2, total_memory: 80 * GIB }],
+        devices: vec![DeviceView {
+            id: DeviceId(0),
+            uuid: fgpu_core::uuid::DeviceUuid::gpu([0xab; 16]),
+            cap: 8 * GIB,
+            used,
+            peak: 6 * GIB,
+            refusals: 2,
+            total_memory: 80 * GIB,
+        }],
         processes,
     }
 }

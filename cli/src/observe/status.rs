@@ -13,13 +13,21 @@ pub fn status(args: &StatusArgs) -> i32 {
     // well, come and go with their jobs (one that ended mid-look is no failure here).
     let asked = |l: &&report::LedgerReport| args.select.all || l.source != "scan";
     let failed = report.ledgers.iter().filter(asked).any(|l| l.state == LedgerState::Error);
+    let mig = if args.select.ledger.is_none() { crate::mig::status_instances() } else { None };
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&report).expect("report serialises"));
+        let mut value = serde_json::to_value(&report).expect("report serialises");
+        if let (Some(mig), Some(map)) = (&mig, value.as_object_mut()) {
+            map.insert("mig_instances".into(), serde_json::to_value(mig).expect("instances serialise"));
+        }
+        println!("{}", serde_json::to_string_pretty(&value).expect("report serialises"));
     } else {
         for note in &report.notes {
             eprintln!("fgpu status: {note}");
         }
         print!("{}", crate::observe::text::render_text(&report, terminal_width()));
+        if let Some(mig) = &mig {
+            print!("{}", crate::mig::render_status(mig));
+        }
     }
     i32::from(failed)
 }
