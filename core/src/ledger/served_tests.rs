@@ -6,7 +6,7 @@ use crate::ledger::served::{fetch, record_path, Fetched, Record};
 use crate::ledger::{Ledger, LedgerError, Trust};
 
 const MIB: u64 = 1 << 20;
-const UUID: [u8; 16] = [9; 16];
+const UUID: crate::uuid::DeviceUuid = crate::uuid::DeviceUuid { kind: crate::uuid::UuidKind::Gpu, bytes: [9; 16] };
 
 /// A private directory for one test, removed when it ends (pass or fail).
 struct TempDir(PathBuf);
