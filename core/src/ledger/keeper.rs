@@ -306,8 +306,10 @@ impl Serving {
 /// replaced at once.
 pub fn serve(keeper: Keeper) -> io::Result<Serving> {
     let socket = keeper.paths.socket.clone();
-    let name = socket.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let hidden = socket.with_file_name(format!(".{name}.{}", std::process::id()));
+    // No longer than `ledger.sock` (a PID is at most 7 hex digits): whenever the socket's
+    // own path fits in `sun_path`, so does this one (under kubelet's plugin directory the
+    // claim's socket takes 99 of its 107 bytes).
+    let hidden = socket.with_file_name(format!(".s{:x}", std::process::id()));
     let _ = std::fs::remove_file(&hidden);
     let listener = UnixListener::bind(&hidden)?;
     // Accepted only once poll says a process connected; one that hung up meanwhile must

@@ -139,9 +139,9 @@ fn run_passes_exit_status_and_signals_through() {
         assert!(!run.stderr().contains("required"), "not a complaint about --limit\n{run}");
     }
     assert!(!env.dir.join("ran").exists());
-    // The usage line: --limit or --device, not --limit required.
+    // The usage line: --limit, --device, --compute or --mig, not --limit required.
     let help = fgpu(&env).args(["run", "--help"]).success();
-    assert!(help.stdout().contains("<--limit <LIMIT>|--device <UUID=SIZE>|--compute <SHARE>> <COMMAND>..."), "{help}");
+    assert!(help.stdout().contains("<--limit <LIMIT>|--device <UUID=SIZE>|--compute <SHARE>|--mig <PROFILE>> <COMMAND>..."), "{help}");
     // A missing front (FGPU_SHIM names libfgpu.so) is fgpu's own failure: 125.
     let run = fgpu(&env).env("FGPU_SHIM", env.dir.join("nope.so")).args(["run", "--limit", "1G", "--", "true"]).run();
     assert_eq!(run.output.status.code(), Some(125), "{run}");
