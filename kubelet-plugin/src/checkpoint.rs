@@ -101,7 +101,7 @@ impl Store {
 
     pub fn save(&self, checkpoint: &Checkpoint) -> Result<(), String> {
         let text = serde_json::to_vec_pretty(checkpoint).expect("a checkpoint serialises");
-        fgpu_cdi::files::write_file(&self.path, &text, 0o600, None)
+        fgpu_cdi::files::write_file(&self.path, &text, 0o600, None).map_err(|e| e.to_string())
     }
 }
 

@@ -160,7 +160,8 @@ impl ClaimFiles {
             })
             .collect();
         let what = format!("the ResourceClaim {}/{} (uid {uid})", claim.namespace, claim.name);
-        write_file(&config_dir.join(fgpu_cdi::CONFIG_FILE), fgpu_cdi::claim::config_text(&what, &caps, claim.served_ledger).as_bytes(), 0o644, None)?;
+        write_file(&config_dir.join(fgpu_cdi::CONFIG_FILE), fgpu_cdi::claim::config_text(&what, &caps, claim.served_ledger).as_bytes(), 0o644, None)
+            .map_err(|e| e.to_string())?;
         let ledger_dir = dir.join("ledger");
         self.ledger_dir(&ledger_dir)?;
         if claim.served_ledger {
@@ -168,16 +169,16 @@ impl ClaimFiles {
         }
         let service = self.service_dir.is_dir().then_some(self.service_dir.as_path());
         let spec = fgpu_cdi::claim::spec(&fgpu_device_name(uid), &self.state_dir, &config_dir, &ledger_dir, service);
-        create_dir(&self.cdi_root)?;
+        create_dir(&self.cdi_root).map_err(|e| e.to_string())?;
         let text = serde_json::to_string_pretty(&spec).expect("a spec serialises") + "\n";
-        write_file(&self.spec_path(uid), text.as_bytes(), 0o644, None)
+        write_file(&self.spec_path(uid), text.as_bytes(), 0o644, None).map_err(|e| e.to_string())
     }
 
     /// The claim's ledger directory: a tmpfs of its own where this process may mount one,
     /// else a plain directory; either way writable by every user, sticky (it is reached
     /// through the claim's 0700 directory only).
     fn ledger_dir(&self, dir: &Path) -> Result<(), String> {
-        create_dir(dir)?;
+        create_dir(dir).map_err(|e| e.to_string())?;
         if is_mount_point(dir) {
             return Ok(());
         }
