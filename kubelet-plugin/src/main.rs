@@ -160,7 +160,7 @@ struct RunArgs {
 }
 
 fn parse_bytes(text: &str) -> Result<u64, String> {
-    Quantity::parse(text)?.floor_units().ok_or_else(|| format!("{text:?} is negative"))
+    Quantity::parse(text).map_err(|e| e.to_string())?.floor_units().ok_or_else(|| format!("{text:?} is negative"))
 }
 
 fn parse_step(text: &str) -> Result<u64, String> {
@@ -296,7 +296,7 @@ async fn run(args: RunArgs) -> Result<(), String> {
     let found = tokio::task::spawn_blocking(move || inventory::probe(&path, root.as_deref())).await.map_err(|e| format!("the probe failed: {e}"))??;
     log(&format!("node {node}: {}", inventory::describe(&found)));
     check_policy(&found, &policy)?;
-    let api = Arc::new(Api::connect(args.kubeconfig.as_deref()).await?);
+    let api = Arc::new(Api::connect(args.kubeconfig.as_deref()).await.map_err(|e| e.to_string())?);
     log(&format!("API server {}", api.server()));
 
     let plugins_dir = fgpu_cdi::files::absolute(&args.dirs.kubelet_plugins_directory_path).map_err(|e| e.to_string())?;
