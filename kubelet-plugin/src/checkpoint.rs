@@ -99,9 +99,9 @@ impl Store {
         Checkpoint { version: VERSION, claims: BTreeMap::new() }
     }
 
-    pub fn save(&self, checkpoint: &Checkpoint) -> Result<(), String> {
+    pub fn save(&self, checkpoint: &Checkpoint) -> Result<(), fgpu_cdi::files::FileError> {
         let text = serde_json::to_vec_pretty(checkpoint).expect("a checkpoint serialises");
-        fgpu_cdi::files::write_file(&self.path, &text, 0o600, None).map_err(|e| e.to_string())
+        fgpu_cdi::files::write_file(&self.path, &text, 0o600, None)
     }
 }
 
