@@ -7,6 +7,32 @@ use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsE
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
+/// Why a payload, a directory or a file could not be read or written; each names its path.
+#[derive(Debug, thiserror::Error)]
+pub enum FileError {
+    #[error("cannot read {}: {source}", path.display())]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("cannot read {} (the shim that {} loads; install both in one directory): {source}", shim.display(), front.display())]
+    ReadShim { shim: PathBuf, front: PathBuf, source: std::io::Error },
+    /// The path cannot be made absolute, or its metadata cannot be read.
+    #[error("{}: {source}", path.display())]
+    Path { path: PathBuf, source: std::io::Error },
+    #[error("cannot create {}: {source}", path.display())]
+    Create { path: PathBuf, source: std::io::Error },
+    #[error("{} is not a directory", path.display())]
+    NotADirectory { path: PathBuf },
+    #[error("{} is writable by group or others (mode {mode:o}): anyone who can write it could lift the caps; chmod go-w it", path.display())]
+    OpenToOthers { path: PathBuf, mode: u32 },
+    #[error("cannot chown {}: {source}", path.display())]
+    Chown { path: PathBuf, source: std::io::Error },
+    #[error("cannot write {}: {source}", path.display())]
+    Write { path: PathBuf, source: std::io::Error },
+    #[error("--owner {text:?}: no user {user:?}")]
+    NoUser { text: String, user: String },
+    #[error("--owner {text:?}: no group {group:?}")]
+    NoGroup { text: String, group: String },
+}
+
 /// What every container of a spec runs: the front (`libfgpu.so`), the shim it loads
 /// (`libfgpu_shim.so`, beside it) and the `fgpu` command, read into memory before anything
 /// is written, so that a missing file leaves nothing half-written behind.
@@ -21,13 +47,12 @@ pub struct Payload {
 impl Payload {
     /// Reads the front at `front`, the shim beside it, and the `fgpu` command at `fgpu`
     /// (which a container runs as `/usr/lib/fgpu/fgpu status`; left out when `None`).
-    pub fn read(front: &Path, fgpu: Option<&Path>) -> Result<Payload, String> {
-        let front_bytes = std::fs::read(front).map_err(|e| format!("cannot read {}: {e}", front.display()))?;
+    pub fn read(front: &Path, fgpu: Option<&Path>) -> Result<Payload, FileError> {
+        let front_bytes = std::fs::read(front).map_err(|source| FileError::Read { path: front.to_path_buf(), source })?;
         let shim = shimpath::companion(front);
-        let shim_bytes = std::fs::read(&shim)
-            .map_err(|e| format!("cannot read {} (the shim that {} loads; install both in one directory): {e}", shim.display(), front.display()))?;
+        let shim_bytes = std::fs::read(&shim).map_err(|source| FileError::ReadShim { shim: shim.clone(), front: front.to_path_buf(), source })?;
         let fgpu_bytes = match fgpu {
-            Some(path) => Some(std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?),
+            Some(path) => Some(std::fs::read(path).map_err(|source| FileError::Read { path: path.to_path_buf(), source })?),
             None => None,
         };
         Ok(Payload { front: front.to_path_buf(), front_bytes, shim_bytes, fgpu_bytes })
@@ -41,7 +66,7 @@ impl Payload {
     /// Writes `lib/` (the libraries and the command, 0755) and `ld.so.preload` (0644) under
     /// `config_dir`, which must exist; each file is replaced atomically, so a container that
     /// runs reads either the old file or the new one.
-    pub fn install(&self, config_dir: &Path, owner: Option<(u32, u32)>) -> Result<(), String> {
+    pub fn install(&self, config_dir: &Path, owner: Option<(u32, u32)>) -> Result<(), FileError> {
         let lib_dir = config_dir.join(LIB_SUBDIR);
         prepare_dir(&lib_dir, owner)?;
         write_file(&lib_dir.join(shimpath::FRONT_NAME), &self.front_bytes, 0o755, owner)?;
@@ -53,38 +78,34 @@ impl Payload {
     }
 }
 
-pub fn absolute(path: &Path) -> Result<PathBuf, String> {
-    std::path::absolute(path).map_err(|e| format!("{}: {e}", path.display()))
+pub fn absolute(path: &Path) -> Result<PathBuf, FileError> {
+    std::path::absolute(path).map_err(|source| FileError::Path { path: path.to_path_buf(), source })
 }
 
-pub fn create_dir(dir: &Path) -> Result<(), String> {
-    std::fs::DirBuilder::new().recursive(true).mode(0o755).create(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))
+pub fn create_dir(dir: &Path) -> Result<(), FileError> {
+    std::fs::DirBuilder::new().recursive(true).mode(0o755).create(dir).map_err(|source| FileError::Create { path: dir.to_path_buf(), source })
 }
 
 /// Creates the directory (0755) or checks that an existing one is not writable by group
 /// or others (whoever can write it can swap a container's cap), and gives it to `owner`.
-pub fn prepare_dir(dir: &Path, owner: Option<(u32, u32)>) -> Result<(), String> {
+pub fn prepare_dir(dir: &Path, owner: Option<(u32, u32)>) -> Result<(), FileError> {
     create_dir(dir)?;
-    let meta = std::fs::metadata(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let meta = std::fs::metadata(dir).map_err(|source| FileError::Path { path: dir.to_path_buf(), source })?;
     if !meta.is_dir() {
-        return Err(format!("{} is not a directory", dir.display()));
+        return Err(FileError::NotADirectory { path: dir.to_path_buf() });
     }
     if meta.mode() & 0o022 != 0 {
-        return Err(format!(
-            "{} is writable by group or others (mode {:o}): anyone who can write it could lift the caps; chmod go-w it",
-            dir.display(),
-            meta.mode() & 0o7777
-        ));
+        return Err(FileError::OpenToOthers { path: dir.to_path_buf(), mode: meta.mode() & 0o7777 });
     }
     if let Some((uid, gid)) = owner {
-        std::os::unix::fs::chown(dir, Some(uid), Some(gid)).map_err(|e| format!("cannot chown {}: {e}", dir.display()))?;
+        std::os::unix::fs::chown(dir, Some(uid), Some(gid)).map_err(|source| FileError::Chown { path: dir.to_path_buf(), source })?;
     }
     Ok(())
 }
 
 /// Writes a file atomically (a new inode renamed into place) with this mode and owner,
 /// synced to disk before the rename.
-pub fn write_file(path: &Path, bytes: &[u8], mode: u32, owner: Option<(u32, u32)>) -> Result<(), String> {
+pub fn write_file(path: &Path, bytes: &[u8], mode: u32, owner: Option<(u32, u32)>) -> Result<(), FileError> {
     static SERIAL: AtomicU64 = AtomicU64::new(0);
     let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     // Unique per process and call: two threads writing the same file never share one.
@@ -103,12 +124,12 @@ pub fn write_file(path: &Path, bytes: &[u8], mode: u32, owner: Option<(u32, u32)
     if result.is_err() {
         let _ = std::fs::remove_file(&tmp);
     }
-    result.map_err(|e| format!("cannot write {}: {e}", path.display()))
+    result.map_err(|source| FileError::Write { path: path.to_path_buf(), source })
 }
 
 /// `USER`, `USER:GROUP`, `UID` or `UID:GID` to numbers; a user's group defaults to its
 /// primary group.
-pub fn resolve_owner(text: &str) -> Result<(u32, u32), String> {
+pub fn resolve_owner(text: &str) -> Result<(u32, u32), FileError> {
     let (user, group) = match text.split_once(':') {
         Some((u, g)) => (u, Some(g)),
         None => (text, None),
@@ -116,14 +137,14 @@ pub fn resolve_owner(text: &str) -> Result<(u32, u32), String> {
     let (uid, primary) = match user.parse::<u32>() {
         Ok(uid) => (uid, None),
         Err(_) => {
-            let (uid, gid) = lookup_user(user).ok_or_else(|| format!("--owner {text:?}: no user {user:?}"))?;
+            let (uid, gid) = lookup_user(user).ok_or_else(|| FileError::NoUser { text: text.into(), user: user.into() })?;
             (uid, Some(gid))
         }
     };
     let gid = match group {
         Some(g) => match g.parse::<u32>() {
             Ok(gid) => gid,
-            Err(_) => lookup_group(g).ok_or_else(|| format!("--owner {text:?}: no group {g:?}"))?,
+            Err(_) => lookup_group(g).ok_or_else(|| FileError::NoGroup { text: text.into(), group: g.into() })?,
         },
         None => primary.unwrap_or(uid),
     };
@@ -163,8 +184,8 @@ mod tests {
         assert_eq!(resolve_owner("1000:5").unwrap(), (1000, 5));
         assert_eq!(resolve_owner("root").unwrap(), (0, 0));
         assert_eq!(resolve_owner("root:0").unwrap(), (0, 0));
-        assert!(resolve_owner("no-such-user-fgpu").unwrap_err().contains("no user"));
-        assert!(resolve_owner("0:no-such-group-fgpu").unwrap_err().contains("no group"));
+        assert_eq!(resolve_owner("no-such-user-fgpu").unwrap_err().to_string(), r#"--owner "no-such-user-fgpu": no user "no-such-user-fgpu""#);
+        assert!(matches!(resolve_owner("0:no-such-group-fgpu"), Err(FileError::NoGroup { .. })));
     }
 
     fn temp_dir(name: &str) -> PathBuf {
@@ -178,7 +199,7 @@ mod tests {
     fn a_front_without_its_shim_is_refused_before_anything_is_written() {
         let dir = temp_dir("payload");
         std::fs::write(dir.join("libfgpu.so"), b"front").unwrap();
-        let err = Payload::read(&dir.join("libfgpu.so"), None).unwrap_err();
+        let err = Payload::read(&dir.join("libfgpu.so"), None).unwrap_err().to_string();
         assert!(err.contains("libfgpu_shim.so") && err.contains("install both"), "{err}");
         std::fs::write(dir.join("libfgpu_shim.so"), b"shim").unwrap();
         let payload = Payload::read(&dir.join("libfgpu.so"), None).unwrap();

@@ -154,9 +154,52 @@ impl Device {
     }
 }
 
+/// Why no devices were planned: the flags asked for something the GPUs cannot give.
+#[derive(Debug, thiserror::Error)]
+pub enum PlanError {
+    #[error("--combine {text:?}: device {name} is already generated")]
+    AlreadyGenerated { text: String, name: String },
+    #[error("no device to generate: every size is larger than the GPUs, and no percentage was asked for")]
+    Nothing,
+    #[error("--combine {text:?}: {why}")]
+    Combination { text: String, why: CombinationError },
+}
+
+/// What is wrong with one `--combine` value.
+#[derive(Debug, thiserror::Error)]
+pub enum CombinationError {
+    #[error("{0}")]
+    Part(#[from] PartError),
+    #[error("{item:?}: a combination names GPUs by index; all-SIZE alone caps every GPU")]
+    NotByIndex { item: String },
+    #[error("GPU {index} is named twice")]
+    NamedTwice { index: u32 },
+    #[error("a combination needs two or more GPUs, such as 0-8g,1-4g")]
+    TooFew,
+}
+
+/// What is wrong with one `<index>-<size>` (or `<index>-<N>pct`) item.
+#[derive(Debug, thiserror::Error)]
+pub enum PartError {
+    #[error("{item:?} is not <index>-<size> such as 0-8g or 1-25pct")]
+    Form { item: String },
+    #[error("{item:?}: {target:?} is not a GPU index")]
+    NotAnIndex { item: String, target: String },
+    #[error("{item:?}: there is no GPU {index} (this machine has {count})")]
+    NoSuchGpu { item: String, index: u32, count: usize },
+    #[error("{item:?}: {number:?} is not a whole percentage between 1 and 100")]
+    Percentage { item: String, number: String },
+    #[error("{item:?}: {source}")]
+    Size { item: String, source: fgpu_core::limit::LimitError },
+    #[error("{item:?}: {amount:?} is not a positive whole number of MiB")]
+    NotWholeMib { item: String, amount: String },
+    #[error("{item:?}: GPU {index} has only {}", format_bytes(*total))]
+    TooLarge { item: String, index: u32, total: u64 },
+}
+
 /// The devices to generate: every size and percentage on every GPU it fits, the same on
 /// all GPUs (`all-SIZE`, when it fits the smallest), then the combinations asked for.
-pub fn plan(gpus: &[Gpu], sizes: &[u64], percents: &[u32], combine: &[String]) -> Result<Vec<Device>, String> {
+pub fn plan(gpus: &[Gpu], sizes: &[u64], percents: &[u32], combine: &[String]) -> Result<Vec<Device>, PlanError> {
     let shares: Vec<Share> = sizes.iter().map(|&b| Share::Bytes(b)).chain(percents.iter().map(|&p| Share::Percent(p))).collect();
     let mut out: Vec<Device> = Vec::new();
     let push = |device: Device, out: &mut Vec<Device>| {
@@ -174,34 +217,33 @@ pub fn plan(gpus: &[Gpu], sizes: &[u64], percents: &[u32], combine: &[String]) -
         push(Device::new(vec![Part { target: Target::All, share }]), &mut out);
     }
     for text in combine {
-        let device = parse_combination(text, gpus)?;
+        let device = parse_combination(text, gpus).map_err(|why| PlanError::Combination { text: text.clone(), why })?;
         if out.iter().any(|d| d.name == device.name) {
-            return Err(format!("--combine {text:?}: device {} is already generated", device.name));
+            return Err(PlanError::AlreadyGenerated { text: text.clone(), name: device.name });
         }
         out.push(device);
     }
     if out.is_empty() {
-        return Err("no device to generate: every size is larger than the GPUs, and no percentage was asked for".into());
+        return Err(PlanError::Nothing);
     }
     Ok(out)
 }
 
 /// Parses `0-8g,1-4g` (or `0-8g_1-4g`): caps on two or more different GPUs.
-fn parse_combination(text: &str, gpus: &[Gpu]) -> Result<Device, String> {
-    let bad = |why: String| format!("--combine {text:?}: {why}");
+fn parse_combination(text: &str, gpus: &[Gpu]) -> Result<Device, CombinationError> {
     let mut parts: Vec<Part> = Vec::new();
     for item in text.split([',', '_']).map(str::trim) {
-        let part = parse_part(item, gpus).map_err(bad)?;
+        let part = parse_part(item, gpus)?;
         let Target::Gpu(index) = part.target else {
-            return Err(bad(format!("{item:?}: a combination names GPUs by index; all-SIZE alone caps every GPU")));
+            return Err(CombinationError::NotByIndex { item: item.into() });
         };
         if parts.iter().any(|p| p.target == Target::Gpu(index)) {
-            return Err(bad(format!("GPU {index} is named twice")));
+            return Err(CombinationError::NamedTwice { index });
         }
         parts.push(part);
     }
     if parts.len() < 2 {
-        return Err(bad("a combination needs two or more GPUs, such as 0-8g,1-4g".into()));
+        return Err(CombinationError::TooFew);
     }
     parts.sort_by_key(|p| match p.target {
         Target::Gpu(i) => i,
@@ -211,32 +253,32 @@ fn parse_combination(text: &str, gpus: &[Gpu]) -> Result<Device, String> {
 }
 
 /// Parses one `<index>-<size>` or `<index>-<N>pct` (or `all-...`).
-fn parse_part(item: &str, gpus: &[Gpu]) -> Result<Part, String> {
-    let (target, amount) = item.split_once('-').ok_or_else(|| format!("{item:?} is not <index>-<size> such as 0-8g or 1-25pct"))?;
+fn parse_part(item: &str, gpus: &[Gpu]) -> Result<Part, PartError> {
+    let (target, amount) = item.split_once('-').ok_or_else(|| PartError::Form { item: item.into() })?;
     let target = if target == "all" {
         Target::All
     } else {
-        let index: u32 = target.parse().map_err(|_| format!("{item:?}: {target:?} is not a GPU index"))?;
+        let index: u32 = target.parse().map_err(|_| PartError::NotAnIndex { item: item.into(), target: target.into() })?;
         if !gpus.iter().any(|g| g.index == index) {
-            return Err(format!("{item:?}: there is no GPU {index} (this machine has {})", gpus.len()));
+            return Err(PartError::NoSuchGpu { item: item.into(), index, count: gpus.len() });
         }
         Target::Gpu(index)
     };
     let share = if let Some(number) = amount.strip_suffix("pct") {
         match number.parse::<u32>() {
             Ok(p) if (1..=100).contains(&p) => Share::Percent(p),
-            _ => return Err(format!("{item:?}: {number:?} is not a whole percentage between 1 and 100")),
+            _ => return Err(PartError::Percentage { item: item.into(), number: number.into() }),
         }
     } else {
-        let bytes = fgpu_core::limit::parse_size(amount).map_err(|e| format!("{item:?}: {e}"))?;
+        let bytes = fgpu_core::limit::parse_size(amount).map_err(|source| PartError::Size { item: item.into(), source })?;
         if bytes == 0 || bytes % MIB != 0 {
-            return Err(format!("{item:?}: {amount:?} is not a positive whole number of MiB"));
+            return Err(PartError::NotWholeMib { item: item.into(), amount: amount.into() });
         }
         Share::Bytes(bytes)
     };
     let too_small = gpus.iter().find(|g| target == Target::All || target == Target::Gpu(g.index)).filter(|g| !share.fits(g.total));
     if let Some(gpu) = too_small {
-        return Err(format!("{item:?}: GPU {} has only {}", gpu.index, format_bytes(gpu.total)));
+        return Err(PartError::TooLarge { item: item.into(), index: gpu.index, total: gpu.total });
     }
     Ok(Part { target, share })
 }
@@ -406,7 +448,8 @@ mod tests {
 
     #[test]
     fn bad_combinations_say_what_is_wrong() {
-        let err = |c: &str| plan(&gpus(), &[8 * GIB], &[], &[c.to_string()]).unwrap_err();
+        let err = |c: &str| plan(&gpus(), &[8 * GIB], &[], &[c.to_string()]).unwrap_err().to_string();
+        assert_eq!(err("0-8g"), r#"--combine "0-8g": a combination needs two or more GPUs, such as 0-8g,1-4g"#);
         assert!(err("0-8g").contains("two or more GPUs"), "{}", err("0-8g"));
         assert!(err("0-8g,0-4g").contains("GPU 0 is named twice"));
         assert!(err("0-8g,7-4g").contains("there is no GPU 7"));
@@ -419,7 +462,7 @@ mod tests {
 
     #[test]
     fn nothing_to_generate_is_an_error() {
-        assert!(plan(&gpus(), &[100 * GIB], &[], &[]).unwrap_err().contains("no device"));
+        assert!(matches!(plan(&gpus(), &[100 * GIB], &[], &[]), Err(PlanError::Nothing)));
     }
 
     #[test]

@@ -5,7 +5,7 @@
 
 use crate::Gpu;
 use serde::{Deserialize, Serialize};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 /// What the probe reports about the driver libraries.
@@ -42,41 +42,63 @@ pub struct ProbedDevice {
     pub compute_processes: Vec<(u32, u64)>,
 }
 
+/// Why the probe gave no answer.
+#[derive(Debug, thiserror::Error)]
+pub enum ProbeError {
+    #[error("{}: {source}", dir.display())]
+    LibraryPath { dir: PathBuf, source: std::env::JoinPathsError },
+    #[error("cannot start the probe {}: {source}", fgpu.display())]
+    Start { fgpu: PathBuf, source: std::io::Error },
+    #[error("loading the driver libraries crashed the probe ({status}): {stderr}")]
+    Crashed { status: std::process::ExitStatus, stderr: String },
+    #[error("the probe printed something unexpected: {0}")]
+    Output(#[source] serde_json::Error),
+}
+
+/// Why a probe's answer gives no GPU to cap.
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum GpusError {
+    #[error("no GPU found through NVML (libnvidia-ml.so.1: {why}); run it on the GPU host, with the driver installed")]
+    None { why: String },
+    #[error("NVML did not give the UUID and memory size of GPU {index}")]
+    Incomplete { index: u32 },
+}
+
 /// Runs `fgpu __driver-probe` with the `fgpu` binary at `fgpu`, without `LD_PRELOAD`.
-pub fn run(fgpu: &Path) -> Result<DriverProbe, String> {
+pub fn run(fgpu: &Path) -> Result<DriverProbe, ProbeError> {
     run_with_libraries(fgpu, None)
 }
 
 /// [`run`], with `library_dir` searched first for the driver's libraries (a driver root
 /// mounted into a container: `LD_LIBRARY_PATH` of the probe only).
-pub fn run_with_libraries(fgpu: &Path, library_dir: Option<&Path>) -> Result<DriverProbe, String> {
+pub fn run_with_libraries(fgpu: &Path, library_dir: Option<&Path>) -> Result<DriverProbe, ProbeError> {
     let mut command = Command::new(fgpu);
     command.arg("__driver-probe").env_remove("LD_PRELOAD").stdin(Stdio::null());
     if let Some(dir) = library_dir {
         let mut paths = vec![dir.to_path_buf()];
         paths.extend(std::env::var_os("LD_LIBRARY_PATH").map(|p| std::env::split_paths(&p).collect::<Vec<_>>()).unwrap_or_default());
-        command.env("LD_LIBRARY_PATH", std::env::join_paths(paths).map_err(|e| format!("{}: {e}", dir.display()))?);
+        command.env("LD_LIBRARY_PATH", std::env::join_paths(paths).map_err(|source| ProbeError::LibraryPath { dir: dir.to_path_buf(), source })?);
     }
-    let out = command.output().map_err(|e| format!("cannot start the probe {}: {e}", fgpu.display()))?;
+    let out = command.output().map_err(|source| ProbeError::Start { fgpu: fgpu.to_path_buf(), source })?;
     if !out.status.success() {
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        return Err(format!("loading the driver libraries crashed the probe ({}): {}", out.status, stderr.trim()));
+        let stderr = String::from_utf8_lossy(&out.stderr).trim().to_string();
+        return Err(ProbeError::Crashed { status: out.status, stderr });
     }
-    serde_json::from_slice(&out.stdout).map_err(|e| format!("the probe printed something unexpected: {e}"))
+    serde_json::from_slice(&out.stdout).map_err(ProbeError::Output)
 }
 
 /// The GPUs of a probe, each with its UUID and memory size; an error names what is missing.
-pub fn gpus(probe: &DriverProbe) -> Result<Vec<Gpu>, String> {
+pub fn gpus(probe: &DriverProbe) -> Result<Vec<Gpu>, GpusError> {
     if probe.devices.is_empty() {
         let why = probe.nvml.error.clone().unwrap_or_else(|| "NVML lists no GPU".into());
-        return Err(format!("no GPU found through NVML (libnvidia-ml.so.1: {why}); run it on the GPU host, with the driver installed"));
+        return Err(GpusError::None { why });
     }
     probe
         .devices
         .iter()
         .map(|d| {
             if d.uuid.is_empty() || d.total_bytes == 0 {
-                Err(format!("NVML did not give the UUID and memory size of GPU {}", d.index))
+                Err(GpusError::Incomplete { index: d.index })
             } else {
                 Ok(Gpu { index: d.index, uuid: d.uuid.clone(), total: d.total_bytes })
             }
@@ -94,15 +116,15 @@ mod tests {
         let mut probe = DriverProbe { devices: vec![device(0, "GPU-a", 80 << 30), device(1, "GPU-b", 24 << 30)], ..Default::default() };
         assert_eq!(gpus(&probe).unwrap()[1], Gpu { index: 1, uuid: "GPU-b".into(), total: 24 << 30 });
         probe.devices[1].uuid.clear();
-        assert!(gpus(&probe).unwrap_err().contains("GPU 1"));
+        assert_eq!(gpus(&probe).unwrap_err(), GpusError::Incomplete { index: 1 });
         probe.devices.clear();
         probe.nvml.error = Some("libnvidia-ml.so.1: cannot open shared object file".into());
-        assert!(gpus(&probe).unwrap_err().contains("cannot open shared object file"));
+        assert!(gpus(&probe).unwrap_err().to_string().contains("cannot open shared object file"));
     }
 
     #[test]
     fn a_probe_that_cannot_start_says_which_binary() {
-        let err = run(Path::new("/nonexistent/fgpu")).unwrap_err();
+        let err = run(Path::new("/nonexistent/fgpu")).unwrap_err().to_string();
         assert!(err.contains("/nonexistent/fgpu"), "{err}");
     }
 }

@@ -99,7 +99,7 @@ impl Store {
         Checkpoint { version: VERSION, claims: BTreeMap::new() }
     }
 
-    pub fn save(&self, checkpoint: &Checkpoint) -> Result<(), String> {
+    pub fn save(&self, checkpoint: &Checkpoint) -> Result<(), fgpu_cdi::files::FileError> {
         let text = serde_json::to_vec_pretty(checkpoint).expect("a checkpoint serialises");
         fgpu_cdi::files::write_file(&self.path, &text, 0o600, None)
     }

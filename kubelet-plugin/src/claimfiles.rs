@@ -39,13 +39,44 @@ const LEDGER_TMPFS: &str = "size=16m,mode=1777";
 /// `claims/` and each claim's directory.
 pub const PRIVATE: u32 = 0o700;
 
+/// Why a claim's files could not be written or removed; each names its path.
+#[derive(Debug, thiserror::Error)]
+pub enum ClaimFilesError {
+    #[error("claim UID {0:?} is not a Kubernetes UID")]
+    BadUid(String),
+    #[error("{0}")]
+    Files(#[from] fgpu_cdi::files::FileError),
+    #[error("cannot create {}: {source}", path.display())]
+    Create { path: PathBuf, source: std::io::Error },
+    #[error("{}: {source}", path.display())]
+    Stat { path: PathBuf, source: std::io::Error },
+    #[error("{} is not a directory", path.display())]
+    NotADirectory { path: PathBuf },
+    #[error("{} belongs to uid {uid}, not to this plugin's user", path.display())]
+    NotOurs { path: PathBuf, uid: u32 },
+    #[error("cannot chmod {}: {source}", path.display())]
+    Chmod { path: PathBuf, source: std::io::Error },
+    #[error("cannot keep the claim's ledger in {}: {reason}", dir.display())]
+    Keep { dir: PathBuf, reason: String },
+    #[error("cannot serve the claim's ledger in {}: {reason}", dir.display())]
+    Serve { dir: PathBuf, reason: String },
+    #[error("cannot remove {}: {source}", path.display())]
+    Remove { path: PathBuf, source: std::io::Error },
+    #[error("{} has a NUL byte", path.display())]
+    NulByte { path: PathBuf },
+    #[error("{0}")]
+    Mount(#[source] std::io::Error),
+    #[error("cannot unmount {}: {source}", path.display())]
+    Unmount { path: PathBuf, source: std::io::Error },
+}
+
 /// The CDI device name of a claim's device.
 pub fn fgpu_device_name(uid: &str) -> String {
     format!("claim-{uid}")
 }
 
 /// A claim UID as kubelet passes it: lowercase letters, digits and `-` (it names files).
-pub fn check_uid(uid: &str) -> Result<(), String> {
+pub fn check_uid(uid: &str) -> Result<(), ClaimFilesError> {
     let alnum = |b: u8| b.is_ascii_lowercase() || b.is_ascii_digit();
     let ok = !uid.is_empty()
         && uid.len() <= 128
@@ -55,7 +86,7 @@ pub fn check_uid(uid: &str) -> Result<(), String> {
     if ok {
         Ok(())
     } else {
-        Err(format!("claim UID {uid:?} is not a Kubernetes UID"))
+        Err(ClaimFilesError::BadUid(uid.into()))
     }
 }
 
@@ -71,24 +102,24 @@ pub struct ClaimFiles {
 
 /// A directory with exactly `mode`, root's (or this process's user's): created so, or an
 /// existing one set so. A symlink in its place is refused.
-fn private_dir(dir: &Path, mode: u32) -> Result<(), String> {
+fn private_dir(dir: &Path, mode: u32) -> Result<(), ClaimFilesError> {
     use std::os::unix::fs::DirBuilderExt;
     match std::fs::DirBuilder::new().mode(mode).create(dir) {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-        Err(e) => return Err(format!("cannot create {}: {e}", dir.display())),
+        Err(source) => return Err(ClaimFilesError::Create { path: dir.to_path_buf(), source }),
     }
-    let meta = std::fs::symlink_metadata(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let meta = std::fs::symlink_metadata(dir).map_err(|source| ClaimFilesError::Stat { path: dir.to_path_buf(), source })?;
     if !meta.is_dir() {
-        return Err(format!("{} is not a directory", dir.display()));
+        return Err(ClaimFilesError::NotADirectory { path: dir.to_path_buf() });
     }
     // SAFETY: geteuid(2) has no preconditions and cannot fail.
     let me = unsafe { libc::geteuid() };
     if meta.uid() != me {
-        return Err(format!("{} belongs to uid {}, not to this plugin's user", dir.display(), meta.uid()));
+        return Err(ClaimFilesError::NotOurs { path: dir.to_path_buf(), uid: meta.uid() });
     }
     if meta.mode() & 0o7777 != mode {
-        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode)).map_err(|e| format!("cannot chmod {}: {e}", dir.display()))?;
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode)).map_err(|source| ClaimFilesError::Chmod { path: dir.to_path_buf(), source })?;
     }
     Ok(())
 }
@@ -112,7 +143,7 @@ impl ClaimFiles {
     }
 
     /// Sets `claims/` and every claim's directory to 0700 (an earlier release made them 0755).
-    pub fn make_private(&self) -> Result<(), String> {
+    pub fn make_private(&self) -> Result<(), ClaimFilesError> {
         private_dir(&self.claims_dir(), PRIVATE)?;
         for uid in self.claims_on_disk() {
             let dir = self.claim_dir(&uid);
@@ -141,7 +172,7 @@ impl ClaimFiles {
 
     /// Writes the claim's configuration, ledger directory and spec. A claim with admin access
     /// only has none: it gets NVIDIA's device alone.
-    pub fn write(&self, uid: &str, claim: &PreparedClaim) -> Result<(), String> {
+    pub fn write(&self, uid: &str, claim: &PreparedClaim) -> Result<(), ClaimFilesError> {
         if claim.caps.iter().all(|c| c.admin) {
             return Ok(());
         }
@@ -170,13 +201,13 @@ impl ClaimFiles {
         let spec = fgpu_cdi::claim::spec(&fgpu_device_name(uid), &self.state_dir, &config_dir, &ledger_dir, service);
         create_dir(&self.cdi_root)?;
         let text = serde_json::to_string_pretty(&spec).expect("a spec serialises") + "\n";
-        write_file(&self.spec_path(uid), text.as_bytes(), 0o644, None)
+        Ok(write_file(&self.spec_path(uid), text.as_bytes(), 0o644, None)?)
     }
 
     /// The claim's ledger directory: a tmpfs of its own where this process may mount one,
     /// else a plain directory; either way writable by every user, sticky (it is reached
     /// through the claim's 0700 directory only).
-    fn ledger_dir(&self, dir: &Path) -> Result<(), String> {
+    fn ledger_dir(&self, dir: &Path) -> Result<(), ClaimFilesError> {
         create_dir(dir)?;
         if is_mount_point(dir) {
             return Ok(());
@@ -192,13 +223,13 @@ impl ClaimFiles {
                 }
             }
         }
-        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o1777)).map_err(|e| format!("cannot chmod {}: {e}", dir.display()))
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o1777)).map_err(|source| ClaimFilesError::Chmod { path: dir.to_path_buf(), source })
     }
 
     /// Starts the keeper of the claim's ledger, unless it runs: it makes the ledger, or
     /// takes over the one the claim's processes use (after the plugin restarted), and
     /// serves it on the socket in the claim's configuration directory.
-    fn keep_ledger(&self, uid: &str, what: &str, config_dir: &Path, ledger_dir: &Path) -> Result<(), String> {
+    fn keep_ledger(&self, uid: &str, what: &str, config_dir: &Path, ledger_dir: &Path) -> Result<(), ClaimFilesError> {
         let mut keepers = self.keepers.lock().unwrap_or_else(|e| e.into_inner());
         if keepers.contains_key(uid) {
             return Ok(());
@@ -209,13 +240,13 @@ impl ClaimFiles {
             socket: config_dir.join(fgpu_core::ledger::served::SOCKET_NAME),
             label: fgpu_device_name(uid),
         };
-        let (kept, settled) = Keeper::open(paths).map_err(|e| format!("cannot keep the claim's ledger in {}: {e}", ledger_dir.display()))?;
+        let (kept, settled) = Keeper::open(paths).map_err(|e| ClaimFilesError::Keep { dir: ledger_dir.to_path_buf(), reason: e.to_string() })?;
         match settled {
             Settled::Created => {}
             Settled::Recovered { from } => crate::log(&format!("{what}: the ledger its processes use is kept on, taken over from PID {from}")),
             Settled::Waiting(why) => crate::log(&format!("{what}: its processes use a ledger this plugin cannot take over yet: {why}")),
         }
-        let serving = keeper::serve(kept).map_err(|e| format!("cannot serve the claim's ledger in {}: {e}", config_dir.display()))?;
+        let serving = keeper::serve(kept).map_err(|e| ClaimFilesError::Serve { dir: config_dir.to_path_buf(), reason: e.to_string() })?;
         keepers.insert(uid.to_string(), serving);
         Ok(())
     }
@@ -226,14 +257,14 @@ impl ClaimFiles {
     }
 
     /// Removes the claim's spec and directory (unmounting its ledger).
-    pub fn remove(&self, uid: &str) -> Result<(), String> {
+    pub fn remove(&self, uid: &str) -> Result<(), ClaimFilesError> {
         // The keeper stops first: its thread ends, its descriptor of the memory file goes.
         drop(self.keepers.lock().unwrap_or_else(|e| e.into_inner()).remove(uid));
         let spec = self.spec_path(uid);
         match std::fs::remove_file(&spec) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(format!("cannot remove {}: {e}", spec.display())),
+            Err(source) => return Err(ClaimFilesError::Remove { path: spec, source }),
         }
         let dir = self.claim_dir(uid);
         let ledger = dir.join("ledger");
@@ -243,7 +274,7 @@ impl ClaimFiles {
         match std::fs::remove_dir_all(&dir) {
             Ok(()) => Ok(()),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(format!("cannot remove {}: {e}", dir.display())),
+            Err(source) => Err(ClaimFilesError::Remove { path: dir, source }),
         }
     }
 }
@@ -254,12 +285,12 @@ fn is_mount_point(dir: &Path) -> bool {
     this.is_dir() && this.dev() != parent.dev()
 }
 
-fn c_path(path: &Path) -> Result<std::ffi::CString, String> {
+fn c_path(path: &Path) -> Result<std::ffi::CString, ClaimFilesError> {
     use std::os::unix::ffi::OsStrExt;
-    std::ffi::CString::new(path.as_os_str().as_bytes()).map_err(|_| format!("{} has a NUL byte", path.display()))
+    std::ffi::CString::new(path.as_os_str().as_bytes()).map_err(|_| ClaimFilesError::NulByte { path: path.to_path_buf() })
 }
 
-fn mount_tmpfs(dir: &Path) -> Result<(), String> {
+fn mount_tmpfs(dir: &Path) -> Result<(), ClaimFilesError> {
     let target = c_path(dir)?;
     let options = std::ffi::CString::new(LEDGER_TMPFS).expect("no NUL");
     // SAFETY: mount(2) with NUL-terminated strings that outlive the call.
@@ -269,11 +300,11 @@ fn mount_tmpfs(dir: &Path) -> Result<(), String> {
     if rc == 0 {
         Ok(())
     } else {
-        Err(std::io::Error::last_os_error().to_string())
+        Err(ClaimFilesError::Mount(std::io::Error::last_os_error()))
     }
 }
 
-fn unmount(dir: &Path) -> Result<(), String> {
+fn unmount(dir: &Path) -> Result<(), ClaimFilesError> {
     let target = c_path(dir)?;
     // SAFETY: umount2(2) with a NUL-terminated path that outlives the call. MNT_DETACH:
     // a process still inside (none should be, once kubelet unprepares) keeps it alive.
@@ -281,7 +312,7 @@ fn unmount(dir: &Path) -> Result<(), String> {
     if rc == 0 {
         Ok(())
     } else {
-        Err(format!("cannot unmount {}: {}", dir.display(), std::io::Error::last_os_error()))
+        Err(ClaimFilesError::Unmount { path: dir.to_path_buf(), source: std::io::Error::last_os_error() })
     }
 }
 
@@ -295,6 +326,7 @@ mod tests {
         for bad in ["", "../x", "a/b", "A", "-a", "a b", &"a".repeat(129)] {
             assert!(check_uid(bad).is_err(), "{bad}");
         }
+        assert_eq!(check_uid("a/b").unwrap_err().to_string(), r#"claim UID "a/b" is not a Kubernetes UID"#);
     }
 
     #[test]
@@ -309,7 +341,7 @@ mod tests {
         private_dir(&claims, PRIVATE).unwrap();
         assert_eq!(std::fs::metadata(&claims).unwrap().mode() & 0o7777, 0o700, "an earlier release's 0755 is set right");
         std::os::unix::fs::symlink(&claims, dir.join("link")).unwrap();
-        assert!(private_dir(&dir.join("link"), PRIVATE).unwrap_err().contains("not a directory"));
+        assert!(matches!(private_dir(&dir.join("link"), PRIVATE), Err(ClaimFilesError::NotADirectory { .. })));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -58,7 +58,7 @@ pub fn nvml_dir(root: &Path) -> Result<PathBuf, String> {
 /// The node's GPUs and driver. `driver_root`: read NVML from there.
 pub fn probe(fgpu: &Path, driver_root: Option<&Path>) -> Result<Inventory, String> {
     let library_dir = driver_root.map(nvml_dir).transpose()?;
-    let probe = fgpu_cdi::probe::run_with_libraries(fgpu, library_dir.as_deref())?;
+    let probe = fgpu_cdi::probe::run_with_libraries(fgpu, library_dir.as_deref()).map_err(|e| e.to_string())?;
     if !probe.nvml.loaded || probe.nvml.device_count.is_none() {
         let why = probe.nvml.error.clone().unwrap_or_else(|| "it lists no GPU".into());
         return Err(format!("cannot read the GPUs through NVML (libnvidia-ml.so.1: {why})"));

@@ -160,7 +160,7 @@ struct RunArgs {
 }
 
 fn parse_bytes(text: &str) -> Result<u64, String> {
-    Quantity::parse(text)?.floor_units().ok_or_else(|| format!("{text:?} is negative"))
+    Quantity::parse(text).map_err(|e| e.to_string())?.floor_units().ok_or_else(|| format!("{text:?} is negative"))
 }
 
 fn parse_step(text: &str) -> Result<u64, String> {
@@ -286,26 +286,26 @@ async fn run(args: RunArgs) -> Result<(), String> {
     let node = args.node_name.clone().filter(|n| !n.is_empty()).ok_or("--node-name (or NODE_NAME) is missing or empty")?;
     let fgpu = find_fgpu(args.fgpu.as_deref())?;
     let front = fgpu_cdi::shimpath::locate().map_err(|e| e.to_string())?.path;
-    let payload = Payload::read(&front, Some(&fgpu))?;
-    let state_dir = fgpu_cdi::files::absolute(&args.state_dir)?;
-    prepare_dir(&state_dir, None)?;
-    payload.install(&state_dir, None)?;
+    let payload = Payload::read(&front, Some(&fgpu)).map_err(|e| e.to_string())?;
+    let state_dir = fgpu_cdi::files::absolute(&args.state_dir).map_err(|e| e.to_string())?;
+    prepare_dir(&state_dir, None).map_err(|e| e.to_string())?;
+    payload.install(&state_dir, None).map_err(|e| e.to_string())?;
 
     let policy = MemoryPolicy { reserve: args.memory_reserve, step: args.memory_step };
     let (path, root) = (fgpu.clone(), args.driver_root.clone());
     let found = tokio::task::spawn_blocking(move || inventory::probe(&path, root.as_deref())).await.map_err(|e| format!("the probe failed: {e}"))??;
     log(&format!("node {node}: {}", inventory::describe(&found)));
     check_policy(&found, &policy)?;
-    let api = Arc::new(Api::connect(args.kubeconfig.as_deref()).await?);
+    let api = Arc::new(Api::connect(args.kubeconfig.as_deref()).await.map_err(|e| e.to_string())?);
     log(&format!("API server {}", api.server()));
 
-    let plugins_dir = fgpu_cdi::files::absolute(&args.dirs.kubelet_plugins_directory_path)?;
-    let registrar_dir = fgpu_cdi::files::absolute(&args.dirs.kubelet_registrar_directory_path)?;
+    let plugins_dir = fgpu_cdi::files::absolute(&args.dirs.kubelet_plugins_directory_path).map_err(|e| e.to_string())?;
+    let registrar_dir = fgpu_cdi::files::absolute(&args.dirs.kubelet_registrar_directory_path).map_err(|e| e.to_string())?;
     let plugin_dir = server::plugin_dir(&plugins_dir);
     std::fs::create_dir_all(&plugins_dir).map_err(|e| format!("cannot create {}: {e}", plugins_dir.display()))?;
     server::private_dir(&plugin_dir, server::PLUGIN_DIR_MODE)?;
     let status = Arc::new(Status::new(Some(plugin_dir.join(status::FILE)), &node));
-    let cdi_root = fgpu_cdi::files::absolute(&args.cdi_root)?;
+    let cdi_root = fgpu_cdi::files::absolute(&args.cdi_root).map_err(|e| e.to_string())?;
     let nvidia = match args.nvidia_cdi_device {
         Some(template) => NvidiaNames::Template(template),
         None if !args.cdi_spec_dirs.is_empty() => NvidiaNames::Search(args.cdi_spec_dirs.clone()),

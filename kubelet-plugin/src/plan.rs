@@ -57,7 +57,7 @@ fn consumed(result: &AllocationResult, name: &str) -> Result<Option<Quantity>, S
         serde_json::Value::Number(n) => n.to_string(),
         other => return Err(format!("consumed {name} {other} is not a quantity")),
     };
-    Quantity::parse(&text).map(Some)
+    Quantity::parse(&text).map(Some).map_err(|e| e.to_string())
 }
 
 /// The plan of `claim` on `node`, whose GPUs are `gpus`.

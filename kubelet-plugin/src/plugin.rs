@@ -83,7 +83,7 @@ impl Plugin {
     /// fgpu.conf whenever they start, so removing it would leave them uncapped. kubelet's
     /// NodeUnprepareResources removes them.
     pub async fn restore(&self) -> Result<(), String> {
-        self.files.make_private()?;
+        self.files.make_private().map_err(|e| e.to_string())?;
         let state = self.state.lock().await;
         let unknown: Vec<String> = self.files.claims_on_disk().into_iter().filter(|uid| !state.claims.contains_key(uid)).collect();
         if !unknown.is_empty() {
@@ -133,7 +133,7 @@ impl Plugin {
 
     /// NodePrepareResources for one claim: its devices, or why it cannot be prepared.
     pub async fn prepare(&self, namespace: &str, name: &str, uid: &str) -> Result<Vec<DeviceRecord>, String> {
-        check_uid(uid)?;
+        check_uid(uid).map_err(|e| e.to_string())?;
         let what = format!("ResourceClaim {namespace}/{name}");
         {
             let state = self.state.lock().await;
@@ -208,7 +208,7 @@ impl Plugin {
     /// NodeUnprepareResources for one claim: its spec, its files and its checkpoint entry
     /// go. A claim this driver does not know is already unprepared.
     pub async fn unprepare(&self, namespace: &str, name: &str, uid: &str) -> Result<(), String> {
-        check_uid(uid)?;
+        check_uid(uid).map_err(|e| e.to_string())?;
         let mut state = self.state.lock().await;
         self.files.remove(uid).map_err(|e| format!("ResourceClaim {namespace}/{name}: {e}"))?;
         if state.claims.remove(uid).is_some() {

@@ -49,6 +49,17 @@ struct FeatureState {
     no_dry_runs: bool,
 }
 
+/// Why one look at the node's pool did not finish.
+#[derive(Debug, thiserror::Error)]
+pub enum SyncError {
+    #[error(transparent)]
+    Api(#[from] crate::api::ApiError),
+    #[error("ResourceSlice {0} changed while it was being replaced; looking again")]
+    Changed(String),
+    #[error("ResourceSlice {0} cannot be replaced (conflict)")]
+    Conflict(String),
+}
+
 pub struct Publisher {
     api: Arc<Api>,
     node: String,
@@ -161,7 +172,7 @@ impl Publisher {
 
     /// One look: makes the node's pool what `inventory` and the cluster's features make
     /// it. Says what it wrote, or `None` when nothing needed writing.
-    pub async fn sync(&self, inventory: &Inventory, policy: &MemoryPolicy) -> Result<Option<String>, String> {
+    pub async fn sync(&self, inventory: &Inventory, policy: &MemoryPolicy) -> Result<Option<String>, SyncError> {
         self.look_at_features().await;
         let owner = match self.api.node_uid(&self.node).await {
             Ok(Some(uid)) => Some(uid),
@@ -197,7 +208,7 @@ impl Publisher {
                 Err(e) => {
                     self.status.update(|s| {
                         s.slice_writes = self.writes.load(Ordering::Relaxed);
-                        s.last_publish_error = Some(e.clone());
+                        s.last_publish_error = Some(e.to_string());
                     });
                     return Err(e);
                 }
@@ -220,7 +231,7 @@ impl Publisher {
 
     /// Writes what differs. `Ok(Some(gate))`: the server dropped that gate's fields from a
     /// slice written (look again with what it keeps).
-    async fn reconcile(&self, owner: Option<&str>, contents: Vec<SliceContent>, said: &mut Vec<String>) -> Result<Option<&'static str>, String> {
+    async fn reconcile(&self, owner: Option<&str>, contents: Vec<SliceContent>, said: &mut Vec<String>) -> Result<Option<&'static str>, SyncError> {
         let count = contents.len();
         let names: Vec<String> = (0..count).map(|i| slices::slice_name(&self.node, i)).collect();
         let listed = match self.api.list_slices(&self.node).await {
@@ -280,7 +291,7 @@ impl Publisher {
                         d.metadata.resource_version = e.pointer("/metadata/resourceVersion").and_then(Value::as_str).map(str::to_string);
                         match self.api.replace_slice(&d).await? {
                             Written::Stored(v) => v,
-                            Written::Conflict => return Err(format!("ResourceSlice {name} changed while it was being replaced; looking again")),
+                            Written::Conflict => return Err(SyncError::Changed(name.clone())),
                         }
                     }
                     None => match self.api.create_slice(&sent, false).await? {
@@ -290,7 +301,7 @@ impl Publisher {
                             d.metadata.resource_version = None;
                             match self.api.replace_slice(&d).await? {
                                 Written::Stored(v) => v,
-                                Written::Conflict => return Err(format!("ResourceSlice {name} cannot be replaced (conflict)")),
+                                Written::Conflict => return Err(SyncError::Conflict(name.clone())),
                             }
                         }
                     },

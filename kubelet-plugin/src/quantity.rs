@@ -9,13 +9,37 @@
 /// Billionths in one unit.
 const NANO: i128 = 1_000_000_000;
 
+/// Text that is not a Kubernetes quantity, and what is wrong with it.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{text:?} is not a Kubernetes quantity: {fault}")]
+pub struct QuantityError {
+    pub text: String,
+    pub fault: QuantityFault,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum QuantityFault {
+    #[error("no number")]
+    NoNumber,
+    #[error("unknown suffix")]
+    UnknownSuffix,
+    #[error("exponent out of range")]
+    ExponentOutOfRange,
+    #[error("too many digits")]
+    TooManyDigits,
+    #[error("not a number")]
+    NotANumber,
+    #[error("too large")]
+    TooLarge,
+}
+
 /// A quantity in billionths of its unit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Quantity(pub i128);
 
 impl Quantity {
-    pub fn parse(text: &str) -> Result<Quantity, String> {
-        let bad = |why: &str| format!("{text:?} is not a Kubernetes quantity: {why}");
+    pub fn parse(text: &str) -> Result<Quantity, QuantityError> {
+        let bad = |fault| QuantityError { text: text.into(), fault };
         let s = text.trim();
         let (negative, s) = match s.as_bytes().first() {
             Some(b'-') => (true, &s[1..]),
@@ -25,7 +49,7 @@ impl Quantity {
         let end = s.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(s.len());
         let (number, suffix) = s.split_at(end);
         if number.is_empty() || number == "." || number.matches('.').count() > 1 {
-            return Err(bad("no number"));
+            return Err(bad(QuantityFault::NoNumber));
         }
         let (whole, fraction) = number.split_once('.').unwrap_or((number, ""));
         // (multiplier numerator, power of ten) of the suffix.
@@ -47,10 +71,10 @@ impl Quantity {
             "P" => (1, 15),
             "E" => (1, 18),
             other => {
-                let digits = other.strip_prefix(['e', 'E']).ok_or_else(|| bad("unknown suffix"))?;
-                let e: i32 = digits.parse().map_err(|_| bad("unknown suffix"))?;
+                let digits = other.strip_prefix(['e', 'E']).ok_or_else(|| bad(QuantityFault::UnknownSuffix))?;
+                let e: i32 = digits.parse().map_err(|_| bad(QuantityFault::UnknownSuffix))?;
                 if !(-30..=30).contains(&e) {
-                    return Err(bad("exponent out of range"));
+                    return Err(bad(QuantityFault::ExponentOutOfRange));
                 }
                 (1, e)
             }
@@ -59,12 +83,12 @@ impl Quantity {
         let digits: String = format!("{whole}{fraction}");
         let digits = digits.trim_start_matches('0');
         if digits.len() > 30 {
-            return Err(bad("too many digits"));
+            return Err(bad(QuantityFault::TooManyDigits));
         }
-        let mantissa: i128 = if digits.is_empty() { 0 } else { digits.parse().map_err(|_| bad("not a number"))? };
+        let mantissa: i128 = if digits.is_empty() { 0 } else { digits.parse().map_err(|_| bad(QuantityFault::NotANumber))? };
         // value = mantissa * 10^(exponent - fraction.len()) * factor, in billionths.
         let power = exponent - fraction.len() as i32 + 9;
-        let overflow = || bad("too large");
+        let overflow = || bad(QuantityFault::TooLarge);
         let scaled = mantissa.checked_mul(factor).ok_or_else(overflow)?;
         let value = if power >= 0 {
             scaled.checked_mul(10i128.checked_pow(power as u32).ok_or_else(overflow)?).ok_or_else(overflow)?
@@ -135,6 +159,7 @@ mod tests {
         for bad in ["", "Gi", "1.2.3", "8GiB", "8 Gi x", "1e99", ".", "9999999999999999999999999999999999Ei"] {
             assert!(Quantity::parse(bad).is_err(), "{bad:?}");
         }
+        assert_eq!(Quantity::parse("1Qi").unwrap_err().to_string(), r#""1Qi" is not a Kubernetes quantity: unknown suffix"#);
     }
 
     #[test]

@@ -124,6 +124,21 @@ EOF
 export CONTAINERS_CONF=$WORK/containers.conf
 RUN_ARGS=(--network=none --ulimit nofile=1024:4096 --ulimit nproc=4096:4096 --label "$PREFIX=1")
 
+# Rootless podman leaves a pause process (catatonit) holding the user's namespaces after
+# its last container; stop it when that user has no container left, so the run leaves
+# nothing running. Its PID is in the user's runtime directory, which the user can write:
+# only a process of that user is signalled.
+stop_rootless_pause() {
+    local pidfile="/run/user/$ROOTLESS_UID/libpod/tmp/pause.pid" pid
+    [ -n "$("${ROOTLESS[@]}" ps -aq 2>/dev/null)" ] && return 0
+    pid=$(cat "$pidfile" 2>/dev/null) || return 0
+    case $pid in '' | *[!0-9]*) return 0 ;; esac
+    # It ignores SIGTERM (and holds nothing worth a clean exit): podman starts a new one.
+    [ "$(stat -c %u "/proc/$pid" 2>/dev/null)" = "$ROOTLESS_UID" ] && kill -KILL "$pid" 2>/dev/null
+    rm -f "$pidfile"
+    return 0
+}
+
 cleanup() {
     [ "${FGPU_CDI_KEEP:-0}" = 1 ] && return 0
     local ids
@@ -132,6 +147,7 @@ cleanup() {
     if [ "${#ROOTLESS[@]}" -gt 0 ]; then
         ids=$("${ROOTLESS[@]}" ps -aq --filter "label=$PREFIX=1" 2>/dev/null)
         [ -n "$ids" ] && "${ROOTLESS[@]}" rm -f -t 0 $ids >/dev/null 2>&1
+        stop_rootless_pause
     fi
     rm -f "$SPEC" "$NVIDIA_SPEC"
     [ -n "$HOSTDIR" ] && rm -rf "$HOSTDIR"

@@ -157,16 +157,7 @@ pub fn reachable() -> &'static Reachable {
     static REACHABLE: OnceLock<Reachable> = OnceLock::new();
     REACHABLE.get_or_init(|| {
         use std::os::unix::fs::PermissionsExt;
-        // Left by earlier test runs (a static is never dropped): removed once their run is over.
-        if let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) {
-            for entry in entries.flatten() {
-                let name = entry.file_name().to_string_lossy().into_owned();
-                let Some(pid) = name.strip_prefix("fgpu-it-reachable-").and_then(|p| p.parse::<u32>().ok()) else { continue };
-                if pid != std::process::id() && !Path::new(&format!("/proc/{pid}")).exists() {
-                    let _ = std::fs::remove_dir_all(entry.path());
-                }
-            }
-        }
+        sweep_earlier_runs();
         let dir = std::env::temp_dir().join(format!("fgpu-it-reachable-{}", std::process::id()));
         let sim = dir.join("sim-driver");
         std::fs::create_dir_all(&sim).unwrap();
@@ -241,8 +232,33 @@ pub struct Env {
     pub nvml_pids: String,
 }
 
+/// Removes what earlier test runs left in the temporary directory, once per run: this
+/// run's shared directory (a static is never dropped) and the directories of tests that
+/// failed (kept for a look, see [`Env`]'s drop), once the process that made them is gone.
+/// `FGPU_TEST_KEEP=1` keeps them all.
+fn sweep_earlier_runs() {
+    static SWEPT: std::sync::Once = std::sync::Once::new();
+    SWEPT.call_once(|| {
+        if std::env::var_os("FGPU_TEST_KEEP").is_some() {
+            return;
+        }
+        let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else { return };
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let Some(rest) = name.strip_prefix("fgpu-it-") else { continue };
+            let rest = rest.strip_prefix("reachable-").unwrap_or(rest);
+            let digits = rest.split('-').next().unwrap_or_default();
+            let Ok(pid) = digits.parse::<u32>() else { continue };
+            if pid != std::process::id() && !Path::new(&format!("/proc/{pid}")).exists() {
+                let _ = std::fs::remove_dir_all(entry.path());
+            }
+        }
+    });
+}
+
 impl Env {
     pub fn new(name: &str) -> Env {
+        sweep_earlier_runs();
         let dir = std::env::temp_dir().join(format!("fgpu-it-{}-{name}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
@@ -406,9 +422,12 @@ impl Env {
 
 impl Drop for Env {
     fn drop(&mut self) {
-        // Kept on failure (and with FGPU_TEST_KEEP=1) for a look at the ledger and sim state.
+        // Kept on failure (and with FGPU_TEST_KEEP=1) for a look at the ledger and sim state;
+        // the next run's sweep_earlier_runs removes it.
         if !std::thread::panicking() && std::env::var_os("FGPU_TEST_KEEP").is_none() {
             let _ = std::fs::remove_dir_all(&self.dir);
+        } else {
+            eprintln!("kept {} for a look (the next test run removes it, unless FGPU_TEST_KEEP is set)", self.dir.display());
         }
     }
 }

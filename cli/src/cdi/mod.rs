@@ -43,15 +43,12 @@ pub enum CdiError {
     Front(#[from] shimpath::ShimError),
     #[error("{} is not a library fgpu can use: {source}", path.display())]
     NotALibrary { path: PathBuf, source: elf::ElfError },
-    /// What the fgpu-cdi crate said (the plan, the files, the owner).
     #[error("{0}")]
-    Cdi(String),
-}
-
-impl From<String> for CdiError {
-    fn from(message: String) -> CdiError {
-        CdiError::Cdi(message)
-    }
+    Plan(#[from] fgpu_cdi::PlanError),
+    #[error("{0}")]
+    Files(#[from] fgpu_cdi::files::FileError),
+    #[error("{0}")]
+    NoGpu(#[from] fgpu_cdi::probe::GpusError),
 }
 
 fn generate(args: &CdiGenerateArgs) -> Result<(), CdiError> {

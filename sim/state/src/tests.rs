@@ -5,10 +5,33 @@ use std::process::{Command, Stdio};
 const MIB: u64 = 1 << 20;
 const GIB: u64 = 1 << 30;
 
-fn temp_path(name: &str) -> PathBuf {
+/// A state file's path in the temporary directory, removed (with its `.mig-config`) when the
+/// test ends, pass or fail; the mappings made of it outlive the unlink.
+struct TempState(PathBuf);
+
+impl Drop for TempState {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+        let _ = std::fs::remove_file(mig_config_capability_path(&self.0));
+    }
+}
+
+impl AsRef<Path> for TempState {
+    fn as_ref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl AsRef<std::ffi::OsStr> for TempState {
+    fn as_ref(&self) -> &std::ffi::OsStr {
+        self.0.as_os_str()
+    }
+}
+
+fn temp_path(name: &str) -> TempState {
     let p = std::env::temp_dir().join(format!("fgpu-sim-test-{}-{}", std::process::id(), name));
     let _ = std::fs::remove_file(&p);
-    p
+    TempState(p)
 }
 
 fn cfg(devices: u32, memory: u64) -> SimConfig {
@@ -157,7 +180,6 @@ fn nvml_pid_modes_parse_and_are_kept_in_the_file() {
         let p = temp_path(&format!("pids-{}", mode.name()));
         let s = SimState::open_with(&p, &SimConfig { nvml_pids: mode, ..SimConfig::default() }).unwrap();
         assert_eq!(s.nvml_pids(), mode);
-        let _ = std::fs::remove_file(&p);
     }
     assert_eq!(SimConfig::default().nvml_pids, NvmlPidsMode::Caller, "current drivers are the default");
     assert_eq!(NvmlPidsMode::parse("namespace"), None);
