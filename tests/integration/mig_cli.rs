@@ -117,6 +117,32 @@ fn mig_list_create_and_destroy_judged_by_nvidia_smi() {
     assert!(std::fs::read_dir(&m.record).unwrap().next().is_none(), "the record is empty again");
 }
 
+/// Another creator takes the chosen placement between fgpu's look and its create (the
+/// simulator's `FGPU_SIM_MIG_RACE`: a rival creates there first, and NVML answers
+/// `INSUFFICIENT_RESOURCES`): fgpu looks again and carves the next placement, and leaves
+/// the rival's instance alone.
+#[test]
+fn a_placement_taken_meanwhile_is_chosen_again() {
+    let m = MigEnv::new("mig-cli-race", Product::H100_80GB, 1, 1);
+    let made = m.fgpu(&["mig", "create", "1g.10gb"]).env("FGPU_SIM_MIG_RACE", "2").success();
+    assert_eq!(made.stderr().matches("was taken meanwhile").count(), 2, "{made}");
+    let truth = m.truth(0);
+    assert_eq!(truth.len(), 3, "two rivals' instances and fgpu's: {truth:?}\n{made}");
+    assert_eq!(truth.iter().map(|t| t.1).collect::<std::collections::BTreeSet<_>>().len(), 3, "three placements: {truth:?}");
+    let list = m.list_json();
+    assert_eq!(list["gpus"][0]["fgpu_created"].as_array().unwrap().len(), 1, "{list}");
+    // What fgpu printed is an instance the driver has; the rivals' are not fgpu's to destroy.
+    let mine = made.stdout().trim().to_string();
+    let uuids: Vec<String> = m.sim.mig_devices(0).iter().map(|d| d.uuid_string()).collect();
+    assert!(uuids.contains(&mine), "{mine} in {uuids:?}");
+    for theirs in uuids.iter().filter(|u| **u != mine) {
+        let refused = m.fgpu(&["mig", "destroy", theirs]).run();
+        assert_eq!(refused.output.status.code(), Some(1), "{refused}");
+    }
+    m.fgpu(&["mig", "destroy", &mine]).success();
+    assert_eq!(m.truth(0).len(), 2, "only fgpu's instance went");
+}
+
 /// Eight `fgpu run --mig 1g.10gb` at once on one H100 (room for seven): seven get distinct
 /// instances, each job sees its own 1g memory, the eighth is refused with one line; when
 /// the jobs end every instance is gone.

@@ -460,9 +460,30 @@ fn create_gi(h: NvmlDevice, profile_id: c_uint, placement: *const GpuInstancePla
     if !privileged() {
         return NVML_ERROR_NO_PERMISSION;
     }
+    if start.is_some() && rival_wins() {
+        // Another creator took this placement between the caller's look and its create:
+        // the rival's instance stays, and the caller is answered as NVML answers a taken
+        // placement.
+        let _ = s.create_gpu_instance(i, profile_id, start);
+        return NVML_ERROR_INSUFFICIENT_RESOURCES;
+    }
     let g = mig!(s.create_gpu_instance(i, profile_id, start));
     put(out, gi_handle(&g));
     NVML_SUCCESS
+}
+
+/// Whether a simulated rival creates at the placement this process asked for, first
+/// (`FGPU_SIM_MIG_RACE=N`: the first N creations with a placement in this process lose such
+/// a race). Lets a test put another creator between a tool's look and its create, which no
+/// test can time.
+fn rival_wins() -> bool {
+    use std::sync::atomic::{AtomicI64, Ordering};
+    static LEFT: AtomicI64 = AtomicI64::new(-1);
+    if LEFT.load(Ordering::Relaxed) < 0 {
+        let n = std::env::var("FGPU_SIM_MIG_RACE").ok().and_then(|v| v.trim().parse::<i64>().ok()).unwrap_or(0).max(0);
+        let _ = LEFT.compare_exchange(-1, n, Ordering::Relaxed, Ordering::Relaxed);
+    }
+    LEFT.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| (n > 0).then(|| n - 1)).is_ok()
 }
 
 #[no_mangle]
