@@ -69,12 +69,16 @@ impl Drop for PrivateLedger {
     }
 }
 
-/// Creates the owner lock in a new private directory and takes it.
+/// Creates the owner lock in a new private directory and takes it. The lock is taken
+/// under another name and only then renamed into place, so a sweep by another `fgpu run`
+/// never finds the owner lock free while its maker is still taking it.
 fn take_owner_lock(dir: &Path) -> std::io::Result<std::fs::File> {
-    let file = std::fs::OpenOptions::new().write(true).create_new(true).open(dir.join(OWNER_LOCK))?;
+    let unnamed = dir.join(format!(".{OWNER_LOCK}.new"));
+    let file = std::fs::OpenOptions::new().write(true).create_new(true).open(&unnamed)?;
     if !try_flock(&file) {
         return Err(std::io::Error::last_os_error());
     }
+    std::fs::rename(&unnamed, dir.join(OWNER_LOCK))?;
     Ok(file)
 }
 
