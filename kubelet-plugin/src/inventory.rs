@@ -28,6 +28,9 @@ pub struct DriverInfo {
 pub struct Inventory {
     pub gpus: Vec<GpuInfo>,
     pub driver: DriverInfo,
+    /// The MIG of the GPUs this driver partitions (managed, in MIG mode): read with
+    /// [`crate::partitions::from_listing`]; empty where none is.
+    pub mig: Vec<crate::partitions::MigGpu>,
 }
 
 /// Where a driver installation keeps `libnvidia-ml.so.1`, under its root: the
@@ -71,7 +74,7 @@ pub fn probe(fgpu: &Path, driver_root: Option<&Path>) -> Result<Inventory, Strin
         gpus.push(GpuInfo { index: d.index, uuid: d.uuid.clone(), product: d.name.clone(), total: d.total_bytes });
     }
     let driver = DriverInfo { driver_version: probe.nvml.driver_version.clone(), cuda_version: probe.cuda.cuda_version.or(probe.nvml.cuda_version) };
-    Ok(Inventory { gpus, driver })
+    Ok(Inventory { gpus, driver, mig: Vec::new() })
 }
 
 /// The GPUs in one line, for the log.

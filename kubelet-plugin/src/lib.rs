@@ -24,6 +24,7 @@ pub mod inventory;
 pub mod metrics;
 pub mod metrics_http;
 pub mod nvidia;
+pub mod partitions;
 pub mod plan;
 pub mod plugin;
 pub mod proto;
