@@ -19,11 +19,21 @@
 //! (it refuses them, or stores the slice all the same) is not asked again; what it keeps is
 //! learnt from the real writes.
 //!
+//! **Partitions.** Where the inventory holds managed GPUs in MIG mode, a second dry run asks
+//! whether the server keeps DRAPartitionableDevices' fields (`sharedCounters`,
+//! `consumesCounters`), and where: a slice holding a counter set and a device that
+//! consumes it is what Kubernetes 1.34 wants and 1.35 refuses (a slice holds counters or
+//! devices from 1.35); when it is refused, a slice holding the counter set alone is tried.
+//! Where the fields are dropped, GPUs in MIG mode are published whole, said once in the
+//! log and in the status (`partitionableDevices`), as for consumable capacity. A server
+//! that does not do dry runs is taken for 1.35 or later; dropped fields are learnt from the
+//! real writes.
+//!
 //! Where the server cannot list slices, each of the pool's slices is read by name instead.
 
 use crate::api::{Api, Written};
 use crate::inventory::Inventory;
-use crate::slices::{self, Features, MemoryPolicy, SliceContent, CONSUMABLE_CAPACITY};
+use crate::slices::{self, CounterLayout, Features, MemoryPolicy, SliceContent, CONSUMABLE_CAPACITY, PARTITIONABLE_DEVICES};
 use crate::status::{LeftOutGpu, Status};
 use serde_json::Value;
 use std::collections::{BTreeMap, HashSet};
@@ -44,7 +54,10 @@ enum Known {
 
 struct FeatureState {
     consumable: Known,
+    partitionable: Known,
+    layout: CounterLayout,
     last_dry_run: Option<Instant>,
+    last_partition_dry_run: Option<Instant>,
     /// The server refuses dry runs, or stored one: none is made again.
     no_dry_runs: bool,
 }
@@ -81,7 +94,14 @@ impl Publisher {
             api,
             node: node.into(),
             status,
-            features: Mutex::new(FeatureState { consumable: Known::Unknown, last_dry_run: None, no_dry_runs: false }),
+            features: Mutex::new(FeatureState {
+                consumable: Known::Unknown,
+                partitionable: Known::Unknown,
+                layout: CounterLayout::Split,
+                last_dry_run: None,
+                last_partition_dry_run: None,
+                no_dry_runs: false,
+            }),
             generation: AtomicI64::new(0),
             writes: AtomicU64::new(0),
             own: Mutex::new(HashSet::new()),
@@ -107,7 +127,68 @@ impl Publisher {
 
     fn features(&self) -> Features {
         let f = self.features.lock().unwrap_or_else(|e| e.into_inner());
-        Features { consumable_capacity: f.consumable != Known::Off }
+        Features { consumable_capacity: f.consumable != Known::Off, partitionable_devices: f.partitionable != Known::Off, counter_layout: f.layout }
+    }
+
+    /// Records whether the server keeps partitionable devices' fields, and where it wants
+    /// the counter sets; says so when it changed.
+    fn learn_partitions(&self, kept: Option<CounterLayout>, how: &str) {
+        let mut f = self.features.lock().unwrap_or_else(|e| e.into_inner());
+        let now = if kept.is_some() { Known::On } else { Known::Off };
+        if f.partitionable == now && kept.is_none_or(|l| l == f.layout) {
+            return;
+        }
+        f.partitionable = now;
+        if let Some(layout) = kept {
+            f.layout = layout;
+        }
+        drop(f);
+        let reason = match kept {
+            Some(layout) => format!(
+                "the API server keeps sharedCounters and consumesCounters ({how}): {PARTITIONABLE_DEVICES} is on, the managed GPUs in MIG mode are published with their partitions ({})",
+                match layout {
+                    CounterLayout::Combined => "each GPU's counter set in the slice of its devices, as Kubernetes 1.34 wants",
+                    CounterLayout::Split => "the counter sets in slices of their own, as Kubernetes 1.35 and later want",
+                }
+            ),
+            None => format!("the API server drops sharedCounters and consumesCounters ({how}): {PARTITIONABLE_DEVICES} is off, so the GPUs in MIG mode are published whole"),
+        };
+        crate::log(&reason);
+        self.status.update(|s| {
+            s.partitionable_devices = if kept.is_some() { "on" } else { "off" }.into();
+            s.partitionable_devices_reason = Some(reason);
+        });
+    }
+
+    /// The dry runs that find whether and where partitions can be published, when due: when
+    /// there are GPUs to partition, at first, then while the fields are dropped.
+    async fn look_at_partitions(&self) {
+        let due = {
+            let f = self.features.lock().unwrap_or_else(|e| e.into_inner());
+            !f.no_dry_runs && f.last_partition_dry_run.is_none_or(|t| f.partitionable == Known::Off && t.elapsed() >= FEATURE_LOOK)
+        };
+        if !due {
+            return;
+        }
+        self.features.lock().unwrap_or_else(|e| e.into_inner()).last_partition_dry_run = Some(Instant::now());
+        for layout in [CounterLayout::Combined, CounterLayout::Split] {
+            let probe = slices::mig::partition_probe(&self.node, layout);
+            match self.api.create_slice(&probe, true).await {
+                Ok(Written::Stored(stored)) => {
+                    let kept = !slices::mig::dropped(&probe, &stored);
+                    return self.learn_partitions(kept.then_some(layout), "a dry run");
+                }
+                Ok(Written::Conflict) => return,
+                // 1.35 and later refuse a slice holding counter sets and devices: try alone.
+                Err(e) if layout == CounterLayout::Combined => {
+                    crate::log(&format!("a dry run of a counter set beside its devices was refused ({e}); trying one alone"))
+                }
+                Err(e) => {
+                    crate::log(&format!("a dry run of a counter set was refused ({e}): the GPUs in MIG mode are published whole"));
+                    return self.learn_partitions(None, "dry runs");
+                }
+            }
+        }
     }
 
     /// Records what the server keeps, and says so when it changed.
@@ -174,6 +255,9 @@ impl Publisher {
     /// it. Says what it wrote, or `None` when nothing needed writing.
     pub async fn sync(&self, inventory: &Inventory, policy: &MemoryPolicy) -> Result<Option<String>, SyncError> {
         self.look_at_features().await;
+        if !inventory.mig.is_empty() {
+            self.look_at_partitions().await;
+        }
         let owner = match self.api.node_uid(&self.node).await {
             Ok(Some(uid)) => Some(uid),
             Ok(None) => {
@@ -185,14 +269,14 @@ impl Publisher {
                 None
             }
         };
-        // Twice at most: a write that finds a feature dropped changes what is wanted.
+        // Three times at most: a write that finds a feature dropped changes what is wanted.
         let mut said = Vec::new();
-        for _ in 0..2 {
+        for _ in 0..3 {
             let features = self.features();
-            let (devices, left_out) = slices::devices(&inventory.gpus, &inventory.driver, policy, features);
+            let (plain, parts, left_out) = slices::pool_devices(&inventory.gpus, &inventory.mig, &inventory.driver, policy, features);
             self.note_left_out(&left_out);
-            let published: Vec<String> = devices.iter().map(|d| d.name.clone()).collect();
-            let contents = slices::pack(devices, Vec::new());
+            let published: Vec<String> = plain.iter().chain(parts.iter().flat_map(|p| &p.devices)).map(|d| d.name.clone()).collect();
+            let contents = slices::pack_pool(plain, parts, features.counter_layout);
             match self.reconcile(owner.as_deref(), contents, &mut said).await {
                 Ok(None) => {
                     self.status.update(|s| {
@@ -204,6 +288,7 @@ impl Publisher {
                     });
                     return Ok((!said.is_empty()).then(|| said.join("; ")));
                 }
+                Ok(Some(gate)) if gate == PARTITIONABLE_DEVICES => self.learn_partitions(None, "the fields were missing from a slice the server stored"),
                 Ok(Some(gate)) => self.learn(false, &format!("{gate}'s fields were missing from a slice the server stored")),
                 Err(e) => {
                     self.status.update(|s| {

@@ -28,6 +28,7 @@
 //! taints), string attributes of at most 64 characters.
 
 use crate::inventory::{DriverInfo, GpuInfo};
+use crate::partitions::MigGpu;
 use crate::quantity::format_bytes;
 use k8s_openapi::api::resource::v1::{
     CapacityRequestPolicy, CapacityRequestPolicyRange, CounterSet, Device, DeviceAttribute, DeviceCapacity, ResourcePool, ResourceSlice, ResourceSliceSpec,
@@ -54,15 +55,24 @@ pub const MAX_DEVICES_WITH_COUNTERS: usize = 64;
 /// The feature gate whose fields this driver's shared GPUs need.
 pub const CONSUMABLE_CAPACITY: &str = "DRAConsumableCapacity";
 
+pub mod mig;
+pub use mig::{CounterLayout, PARTITIONABLE_DEVICES};
+
 /// What the cluster's API server keeps of what this driver may publish.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Features {
     /// `allowMultipleAllocations` and `requestPolicy` (DRAConsumableCapacity).
     pub consumable_capacity: bool,
+    /// `sharedCounters` and `consumesCounters` (DRAPartitionableDevices): MIG partitions.
+    pub partitionable_devices: bool,
+    /// Where the counter sets go (what the server's version accepts).
+    pub counter_layout: CounterLayout,
 }
 
 impl Features {
-    pub const ALL: Features = Features { consumable_capacity: true };
+    pub const ALL: Features = Features { consumable_capacity: true, partitionable_devices: true, counter_layout: CounterLayout::Split };
+    /// Whole GPUs only, one claim each.
+    pub const NONE: Features = Features { consumable_capacity: false, partitionable_devices: false, counter_layout: CounterLayout::Split };
 }
 
 /// How much of each GPU's memory is offered, and in what steps.
@@ -156,7 +166,7 @@ pub fn cuda_semver(version: i32) -> Option<String> {
     (version > 0).then(|| format!("{}.{}.0", version / 1000, (version % 1000) / 10))
 }
 
-fn string_attribute(text: &str) -> DeviceAttribute {
+pub(crate) fn string_attribute(text: &str) -> DeviceAttribute {
     let mut cut = text.len().min(MAX_STRING_ATTRIBUTE);
     while !text.is_char_boundary(cut) {
         cut -= 1;
@@ -164,12 +174,12 @@ fn string_attribute(text: &str) -> DeviceAttribute {
     DeviceAttribute { string: Some(text[..cut].to_string()), ..Default::default() }
 }
 
-fn quantity(text: String) -> Quantity {
+pub(crate) fn quantity(text: String) -> Quantity {
     Quantity(text)
 }
 
 /// A capacity, with its request policy where the cluster keeps one.
-fn capacity(value: String, policy: CapacityRequestPolicy, features: Features) -> DeviceCapacity {
+pub(crate) fn capacity(value: String, policy: CapacityRequestPolicy, features: Features) -> DeviceCapacity {
     DeviceCapacity { value: quantity(value), request_policy: features.consumable_capacity.then_some(policy) }
 }
 
@@ -184,6 +194,7 @@ pub fn devices(gpus: &[GpuInfo], driver: &DriverInfo, policy: &MemoryPolicy, fea
         }
         let memory = policy.capacity(gpu.total);
         let mut attributes = BTreeMap::new();
+        attributes.insert("type".to_string(), string_attribute("gpu"));
         attributes.insert("uuid".to_string(), string_attribute(&gpu.uuid));
         attributes.insert("productName".to_string(), string_attribute(&gpu.product));
         attributes.insert("index".to_string(), DeviceAttribute { int: Some(gpu.index.into()), ..Default::default() });
@@ -242,6 +253,70 @@ pub struct SliceContent {
     pub shared_counters: Vec<CounterSet>,
 }
 
+/// The devices of one managed GPU in MIG mode (its whole and its partitions) and the
+/// counter set they consume.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Partitioned {
+    pub counters: CounterSet,
+    pub devices: Vec<Device>,
+}
+
+/// The node's devices as `features` allow: GPUs published as before, and each managed GPU
+/// in MIG mode (`mig`, matched by index and UUID) as its whole and its partitions, where the
+/// cluster keeps partitionable devices; and the GPUs left out.
+pub fn pool_devices(
+    gpus: &[GpuInfo],
+    mig: &[MigGpu],
+    driver: &DriverInfo,
+    policy: &MemoryPolicy,
+    features: Features,
+) -> (Vec<Device>, Vec<Partitioned>, Vec<LeftOut>) {
+    let (all, left_out) = devices(gpus, driver, policy, features);
+    if !features.partitionable_devices {
+        return (all, Vec::new(), left_out);
+    }
+    let (mut plain, mut parts) = (Vec::new(), Vec::new());
+    for d in all {
+        let index = device_index(&d.name);
+        let uuid = gpus.iter().find(|g| Some(g.index) == index).map(|g| g.uuid.as_str());
+        let Some(m) = mig.iter().find(|m| Some(m.index) == index && Some(m.uuid.as_str()) == uuid && m.enabled() && !m.profiles.is_empty()) else {
+            plain.push(d);
+            continue;
+        };
+        let common: BTreeMap<String, DeviceAttribute> = d
+            .attributes
+            .iter()
+            .flatten()
+            .filter(|(k, _)| ["productName", "driverVersion", "cudaVersion"].contains(&k.as_str()))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        let mut devices = vec![mig::whole(d, m)];
+        devices.extend(mig::partition_devices(m, &common, policy, features));
+        parts.push(Partitioned { counters: mig::counter_set(m), devices });
+    }
+    (plain, parts, left_out)
+}
+
+/// The pool's slices for `plain` devices and `parts`: from Kubernetes 1.35 the counter sets
+/// in slices of their own ([`pack`]); in 1.34 each GPU's counter set in the slice of the
+/// devices that consume it, one GPU a slice, then the other devices.
+pub fn pack_pool(plain: Vec<Device>, parts: Vec<Partitioned>, layout: CounterLayout) -> Vec<SliceContent> {
+    match layout {
+        CounterLayout::Split => {
+            let sets = parts.iter().map(|p| p.counters.clone()).collect();
+            let devices = plain.into_iter().chain(parts.into_iter().flat_map(|p| p.devices)).collect();
+            pack(devices, sets)
+        }
+        CounterLayout::Combined => {
+            let mut slices: Vec<SliceContent> = parts.into_iter().map(|p| SliceContent { devices: p.devices, shared_counters: vec![p.counters] }).collect();
+            if !plain.is_empty() || slices.is_empty() {
+                slices.extend(pack(plain, Vec::new()));
+            }
+            slices
+        }
+    }
+}
+
 /// The most devices one slice may hold, given whether they consume counters or have taints.
 fn limit(device: &Device) -> usize {
     let counters = device.consumes_counters.as_ref().is_some_and(|c| !c.is_empty());
@@ -253,13 +328,13 @@ fn limit(device: &Device) -> usize {
     }
 }
 
-/// The pool's slices: the counter sets first, in a slice of their own, then the devices in
-/// order, each slice as full as the API allows. At least one slice, so that an empty pool
-/// is published as such.
+/// The pool's slices: the counter sets first, in slices of their own (at most
+/// [`mig::MAX_COUNTER_SETS`] each), then the devices in order, each slice as full as the API
+/// allows. At least one slice, so that an empty pool is published as such.
 pub fn pack(devices: Vec<Device>, shared_counters: Vec<CounterSet>) -> Vec<SliceContent> {
     let mut slices = Vec::new();
-    if !shared_counters.is_empty() {
-        slices.push(SliceContent { devices: Vec::new(), shared_counters });
+    for sets in shared_counters.chunks(mig::MAX_COUNTER_SETS) {
+        slices.push(SliceContent { devices: Vec::new(), shared_counters: sets.to_vec() });
     }
     let mut current: Vec<Device> = Vec::new();
     for device in devices {
@@ -295,7 +370,7 @@ pub fn slice(node: &str, node_uid: Option<&str>, index: usize, count: usize, con
             driver: DRIVER.into(),
             node_name: Some(node.into()),
             pool: ResourcePool { name: node.into(), generation, resource_slice_count: count as i64 },
-            devices: if counters.is_some() { None } else { Some(content.devices) },
+            devices: if counters.is_some() && content.devices.is_empty() { None } else { Some(content.devices) },
             shared_counters: counters,
             ..Default::default()
         },
@@ -350,6 +425,9 @@ pub fn dropped(sent: &Value, stored: &Value) -> BTreeSet<&'static str> {
             }
         }
     }
+    if mig::dropped(sent, stored) {
+        gates.insert(PARTITIONABLE_DEVICES);
+    }
     gates
 }
 
@@ -388,8 +466,10 @@ pub fn same(existing: &Value, desired: &ResourceSlice) -> bool {
             .any(|(k, c)| c.get("requestPolicy").is_some() && theirs.pointer(&format!("/capacity/{k}/requestPolicy")).is_none());
         extra_multiple || extra_policy
     });
-    spec_same && owner_same && !gated_extra
+    spec_same && owner_same && !gated_extra && !mig::extra(existing, &want)
 }
 
+#[cfg(test)]
+mod mig_tests;
 #[cfg(test)]
 mod tests;

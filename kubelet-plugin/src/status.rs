@@ -24,6 +24,10 @@ pub struct Snapshot {
     pub consumable_capacity: String,
     /// Why, in one line.
     pub consumable_capacity_reason: Option<String>,
+    /// `unknown`, `on` (managed GPUs in MIG mode published with their partitions) or `off`
+    /// (published whole); and why, in one line.
+    pub partitionable_devices: String,
+    pub partitionable_devices_reason: Option<String>,
     /// The devices published, and the GPUs left out with the reason.
     pub published: Vec<String>,
     pub left_out: Vec<LeftOutGpu>,
@@ -85,6 +89,7 @@ impl Status {
             version: env!("CARGO_PKG_VERSION").into(),
             started,
             consumable_capacity: "unknown".into(),
+            partitionable_devices: "unknown".into(),
             watch: "not started".into(),
             ..Default::default()
         };

@@ -3,7 +3,7 @@ use super::*;
 const GIB: u64 = 1 << 30;
 const MIB: u64 = 1 << 20;
 const POLICY: MemoryPolicy = MemoryPolicy { reserve: 512 * MIB, step: 256 * MIB };
-const WHOLE: Features = Features { consumable_capacity: false };
+const WHOLE: Features = Features::NONE;
 
 fn gpu(index: u32, total: u64) -> GpuInfo {
     GpuInfo { index, uuid: format!("GPU-{index:08}-0000-0000-0000-000000000000"), product: "NVIDIA H100 80GB HBM3".into(), total }
