@@ -6,6 +6,7 @@
 //! library, with its own transcription of Kubernetes' .proto files).
 
 pub mod api_server;
+pub mod http;
 pub mod validation;
 
 pub use api_server::{Logged, StubApi, StubState};
