@@ -149,7 +149,7 @@ impl StubState {
             return status(400, "BadRequest", "the body is not a resource.k8s.io/v1 ResourceSlice");
         }
         validation::drop_disabled(&mut slice, None, self.gates);
-        if let Err(e) = validation::validate(&slice, None) {
+        if let Err(e) = validation::validate(&slice, None, self.minor) {
             return status(422, "Invalid", &format!("ResourceSlice.resource.k8s.io \"{name}\" is invalid: {e}"));
         }
         let meta = slice["metadata"].as_object_mut().unwrap();
@@ -178,7 +178,7 @@ impl StubState {
             }
         }
         validation::drop_disabled(&mut slice, Some(&existing), self.gates);
-        if let Err(e) = validation::validate(&slice, Some(&existing)) {
+        if let Err(e) = validation::validate(&slice, Some(&existing), self.minor) {
             return status(422, "Invalid", &format!("ResourceSlice.resource.k8s.io \"{name}\" is invalid: {e}"));
         }
         let generation = existing["metadata"]["generation"].as_i64().unwrap_or(1);

@@ -278,9 +278,91 @@ fn device(i: usize, d: &Value) -> Result<(), String> {
     Ok(())
 }
 
-/// ValidateResourceSlice (and, with `old`, ValidateResourceSliceUpdate): the first error,
-/// as the API server words it.
-pub fn validate(slice: &Value, old: Option<&Value>) -> Result<(), String> {
+fn counters_of(v: &Value) -> Vec<(&String, &Value)> {
+    v["counters"].as_object().into_iter().flatten().collect()
+}
+
+/// The counter sets of a slice and the devices' consumption of them, as the server of
+/// Kubernetes 1.`minor` validates them (k8s.io/api resource/v1 types.go's limits; the
+/// counter sets' rules changed in 1.35, when they moved to slices of their own):
+///
+/// - 1.34: the counter sets may sit beside devices and hold at most 32 counters together;
+///   a device consumes at most 32 counters, and the devices of a slice at most 1024; a
+///   consumption names a set of the same slice and counters that set has.
+/// - 1.35 and later: a slice holds counter sets or devices, never both; at most 8 sets of
+///   at most 32 counters; a device has at most 2 consumptions of at most 32 counters each.
+fn counter_sets(spec: &Value, minor: u32) -> Result<(), String> {
+    let sets: Vec<&Value> = spec.get("sharedCounters").and_then(Value::as_array).into_iter().flatten().collect();
+    let mut names = std::collections::HashSet::new();
+    for (i, set) in sets.iter().enumerate() {
+        let name = set["name"].as_str().unwrap_or("");
+        if !dns_label(name) {
+            return Err(format!("spec.sharedCounters[{i}].name: Invalid value: {name:?}: a lowercase RFC 1123 label"));
+        }
+        if !names.insert(name) {
+            return Err(format!("spec.sharedCounters[{i}].name: Duplicate value: {name:?}"));
+        }
+        let counters = counters_of(set);
+        if counters.is_empty() {
+            return Err(format!("spec.sharedCounters[{i}].counters: Required value"));
+        }
+        if minor >= 35 && counters.len() > 32 {
+            return Err(format!("spec.sharedCounters[{i}].counters: Too many: {}: must have at most 32 items", counters.len()));
+        }
+        for (key, c) in counters {
+            if !dns_label(key) || c["value"].as_str().and_then(quantity).is_none() {
+                return Err(format!("spec.sharedCounters[{i}].counters[{key}]: Invalid value"));
+            }
+        }
+    }
+    if minor <= 34 {
+        let total: usize = sets.iter().map(|s| counters_of(s).len()).sum();
+        if total > 32 {
+            return Err(format!("spec.sharedCounters: Too many: {total}: the total number of counters must not exceed 32"));
+        }
+    } else if sets.len() > 8 {
+        return Err(format!("spec.sharedCounters: Too many: {}: must have at most 8 items", sets.len()));
+    }
+    let mut consumed = 0;
+    for (i, d) in spec.get("devices").and_then(Value::as_array).into_iter().flatten().enumerate() {
+        let list: Vec<&Value> = d.get("consumesCounters").and_then(Value::as_array).into_iter().flatten().collect();
+        if minor >= 35 && list.len() > 2 {
+            return Err(format!("spec.devices[{i}].consumesCounters: Too many: {}: must have at most 2 items", list.len()));
+        }
+        let mut per_device = 0;
+        for (j, c) in list.iter().enumerate() {
+            let path = format!("spec.devices[{i}].consumesCounters[{j}]");
+            let counters = counters_of(c);
+            if counters.is_empty() || counters.len() > 32 {
+                return Err(format!("{path}.counters: Invalid value: must have 1 to 32 items"));
+            }
+            per_device += counters.len();
+            if minor <= 34 {
+                let name = c["counterSet"].as_str().unwrap_or("");
+                let Some(set) = sets.iter().find(|s| s["name"] == name) else {
+                    return Err(format!(
+                        "{path}.counterSet: Invalid value: {name:?}: must reference a counter set defined in the ResourceSlice sharedCounters"
+                    ));
+                };
+                if let Some((key, _)) = counters.iter().find(|(k, _)| set["counters"].get(k.as_str()).is_none()) {
+                    return Err(format!("{path}.counters: Invalid value: {key:?}: must reference a counter defined in the ResourceSlice sharedCounters"));
+                }
+            }
+        }
+        if minor <= 34 && per_device > 32 {
+            return Err(format!("spec.devices[{i}].consumesCounters: Invalid value: {per_device}: the total number of counters must not exceed 32"));
+        }
+        consumed += per_device;
+    }
+    if minor <= 34 && consumed > 1024 {
+        return Err(format!("spec.devices: Invalid value: {consumed}: the total number of counters in devices must not exceed 1024"));
+    }
+    Ok(())
+}
+
+/// ValidateResourceSlice (and, with `old`, ValidateResourceSliceUpdate) of the server of
+/// Kubernetes 1.`minor`: the first error, as the API server words it.
+pub fn validate(slice: &Value, old: Option<&Value>, minor: u32) -> Result<(), String> {
     let name = slice.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("");
     if !dns_subdomain(name, 253) {
         return Err(format!("metadata.name: Invalid value: {name:?}: a lowercase RFC 1123 subdomain"));
@@ -313,9 +395,10 @@ pub fn validate(slice: &Value, old: Option<&Value>) -> Result<(), String> {
         return Err("spec.nodeName: Invalid value".into());
     }
     let has_devices = spec.get("devices").is_some_and(|d| !d.is_null());
-    if spec.get("sharedCounters").is_some_and(|c| !c.is_null()) && has_devices {
+    if minor >= 35 && spec.get("sharedCounters").is_some_and(|c| !c.is_null()) && has_devices {
         return Err("spec: Invalid value: only one of `sharedCounters` or `devices` is allowed".into());
     }
+    counter_sets(spec, minor)?;
     let list: Vec<&Value> = devices(slice).collect();
     let counted = list.iter().any(|d| {
         d.get("taints").and_then(Value::as_array).is_some_and(|t| !t.is_empty())
@@ -371,12 +454,12 @@ mod tests {
 
     #[test]
     fn a_request_policy_whose_min_plus_step_is_above_the_capacity_refuses_the_slice() {
-        assert!(validate(&slice(memory("512Mi", "512Mi", "256Mi", "256Mi"), true), None).is_ok());
-        let err = validate(&slice(memory("256Mi", "256Mi", "256Mi", "256Mi"), true), None).unwrap_err();
+        assert!(validate(&slice(memory("512Mi", "512Mi", "256Mi", "256Mi"), true), None, 35).is_ok());
+        let err = validate(&slice(memory("256Mi", "256Mi", "256Mi", "256Mi"), true), None, 35).unwrap_err();
         assert!(err.contains("one step is larger than capacity value"), "{err}");
-        let err = validate(&slice(memory("768Mi", "700Mi", "256Mi", "256Mi"), true), None).unwrap_err();
+        let err = validate(&slice(memory("768Mi", "700Mi", "256Mi", "256Mi"), true), None, 35).unwrap_err();
         assert!(err.contains("not a multiple of a given step"), "{err}");
-        let err = validate(&slice(memory("1Gi", "1Gi", "256Mi", "256Mi"), false), None).unwrap_err();
+        let err = validate(&slice(memory("1Gi", "1Gi", "256Mi", "256Mi"), false), None, 35).unwrap_err();
         assert!(err.contains("allowMultipleAllocations must be true"), "{err}");
     }
 
@@ -387,9 +470,30 @@ mod tests {
         drop_disabled(&mut dropped, None, Gates::V1_34);
         assert!(dropped["spec"]["devices"][0].get("allowMultipleAllocations").is_none());
         assert!(dropped["spec"]["devices"][0]["capacity"]["memory"].get("requestPolicy").is_none());
-        assert!(validate(&dropped, None).is_ok());
+        assert!(validate(&dropped, None, 35).is_ok());
         let mut kept = full.clone();
         drop_disabled(&mut kept, Some(&full), Gates::V1_34);
         assert_eq!(kept, full);
+    }
+
+    #[test]
+    fn counter_sets_follow_the_servers_version() {
+        let counters = |n: usize| Value::Object((0..n).map(|i| (format!("c-{i}"), json!({"value": "1"}))).collect());
+        let mut s = slice(json!({}), false);
+        s["spec"]["sharedCounters"] = json!([{"name": "gpu-0", "counters": counters(2)}]);
+        s["spec"]["devices"][0]["consumesCounters"] = json!([{"counterSet": "gpu-0", "counters": counters(1)}]);
+        assert!(validate(&s, None, 34).is_ok(), "1.34: counters beside their devices");
+        assert!(validate(&s, None, 35).unwrap_err().contains("only one of `sharedCounters` or `devices`"));
+        s["spec"]["devices"][0]["consumesCounters"][0]["counterSet"] = "gpu-1".into();
+        assert!(validate(&s, None, 34).unwrap_err().contains("must reference a counter set defined in the ResourceSlice"));
+        let mut sets = slice(json!({}), false);
+        sets["spec"].as_object_mut().unwrap().remove("devices");
+        sets["spec"]["sharedCounters"] = Value::Array((0..9).map(|i| json!({"name": format!("gpu-{i}"), "counters": counters(4)})).collect());
+        assert!(validate(&sets, None, 35).unwrap_err().contains("must have at most 8 items"));
+        assert!(validate(&sets, None, 34).unwrap_err().contains("the total number of counters must not exceed 32"));
+        sets["spec"]["sharedCounters"] = json!([{"name": "gpu-0", "counters": counters(33)}]);
+        assert!(validate(&sets, None, 36).unwrap_err().contains("must have at most 32 items"));
+        sets["spec"]["sharedCounters"] = json!([{"name": "gpu-0", "counters": counters(32)}]);
+        assert!(validate(&sets, None, 36).is_ok());
     }
 }
