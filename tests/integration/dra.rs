@@ -20,6 +20,8 @@ use std::time::{Duration, Instant};
 
 /// Device health and metrics.
 mod health;
+/// MIG partitions published, and allocated by a stub of the scheduler's allocator.
+mod partitions;
 
 const NODE: &str = "node-a";
 const NODE_UID: &str = "2c4a3a4e-9f0e-4d5e-8d0a-6f1b8e0c1d2f";
@@ -209,7 +211,7 @@ impl Node {
         }
     }
 
-    fn status(&self) -> Value {
+    pub(crate) fn status(&self) -> Value {
         let run = Cmd(std::process::Command::new(plugin_bin())).args(["status", "--kubelet-plugins-directory-path"]).arg(self.plugins()).success();
         serde_json::from_str(&run.stdout()).unwrap_or_else(|e| panic!("status is not JSON ({e})\n{run}"))
     }

@@ -1,10 +1,11 @@
 //! Kubernetes without a cluster, for fgpu-kubelet-plugin's tests: a stub API server
 //! ([`api_server`], with the API server's own dropping of gated fields and validation of
-//! slices, [`validation`]) and a fake kubelet ([`Kubelet`]) that calls the plugin's
+//! slices, [`validation`]), a stub of the scheduler's allocator ([`allocator`]) and a fake kubelet ([`Kubelet`]) that calls the plugin's
 //! registration and DRA services as kubelet does: a gRPC client that sends the
 //! `:authority` kubelet's grpc-go sends (tests/python/fake_kubelet.py, grpcio and the h2
 //! library, with its own transcription of Kubernetes' .proto files).
 
+pub mod allocator;
 pub mod api_server;
 pub mod http;
 pub mod validation;
