@@ -943,7 +943,7 @@ fn dra_stops_gracefully() {
 fn dra_manifests_are_valid_kubernetes_1_34_and_ask_what_the_docs_say() {
     let dir = workspace().join("deploy/kubernetes");
     let files = [dir.join("fgpu-dra-driver.yaml"), dir.join("examples/claim-template.yaml"), dir.join("examples/deployment.yaml")];
-    validate_manifests(&files.iter().map(PathBuf::as_path).collect::<Vec<_>>());
+    validate_manifests(&files.iter().map(PathBuf::as_path).chain([dir.join("examples/mig.yaml").as_path()]).collect::<Vec<_>>());
     let Some(python) = python_with("yaml") else { return };
     let run = Cmd(std::process::Command::new(python)).arg(workspace().join("tests/python/dra_manifests.py")).args(&files).run();
     assert_eq!(run.stdout().trim(), "ok", "{run}");
