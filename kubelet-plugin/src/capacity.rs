@@ -35,9 +35,23 @@ fn percent(milli: u64) -> String {
     }
 }
 
+/// Why a claim does not fit beside the claims prepared on its GPU; `gpu` names the GPU
+/// (`GPU gpu-0 (GPU-...)`), `beside` the claims prepared on it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CapacityError {
+    #[error("{gpu} is held whole by ResourceClaim {holder} (allocated with no consumed capacity)")]
+    HeldWhole { gpu: String, holder: String },
+    #[error("{gpu} is allocated whole to this claim (no consumed capacity), but ResourceClaim {beside} {} prepared on it", if *.count == 1 { "is" } else { "are" })]
+    AllocatedWhole { gpu: String, beside: String, count: usize },
+    #[error("{gpu}: the claims prepared on it ({beside}) consume {} of its {} memory capacity, and this claim asks {} more", format_bytes(*.used), format_bytes(*.capacity), format_bytes(*.asked))]
+    Memory { gpu: String, beside: String, used: u64, capacity: u64, asked: u64 },
+    #[error("{gpu}: the claims prepared on it ({beside}) consume {} of its {COMPUTE_WHOLE} compute, and this claim asks {} more", percent(*.used), percent(*.asked))]
+    Compute { gpu: String, beside: String, used: u64, asked: u64 },
+}
+
 /// Whether `claim` (UID `uid`) fits beside the claims `prepared` on this node; the reason
 /// when it does not.
-pub fn check(prepared: &BTreeMap<String, PreparedClaim>, uid: &str, claim: &PreparedClaim, policy: &MemoryPolicy) -> Result<(), String> {
+pub fn check(prepared: &BTreeMap<String, PreparedClaim>, uid: &str, claim: &PreparedClaim, policy: &MemoryPolicy) -> Result<(), CapacityError> {
     for cap in claim.caps.iter().filter(|c| !c.admin) {
         let gpu = format!("GPU {} ({})", slices::device_name(cap.index), cap.uuid);
         let beside: Vec<(&PreparedClaim, &CapRecord)> = others(prepared, uid, &cap.uuid).collect();
@@ -45,35 +59,21 @@ pub fn check(prepared: &BTreeMap<String, PreparedClaim>, uid: &str, claim: &Prep
             continue;
         }
         if let Some((holder, _)) = beside.iter().find(|(_, k)| k.exclusive) {
-            return Err(format!("{gpu} is held whole by ResourceClaim {}/{} (allocated with no consumed capacity)", holder.namespace, holder.name));
+            return Err(CapacityError::HeldWhole { gpu, holder: format!("{}/{}", holder.namespace, holder.name) });
         }
+        let names_beside = names(beside.iter().map(|(c, _)| *c));
         if cap.exclusive {
-            return Err(format!(
-                "{gpu} is allocated whole to this claim (no consumed capacity), but ResourceClaim {} {} prepared on it",
-                names(beside.iter().map(|(c, _)| *c)),
-                if beside.len() == 1 { "is" } else { "are" }
-            ));
+            return Err(CapacityError::AllocatedWhole { gpu, beside: names_beside, count: beside.len() });
         }
         let capacity = policy.capacity(cap.total);
         let memory: u64 = beside.iter().map(|(_, k)| k.memory).sum();
         if memory.saturating_add(cap.memory) > capacity {
-            return Err(format!(
-                "{gpu}: the claims prepared on it ({}) consume {} of its {} memory capacity, and this claim asks {} more",
-                names(beside.iter().map(|(c, _)| *c)),
-                format_bytes(memory),
-                format_bytes(capacity),
-                format_bytes(cap.memory)
-            ));
+            return Err(CapacityError::Memory { gpu, beside: names_beside, used: memory, capacity, asked: cap.memory });
         }
         let compute: u64 = beside.iter().map(|(_, k)| k.compute_millipercent.unwrap_or(0)).sum();
         let asked = cap.compute_millipercent.unwrap_or(0);
         if compute.saturating_add(asked) > COMPUTE_WHOLE * 1000 {
-            return Err(format!(
-                "{gpu}: the claims prepared on it ({}) consume {} of its {COMPUTE_WHOLE} compute, and this claim asks {} more",
-                names(beside.iter().map(|(c, _)| *c)),
-                percent(compute),
-                percent(asked)
-            ));
+            return Err(CapacityError::Compute { gpu, beside: names_beside, used: compute, asked });
         }
     }
     Ok(())
@@ -137,9 +137,9 @@ mod tests {
         let capacity = POLICY.capacity(80 * GIB);
         let p = prepared(&[("a", claim("a", &[(0, 40 * GIB, 30, false, false)]))]);
         assert!(check(&p, "b", &claim("b", &[(0, capacity - 40 * GIB, 70, false, false)]), &POLICY).is_ok());
-        let err = check(&p, "b", &claim("b", &[(0, capacity - 40 * GIB + MIB, 10, false, false)]), &POLICY).unwrap_err();
+        let err = check(&p, "b", &claim("b", &[(0, capacity - 40 * GIB + MIB, 10, false, false)]), &POLICY).unwrap_err().to_string();
         assert!(err.contains("GPU gpu-0 (GPU-0)") && err.contains("(ml/a) consume 40Gi of its 81408Mi memory capacity"), "{err}");
-        let err = check(&p, "b", &claim("b", &[(0, GIB, 71, false, false)]), &POLICY).unwrap_err();
+        let err = check(&p, "b", &claim("b", &[(0, GIB, 71, false, false)]), &POLICY).unwrap_err().to_string();
         assert!(err.contains("consume 30 of its 100 compute, and this claim asks 71 more"), "{err}");
         // Another GPU is another account.
         assert!(check(&p, "b", &claim("b", &[(1, capacity, 100, false, false)]), &POLICY).is_ok());
@@ -157,9 +157,9 @@ mod tests {
     fn a_whole_gpu_is_alone() {
         let whole = claim("whole", &[(0, 80 * GIB, 0, true, false)]);
         let share = claim("share", &[(0, GIB, 0, false, false)]);
-        let err = check(&prepared(&[("w", whole.clone())]), "s", &share, &POLICY).unwrap_err();
+        let err = check(&prepared(&[("w", whole.clone())]), "s", &share, &POLICY).unwrap_err().to_string();
         assert!(err.contains("held whole by ResourceClaim ml/whole"), "{err}");
-        let err = check(&prepared(&[("s", share)]), "w", &whole, &POLICY).unwrap_err();
+        let err = check(&prepared(&[("s", share)]), "w", &whole, &POLICY).unwrap_err().to_string();
         assert!(err.contains("allocated whole to this claim") && err.contains("ml/share is prepared"), "{err}");
         assert!(check(&BTreeMap::new(), "w", &whole, &POLICY).is_ok());
     }
