@@ -175,7 +175,7 @@ impl Publisher {
             let probe = slices::mig::partition_probe(&self.node, layout);
             match self.api.create_slice(&probe, true).await {
                 Ok(Written::Stored(stored)) => {
-                    let kept = !slices::mig::dropped(&probe, &stored);
+                    let kept = !slices::counters_dropped(&probe, &stored);
                     return self.learn_partitions(kept.then_some(layout), "a dry run");
                 }
                 Ok(Written::Conflict) => return,
@@ -273,10 +273,10 @@ impl Publisher {
         let mut said = Vec::new();
         for _ in 0..3 {
             let features = self.features();
-            let (plain, parts, left_out) = slices::pool_devices(&inventory.gpus, &inventory.mig, &inventory.driver, policy, features);
+            let (plain, parts, left_out) = slices::mig::pool_devices(&inventory.gpus, &inventory.mig, &inventory.driver, policy, features);
             self.note_left_out(&left_out);
             let published: Vec<String> = plain.iter().chain(parts.iter().flat_map(|p| &p.devices)).map(|d| d.name.clone()).collect();
-            let contents = slices::pack_pool(plain, parts, features.counter_layout);
+            let contents = slices::mig::pack_pool(plain, parts, features.counter_layout);
             match self.reconcile(owner.as_deref(), contents, &mut said).await {
                 Ok(None) => {
                     self.status.update(|s| {

@@ -28,7 +28,6 @@
 //! taints), string attributes of at most 64 characters.
 
 use crate::inventory::{DriverInfo, GpuInfo};
-use crate::partitions::MigGpu;
 use crate::quantity::format_bytes;
 use k8s_openapi::api::resource::v1::{
     CapacityRequestPolicy, CapacityRequestPolicyRange, CounterSet, Device, DeviceAttribute, DeviceCapacity, ResourcePool, ResourceSlice, ResourceSliceSpec,
@@ -56,7 +55,20 @@ pub const MAX_DEVICES_WITH_COUNTERS: usize = 64;
 pub const CONSUMABLE_CAPACITY: &str = "DRAConsumableCapacity";
 
 pub mod mig;
-pub use mig::{CounterLayout, PARTITIONABLE_DEVICES};
+
+/// The feature gate whose fields partitions need.
+pub const PARTITIONABLE_DEVICES: &str = "DRAPartitionableDevices";
+/// Counter sets in one slice (`ResourceSliceMaxCounterSets`, from Kubernetes 1.35).
+pub const MAX_COUNTER_SETS: usize = 8;
+
+/// Where the counter sets go, by what the API server accepts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CounterLayout {
+    /// Kubernetes 1.34: a counter set in the same slice as the devices that consume it.
+    Combined,
+    /// From 1.35: counter sets in slices of their own (a slice holds counters or devices).
+    Split,
+}
 
 /// What the cluster's API server keeps of what this driver may publish.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -253,70 +265,6 @@ pub struct SliceContent {
     pub shared_counters: Vec<CounterSet>,
 }
 
-/// The devices of one managed GPU in MIG mode (its whole and its partitions) and the
-/// counter set they consume.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Partitioned {
-    pub counters: CounterSet,
-    pub devices: Vec<Device>,
-}
-
-/// The node's devices as `features` allow: GPUs published as before, and each managed GPU
-/// in MIG mode (`mig`, matched by index and UUID) as its whole and its partitions, where the
-/// cluster keeps partitionable devices; and the GPUs left out.
-pub fn pool_devices(
-    gpus: &[GpuInfo],
-    mig: &[MigGpu],
-    driver: &DriverInfo,
-    policy: &MemoryPolicy,
-    features: Features,
-) -> (Vec<Device>, Vec<Partitioned>, Vec<LeftOut>) {
-    let (all, left_out) = devices(gpus, driver, policy, features);
-    if !features.partitionable_devices {
-        return (all, Vec::new(), left_out);
-    }
-    let (mut plain, mut parts) = (Vec::new(), Vec::new());
-    for d in all {
-        let index = device_index(&d.name);
-        let uuid = gpus.iter().find(|g| Some(g.index) == index).map(|g| g.uuid.as_str());
-        let Some(m) = mig.iter().find(|m| Some(m.index) == index && Some(m.uuid.as_str()) == uuid && m.enabled() && !m.profiles.is_empty()) else {
-            plain.push(d);
-            continue;
-        };
-        let common: BTreeMap<String, DeviceAttribute> = d
-            .attributes
-            .iter()
-            .flatten()
-            .filter(|(k, _)| ["productName", "driverVersion", "cudaVersion"].contains(&k.as_str()))
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
-        let mut devices = vec![mig::whole(d, m)];
-        devices.extend(mig::partition_devices(m, &common, policy, features));
-        parts.push(Partitioned { counters: mig::counter_set(m), devices });
-    }
-    (plain, parts, left_out)
-}
-
-/// The pool's slices for `plain` devices and `parts`: from Kubernetes 1.35 the counter sets
-/// in slices of their own ([`pack`]); in 1.34 each GPU's counter set in the slice of the
-/// devices that consume it, one GPU a slice, then the other devices.
-pub fn pack_pool(plain: Vec<Device>, parts: Vec<Partitioned>, layout: CounterLayout) -> Vec<SliceContent> {
-    match layout {
-        CounterLayout::Split => {
-            let sets = parts.iter().map(|p| p.counters.clone()).collect();
-            let devices = plain.into_iter().chain(parts.into_iter().flat_map(|p| p.devices)).collect();
-            pack(devices, sets)
-        }
-        CounterLayout::Combined => {
-            let mut slices: Vec<SliceContent> = parts.into_iter().map(|p| SliceContent { devices: p.devices, shared_counters: vec![p.counters] }).collect();
-            if !plain.is_empty() || slices.is_empty() {
-                slices.extend(pack(plain, Vec::new()));
-            }
-            slices
-        }
-    }
-}
-
 /// The most devices one slice may hold, given whether they consume counters or have taints.
 fn limit(device: &Device) -> usize {
     let counters = device.consumes_counters.as_ref().is_some_and(|c| !c.is_empty());
@@ -329,11 +277,11 @@ fn limit(device: &Device) -> usize {
 }
 
 /// The pool's slices: the counter sets first, in slices of their own (at most
-/// [`mig::MAX_COUNTER_SETS`] each), then the devices in order, each slice as full as the API
+/// [`MAX_COUNTER_SETS`] each), then the devices in order, each slice as full as the API
 /// allows. At least one slice, so that an empty pool is published as such.
 pub fn pack(devices: Vec<Device>, shared_counters: Vec<CounterSet>) -> Vec<SliceContent> {
     let mut slices = Vec::new();
-    for sets in shared_counters.chunks(mig::MAX_COUNTER_SETS) {
+    for sets in shared_counters.chunks(MAX_COUNTER_SETS) {
         slices.push(SliceContent { devices: Vec::new(), shared_counters: sets.to_vec() });
     }
     let mut current: Vec<Device> = Vec::new();
@@ -425,7 +373,7 @@ pub fn dropped(sent: &Value, stored: &Value) -> BTreeSet<&'static str> {
             }
         }
     }
-    if mig::dropped(sent, stored) {
+    if counters_dropped(sent, stored) {
         gates.insert(PARTITIONABLE_DEVICES);
     }
     gates
@@ -466,7 +414,23 @@ pub fn same(existing: &Value, desired: &ResourceSlice) -> bool {
             .any(|(k, c)| c.get("requestPolicy").is_some() && theirs.pointer(&format!("/capacity/{k}/requestPolicy")).is_none());
         extra_multiple || extra_policy
     });
-    spec_same && owner_same && !gated_extra && !mig::extra(existing, &want)
+    spec_same && owner_same && !gated_extra && !counters_dropped(existing, &want)
+}
+
+fn non_empty(v: Option<&Value>) -> bool {
+    v.and_then(Value::as_array).is_some_and(|a| !a.is_empty())
+}
+
+/// Whether `a` has partitionable devices' fields that `b` lacks: its counter sets, or a
+/// device's `consumesCounters` (dropped by the server when `a` was sent and `b` stored; or
+/// no longer wanted when `a` is stored and `b` desired).
+pub fn counters_dropped(a: &Value, b: &Value) -> bool {
+    if non_empty(a.pointer("/spec/sharedCounters")) && !non_empty(b.pointer("/spec/sharedCounters")) {
+        return true;
+    }
+    let devices = |v: &Value| v.pointer("/spec/devices").and_then(Value::as_array).cloned().unwrap_or_default();
+    let theirs = devices(b);
+    devices(a).iter().any(|d| non_empty(d.get("consumesCounters")) && theirs.iter().any(|t| t["name"] == d["name"] && !non_empty(t.get("consumesCounters"))))
 }
 
 #[cfg(test)]

@@ -19,7 +19,11 @@
 //! MIG mode; NVIDIA's driver, which does on Hopper, publishes no whole GPU on an Ampere GPU
 //! in MIG mode).
 
-use super::{capacity, quantity, string_attribute, Features, MemoryPolicy, COMPUTE, COMPUTE_WHOLE, MEMORY};
+use super::{
+    capacity, device_index, devices, pack, quantity, string_attribute, CounterLayout, Features, LeftOut, MemoryPolicy, SliceContent, COMPUTE, COMPUTE_WHOLE,
+    MEMORY,
+};
+use crate::inventory::{DriverInfo, GpuInfo};
 use crate::partitions::{self, MigGpu, MigProfile};
 use crate::quantity::format_bytes;
 use k8s_openapi::api::resource::v1::{
@@ -27,10 +31,6 @@ use k8s_openapi::api::resource::v1::{
 };
 use std::collections::BTreeMap;
 
-/// The feature gate whose fields partitions need.
-pub const PARTITIONABLE_DEVICES: &str = "DRAPartitionableDevices";
-/// Counter sets in one slice (`ResourceSliceMaxCounterSets`, from Kubernetes 1.35).
-pub const MAX_COUNTER_SETS: usize = 8;
 /// Counters in one counter set (`ResourceSliceMaxCountersPerCounterSet`); in 1.34, the
 /// counters of all the sets of a slice together.
 pub const MAX_COUNTERS: usize = 32;
@@ -38,15 +38,6 @@ pub const MAX_COUNTERS: usize = 32;
 pub const MAX_DEVICE_COUNTERS_1_34: usize = 1024;
 /// The capacity a partition's multiprocessors are published as.
 pub const MULTIPROCESSORS: &str = "multiprocessors";
-
-/// Where the counter sets go, by what the API server accepts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CounterLayout {
-    /// Kubernetes 1.34: a counter set in the same slice as the devices that consume it.
-    Combined,
-    /// From 1.35: counter sets in slices of their own (a slice holds counters or devices).
-    Split,
-}
 
 /// The name of GPU `index`'s counter set.
 pub fn counter_set_name(index: u32) -> String {
@@ -214,38 +205,72 @@ pub fn partition_probe(node: &str, layout: CounterLayout) -> serde_json::Value {
         }],
         CounterLayout::Split => Vec::new(),
     };
-    let content = super::SliceContent { devices, shared_counters: vec![set] };
+    let content = SliceContent { devices, shared_counters: vec![set] };
     let mut probe = serde_json::to_value(super::slice(node, None, 0, 1, content, 0)).expect("serialises");
     probe["metadata"] = serde_json::json!({"generateName": super::feature_probe_prefix(node)});
     probe
 }
 
-fn non_empty(v: Option<&serde_json::Value>) -> bool {
-    v.and_then(serde_json::Value::as_array).is_some_and(|a| !a.is_empty())
+/// The devices of one managed GPU in MIG mode (its whole and its partitions) and the
+/// counter set they consume.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Partitioned {
+    pub counters: CounterSet,
+    pub devices: Vec<Device>,
 }
 
-/// Whether the server dropped partitionable devices' fields from `sent`: its counter sets,
-/// or a device's `consumesCounters`.
-pub fn dropped(sent: &serde_json::Value, stored: &serde_json::Value) -> bool {
-    if non_empty(sent.pointer("/spec/sharedCounters")) && !non_empty(stored.pointer("/spec/sharedCounters")) {
-        return true;
+/// The node's devices as `features` allow: GPUs published as before, and each managed GPU
+/// in MIG mode (`mig`, matched by index and UUID) as its whole and its partitions, where the
+/// cluster keeps partitionable devices; and the GPUs left out.
+pub fn pool_devices(
+    gpus: &[GpuInfo],
+    mig: &[MigGpu],
+    driver: &DriverInfo,
+    policy: &MemoryPolicy,
+    features: Features,
+) -> (Vec<Device>, Vec<Partitioned>, Vec<LeftOut>) {
+    let (all, left_out) = devices(gpus, driver, policy, features);
+    if !features.partitionable_devices {
+        return (all, Vec::new(), left_out);
     }
-    let devices = |v: &serde_json::Value| v.pointer("/spec/devices").and_then(serde_json::Value::as_array).cloned().unwrap_or_default();
-    let kept = devices(stored);
-    devices(sent).iter().any(|d| non_empty(d.get("consumesCounters")) && kept.iter().any(|k| k["name"] == d["name"] && !non_empty(k.get("consumesCounters"))))
+    let (mut plain, mut parts) = (Vec::new(), Vec::new());
+    for d in all {
+        let index = device_index(&d.name);
+        let uuid = gpus.iter().find(|g| Some(g.index) == index).map(|g| g.uuid.as_str());
+        let Some(m) = mig.iter().find(|m| Some(m.index) == index && Some(m.uuid.as_str()) == uuid && m.enabled() && !m.profiles.is_empty()) else {
+            plain.push(d);
+            continue;
+        };
+        let common: BTreeMap<String, DeviceAttribute> = d
+            .attributes
+            .iter()
+            .flatten()
+            .filter(|(k, _)| ["productName", "driverVersion", "cudaVersion"].contains(&k.as_str()))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        let mut devices = vec![whole(d, m)];
+        devices.extend(partition_devices(m, &common, policy, features));
+        parts.push(Partitioned { counters: counter_set(m), devices });
+    }
+    (plain, parts, left_out)
 }
 
-/// Whether `existing` (on the server) has partitionable devices' fields that `desired` (as
-/// JSON) no longer has: a slice written before the driver learnt they are not kept.
-pub fn extra(existing: &serde_json::Value, desired: &serde_json::Value) -> bool {
-    if non_empty(existing.pointer("/spec/sharedCounters")) && !non_empty(desired.pointer("/spec/sharedCounters")) {
-        return true;
+/// The pool's slices for `plain` devices and `parts`: from Kubernetes 1.35 the counter sets
+/// in slices of their own ([`pack`]); in 1.34 each GPU's counter set in the slice of the
+/// devices that consume it, one GPU a slice, then the other devices.
+pub fn pack_pool(plain: Vec<Device>, parts: Vec<Partitioned>, layout: CounterLayout) -> Vec<SliceContent> {
+    match layout {
+        CounterLayout::Split => {
+            let sets = parts.iter().map(|p| p.counters.clone()).collect();
+            let devices = plain.into_iter().chain(parts.into_iter().flat_map(|p| p.devices)).collect();
+            pack(devices, sets)
+        }
+        CounterLayout::Combined => {
+            let mut slices: Vec<SliceContent> = parts.into_iter().map(|p| SliceContent { devices: p.devices, shared_counters: vec![p.counters] }).collect();
+            if !plain.is_empty() || slices.is_empty() {
+                slices.extend(pack(plain, Vec::new()));
+            }
+            slices
+        }
     }
-    let wanted = desired.pointer("/spec/devices").and_then(serde_json::Value::as_array).cloned().unwrap_or_default();
-    existing
-        .pointer("/spec/devices")
-        .and_then(serde_json::Value::as_array)
-        .into_iter()
-        .flatten()
-        .any(|d| non_empty(d.get("consumesCounters")) && wanted.iter().any(|w| w["name"] == d["name"] && !non_empty(w.get("consumesCounters"))))
 }

@@ -2,6 +2,7 @@
 //! are what `fgpu mig list --json` printed on the simulator for each product (its figures
 //! are NVIDIA's, docs/simulator.md).
 
+use super::mig::{pack_pool, pool_devices};
 use super::*;
 use crate::partitions::{MigGpu, MigMode, MigProfile};
 use serde_json::Value;
@@ -86,7 +87,7 @@ fn within_limits(contents: Vec<SliceContent>, layout: CounterLayout) -> (usize, 
         match layout {
             CounterLayout::Split => {
                 assert!(counters.is_empty() || s["spec"].get("devices").is_none(), "1.35: counters or devices, never both");
-                assert!(counters.len() <= mig::MAX_COUNTER_SETS);
+                assert!(counters.len() <= MAX_COUNTER_SETS);
                 assert!(counters.iter().all(|c| c["counters"].as_object().unwrap().len() <= mig::MAX_COUNTERS));
             }
             CounterLayout::Combined => {
