@@ -8,19 +8,19 @@ use fgpu_kubelet_plugin::claimfiles::ClaimFiles;
 use fgpu_kubelet_plugin::health::HealthMonitor;
 use fgpu_kubelet_plugin::health_service::HealthService;
 use fgpu_kubelet_plugin::health_watch::Helper;
-use fgpu_kubelet_plugin::inventory::{self, Inventory};
+use fgpu_kubelet_plugin::inventory;
 use fgpu_kubelet_plugin::metrics::{self, Metrics, View};
 use fgpu_kubelet_plugin::metrics_http::{self, Scrape};
 use fgpu_kubelet_plugin::nvidia::NvidiaNames;
 use fgpu_kubelet_plugin::plugin::{Plugin, Settings};
 use fgpu_kubelet_plugin::publish::Publisher;
-use fgpu_kubelet_plugin::quantity::{format_bytes, Quantity};
 use fgpu_kubelet_plugin::slices::MemoryPolicy;
+use fgpu_kubelet_plugin::startup::{check_policy, find_fgpu, parse_bytes, parse_step};
 use fgpu_kubelet_plugin::status::{self, Status};
 use fgpu_kubelet_plugin::xid::XidPolicy;
 use fgpu_kubelet_plugin::{check, log, server, watch};
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::Notify;
@@ -157,48 +157,6 @@ struct RunArgs {
     /// unless given (the DaemonSet of deploy/kubernetes gives it).
     #[arg(long, value_name = "HOST:PORT")]
     metrics_address: Option<SocketAddr>,
-}
-
-fn parse_bytes(text: &str) -> Result<u64, String> {
-    Quantity::parse(text).map_err(|e| e.to_string())?.floor_units().ok_or_else(|| format!("{text:?} is negative"))
-}
-
-fn parse_step(text: &str) -> Result<u64, String> {
-    match parse_bytes(text)? {
-        0 => Err("the step must be at least 1Mi".into()),
-        b if b % (1 << 20) != 0 => Err(format!("{text:?} is not a whole number of Mi")),
-        b => Ok(b),
-    }
-}
-
-/// The fgpu command: `--fgpu`, else beside this binary, else on PATH.
-fn find_fgpu(flag: Option<&Path>) -> Result<PathBuf, String> {
-    if let Some(path) = flag {
-        return if path.is_file() { Ok(path.to_path_buf()) } else { Err(format!("--fgpu {}: no such file", path.display())) };
-    }
-    let beside = std::env::current_exe().ok().and_then(|exe| exe.parent().map(|d| d.join("fgpu")));
-    let on_path = std::env::var_os("PATH").into_iter().flat_map(|p| std::env::split_paths(&p).collect::<Vec<_>>()).map(|d| d.join("fgpu"));
-    beside
-        .into_iter()
-        .chain(on_path)
-        .find(|p| p.is_file())
-        .ok_or_else(|| "cannot find the fgpu command beside this binary or on PATH; install it beside fgpu-kubelet-plugin or pass --fgpu".into())
-}
-
-/// Flags that leave no GPU of a node that has some are refused: the plugin would publish
-/// nothing.
-fn check_policy(inventory: &Inventory, policy: &MemoryPolicy) -> Result<(), String> {
-    if inventory.gpus.is_empty() || inventory.gpus.iter().any(|g| policy.refusal(g.total).is_none()) {
-        return Ok(());
-    }
-    let largest = inventory.gpus.iter().map(|g| g.total).max().unwrap_or(0);
-    Err(format!(
-        "--memory-reserve {} and --memory-step {} leave no GPU to publish: the largest GPU here has {}, and a GPU needs at least --memory-reserve + 2 x --memory-step ({})",
-        format_bytes(policy.reserve),
-        format_bytes(policy.step),
-        format_bytes(largest),
-        format_bytes(policy.reserve.saturating_add(policy.step.saturating_mul(2)))
-    ))
 }
 
 struct Looks {
