@@ -52,6 +52,23 @@ const PIPE: usize = 256 * 1024;
 /// How long the server may take to finish after the client went away.
 const DRAIN: Duration = Duration::from_secs(5);
 
+/// Why a relay ended before both ends closed their connections.
+#[derive(Debug, thiserror::Error)]
+pub enum RelayError {
+    #[error("the client does not speak HTTP/2 (no connection preface)")]
+    NoPreface,
+    /// The preface could not be passed on to the server.
+    #[error("the server: {0}")]
+    Server(#[source] io::Error),
+    #[error("reading from the client: {kind:?} {what}")]
+    ClientRead { kind: io::ErrorKind, what: String },
+    #[error("relaying a frame: {0}")]
+    Send(#[from] h2::SendError),
+    /// One direction's task panicked or was cancelled.
+    #[error("{0}")]
+    Task(#[from] tokio::task::JoinError),
+}
+
 /// Whether h2 (through `http`) accepts this `:authority`.
 pub fn acceptable(authority: &str) -> bool {
     authority.parse::<http::uri::Authority>().is_ok()
@@ -234,17 +251,17 @@ enum Control {
 type ReadCodec<R> = Codec<OneWay<R>, Bytes>;
 type WriteCodec<W> = Codec<WriteOnly<W>, Bytes>;
 
-async fn relay(client: UnixStream, server: DuplexStream, notice: Arc<Notice>) -> Result<(), String> {
+async fn relay(client: UnixStream, server: DuplexStream, notice: Arc<Notice>) -> Result<(), RelayError> {
     let (mut client_read, client_write) = client.into_split();
     let mut preface = [0u8; 24];
     if client_read.read_exact(&mut preface).await.is_err() {
         return Ok(()); // closed before saying anything (a probe of the socket)
     }
     if &preface != PREFACE {
-        return Err("the client does not speak HTTP/2 (no connection preface)".into());
+        return Err(RelayError::NoPreface);
     }
     let (server_read, mut server_write) = tokio::io::split(server);
-    server_write.write_all(PREFACE).await.map_err(|e| format!("the server: {e}"))?;
+    server_write.write_all(PREFACE).await.map_err(RelayError::Server)?;
 
     let padded: PaddedLengths = Arc::default();
     let tap = Tap { inner: client_read, padded: padded.clone(), header: [0; 9], have: 0, skip: 0 };
@@ -261,11 +278,11 @@ async fn relay(client: UnixStream, server: DuplexStream, notice: Arc<Notice>) ->
         // The server ended the connection: nothing more from the client can be served.
         r = down => {
             up.abort();
-            r.map_err(|e| e.to_string())?
+            r?
         }
         // The client went away (or broke the protocol): the server finishes what it has.
         r = &mut up => {
-            let up = r.map_err(|e| e.to_string())?;
+            let up = r?;
             drop(to_down);
             up
         }
@@ -280,7 +297,7 @@ async fn upstream<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
     mut control: mpsc::UnboundedReceiver<Control>,
     to_down: mpsc::UnboundedSender<Control>,
     notice: Arc<Notice>,
-) -> Result<(), String> {
+) -> Result<(), RelayError> {
     // The highest stream the server has seen, and the streams reset here before it saw them.
     let mut highest_sent = 0u32;
     let mut refused: HashSet<u32> = HashSet::new();
@@ -337,7 +354,7 @@ async fn upstream<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
                 if kind == io::ErrorKind::UnexpectedEof || kind == io::ErrorKind::ConnectionReset {
                     break;
                 }
-                return Err(format!("reading from the client: {kind:?} {}", what.unwrap_or_default()));
+                return Err(RelayError::ClientRead { kind, what: what.unwrap_or_default() });
             }
         };
         let frame = match frame {
@@ -400,7 +417,7 @@ async fn downstream<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
     mut client_tx: WriteCodec<W>,
     mut control: mpsc::UnboundedReceiver<Control>,
     to_up: mpsc::UnboundedSender<Control>,
-) -> Result<(), String> {
+) -> Result<(), RelayError> {
     let mut client_gone = false;
     loop {
         let next = tokio::select! {
@@ -461,8 +478,8 @@ async fn downstream<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
     Ok(())
 }
 
-async fn send<W: AsyncWrite + Unpin>(codec: &mut WriteCodec<W>, frame: Frame) -> Result<(), String> {
-    codec.send(frame).await.map_err(|e| format!("relaying a frame: {e}"))
+async fn send<W: AsyncWrite + Unpin>(codec: &mut WriteCodec<W>, frame: Frame) -> Result<(), RelayError> {
+    Ok(codec.send(frame).await?)
 }
 
 #[cfg(test)]
