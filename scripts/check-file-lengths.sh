@@ -25,13 +25,12 @@ tests/support 500
 tests/integration 800
 "
 
-# Files over their limit that wait for a split by content (the front's one C file, the
+# Files over their limit that wait for a split by content (the
 # simulated driver's, the
 # DRA driver's and the test support's, in the hands of the work on them when this check
 # grew to every crate): listed on every run, never a failure. Remove a line once its file
 # is split; add none.
 PENDING="
-front/src/front.c
 sim/state/src/lib.rs
 sim/cuda/src/driver.rs
 sim/nvml/src/api/mig.rs
