@@ -20,7 +20,8 @@
 //! layout only one release had). A constant is checked against every header of its kind
 //! that names all identifiers of its expression. A check that no header can answer fails.
 
-use crate::{target_dir, workspace, Cmd};
+use crate::paths::{target_dir, workspace};
+use crate::process::Cmd;
 use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::process::Command;
