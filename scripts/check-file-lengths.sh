@@ -36,7 +36,6 @@ sim/cuda/src/driver.rs
 sim/nvml/src/api/mig.rs
 sim/cuda/src/api/graph.rs
 sim/state/src/mig/instances.rs
-tests/support/c_layout.rs
 tests/support/dra/api_server.rs
 tests/integration/dra.rs
 "
