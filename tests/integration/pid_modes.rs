@@ -139,17 +139,6 @@ fn out_field(run: &Run, prefix: &str, key: &str) -> String {
     run.stdout().lines().find(|l| l.starts_with(prefix)).and_then(|l| field(l, key)).unwrap_or_default()
 }
 
-/// The host PID of the process `unshare --fork` started.
-fn child_of(pid: u32) -> u32 {
-    let mut found = 0;
-    eventually("unshare's child", Duration::from_secs(10), || {
-        let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
-        found = children.split_whitespace().next().and_then(|c| c.parse().ok()).unwrap_or(0);
-        found != 0
-    });
-    found
-}
-
 /// A 1 GiB module loaded in a PID namespace, then 7000 MiB asked under an 8 GiB cap with
 /// 300 MiB contexts: refused under every behaviour (8 GiB - 300 MiB - 1 GiB leaves 6892
 /// MiB), with nothing between the load and the allocation, and the simulated device never
@@ -213,7 +202,7 @@ fn nvml_in_a_pid_namespace_answers_for_the_container_under_every_driver() {
             let script = format!("exec {} init primary alloc 1G hold", client("cuclient").display());
             let mut holder = in_namespace(env, &script, m.socket.as_deref()).env("FGPU_SIM_PROCESS_KINDS", "graphics").spawn();
             holder.wait_for("holding");
-            let host_pid = child_of(holder.pid());
+            let host_pid = first_child(holder.pid());
             eventually("the holder learns its host PID", Duration::from_secs(5), || {
                 env.ledger().snapshot(None).processes.iter().any(|p| p.host_pid == Some(host_pid))
             });
@@ -265,7 +254,7 @@ fn utilisation_samples_in_a_pid_namespace_answer_for_the_container_under_every_d
             let script = format!("exec {} --sync-every 8", client("compute_load").display());
             let mut process = in_namespace(env, &script, m.socket.as_deref()).spawn();
             process.wait_for("ready");
-            let host_pid = child_of(process.pid());
+            let host_pid = first_child(process.pid());
             eventually("the process inside learns its host PID from the service", Duration::from_secs(5), || {
                 ledger_host_pids_seen_inside(env, host_pid).contains(&(host_pid as u64))
             });
@@ -309,7 +298,7 @@ fn a_ledger_across_two_pid_namespaces_holds_its_share() {
             let mut b = in_namespace(env, &script, socket).env("FGPU_COMPUTE", "30%").spawn();
             a.wait_for("ready");
             b.wait_for("ready");
-            let (pa, pb) = (child_of(a.pid()), child_of(b.pid()));
+            let (pa, pb) = (first_child(a.pid()), first_child(b.pid()));
             let w = beside_uncapped(m, failures);
             let got = (w.busy_of_host_pid(pa) + w.busy_of_host_pid(pb)) as f64 * 100.0 / w.len_ns().max(1) as f64;
             println!(
@@ -340,7 +329,7 @@ fn doctor_in_a_pid_namespace_names_the_behaviour() {
             let script = format!("exec {} init primary alloc 1G sleep 300 alloc 1M sleep 700 alloc 1M hold", client("cuclient").display());
             let mut holder = in_namespace(env, &script, m.socket.as_deref()).spawn();
             holder.wait_for("holding");
-            let host_pid = child_of(holder.pid());
+            let host_pid = first_child(holder.pid());
             if mode == "host" {
                 // Under host PIDs the doctor tells by the holder's entry under its host PID.
                 eventually("the holder learns its host PID", Duration::from_secs(5), || {
@@ -380,7 +369,7 @@ fn status_in_a_pid_namespace_shows_the_container_under_every_driver() {
             let script = format!("exec {} init primary module 256M alloc 512M hold", client("cuclient").display());
             let mut holder = in_namespace(env, &script, None).spawn();
             holder.wait_for("holding");
-            let host_pid = child_of(holder.pid());
+            let host_pid = first_child(holder.pid());
             let status = inside(env, host_pid).arg(fgpu_bin()).args(["status", "--json"]).run();
             let truth = env.sim().processes().into_iter().find(|p| p.host_pid == host_pid).map(|p| p.per_device_used[0]).unwrap_or(0);
             let report: Value = serde_json::from_str(&status.stdout()).unwrap_or(Value::Null);
@@ -410,7 +399,7 @@ fn a_share_in_a_pid_namespace_holds_under_every_driver() {
             let script = format!("exec {}", client("compute_load").display());
             let mut capped = in_namespace(&m.env, &script, m.socket.as_deref()).env("FGPU_COMPUTE", "30%").spawn();
             capped.wait_for("ready");
-            let host_pid = child_of(capped.pid());
+            let host_pid = first_child(capped.pid());
             let w = beside_uncapped(m, failures);
             let got = w.busy_of_host_pid(host_pid) as f64 * 100.0 / w.len_ns().max(1) as f64;
             println!("{mode}: the 30 % process ran {got:.2} %");
