@@ -554,17 +554,6 @@ fn every_launch_path_is_gated() {
     assert!(failures.is_empty(), "launch paths not held to 25 %: {failures:?}");
 }
 
-/// The host PID of the process `unshare --fork` started.
-fn child_of(pid: u32) -> u32 {
-    let mut found = 0;
-    eventually("unshare's child", Duration::from_secs(10), || {
-        let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
-        found = children.split_whitespace().next().and_then(|c| c.parse().ok()).unwrap_or(0);
-        found != 0
-    });
-    found
-}
-
 /// A process in a PID namespace of its own does not know its host PID, so NVML's samples
 /// cannot be matched to it: its own events measure it, and they include the other context's
 /// time slices, so beside a busy neighbour it gets less than its share, never more. Once
@@ -588,7 +577,7 @@ fn without_its_host_pid_a_process_is_held_below_its_share_until_the_ledger_knows
         .env("FGPU_LEDGER", &l)
         .spawn();
     process.wait_for("ready");
-    let host_pid = child_of(process.pid());
+    let host_pid = first_child(process.pid());
     let b = start(&env, "uncapped", &ledger(&env, "b"), false, None, &[]);
     std::thread::sleep(Duration::from_millis(500));
     let window = |secs| {
