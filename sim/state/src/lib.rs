@@ -118,7 +118,10 @@ struct Header {
     /// sleep on ([`events`]).
     event_generation: AtomicU32,
     _pad3: u32,
-    _reserved: [u64; 17],
+    /// Random at creation unless `FGPU_SIM_UUID_SEED` pinned it: the GPUs' UUIDs derive
+    /// from it ([`device_uuid_bytes`]), so two state files (two simulated hosts) share none.
+    uuid_seed: u64,
+    _reserved: [u64; 16],
 }
 
 #[repr(C)]
@@ -213,6 +216,9 @@ pub struct SimConfig {
     /// GPUs in MIG mode when the state is created (bit `i` for GPU `i`): on Ampere the mode
     /// its InfoROM kept, on Hopper one a boot script set (Hopper does not keep it).
     pub mig: u32,
+    /// What the GPUs' UUIDs derive from ([`device_uuid_bytes`]); `None`: drawn at random
+    /// when the state file is created, as every real GPU has a UUID of its own.
+    pub uuid_seed: Option<u64>,
 }
 
 impl Default for SimConfig {
@@ -228,6 +234,7 @@ impl Default for SimConfig {
             nvml_pids: NvmlPidsMode::Caller,
             product: Product::Generic,
             mig: 0,
+            uuid_seed: None,
         }
     }
 }
@@ -332,8 +339,8 @@ fn bad_env(name: &str, value: &str) -> io::Error {
 impl SimConfig {
     /// Reads `FGPU_SIM_DEVICES`, `FGPU_SIM_MEMORY`, `FGPU_SIM_CONTEXT_OVERHEAD`,
     /// `FGPU_SIM_DRIVER_VERSION`, `FGPU_SIM_TIMESLICE`, `FGPU_SIM_SAMPLE_PERIOD`,
-    /// `FGPU_SIM_NVML_PIDS`, `FGPU_SIM_PRODUCT`, `FGPU_SIM_MIG`; unset or empty variables
-    /// take the defaults.
+    /// `FGPU_SIM_NVML_PIDS`, `FGPU_SIM_PRODUCT`, `FGPU_SIM_MIG`, `FGPU_SIM_UUID_SEED`; unset
+    /// or empty variables take the defaults.
     pub fn from_env() -> io::Result<SimConfig> {
         let mut c = SimConfig::default();
         let get = |n: &str| std::env::var(n).ok().filter(|v| !v.trim().is_empty());
@@ -387,7 +394,19 @@ impl SimConfig {
                 ));
             }
         }
+        if let Some(v) = get("FGPU_SIM_UUID_SEED") {
+            c.uuid_seed = Some(parse_seed(&v).ok_or_else(|| bad_env("FGPU_SIM_UUID_SEED", &v))?);
+        }
         Ok(c)
+    }
+}
+
+/// Parses `FGPU_SIM_UUID_SEED`: a 64-bit number, decimal or `0x` hexadecimal.
+fn parse_seed(v: &str) -> Option<u64> {
+    let v = v.trim();
+    match v.strip_prefix("0x").or_else(|| v.strip_prefix("0X")) {
+        Some(hex) => u64::from_str_radix(hex, 16).ok(),
+        None => v.parse().ok(),
     }
 }
 
@@ -579,9 +598,13 @@ fn read_str(b: &[u8]) -> String {
     String::from_utf8_lossy(&b[..n]).into_owned()
 }
 
-/// The deterministic UUID of device `index` (the same in every state file).
-pub fn device_uuid_bytes(index: u32) -> [u8; 16] {
-    let a = splitmix(0x6667_7075_5349_4D00 ^ index as u64);
+/// The UUID of device `index` of a state file whose UUID seed is `seed`: random-looking,
+/// different for every seed (every simulated host) and index. Seed 0 gives the UUIDs every
+/// state file had before the seed (GPU 0: `GPU-7f2f4a87-663d-b312-36f4-6ad9417f4505`).
+pub fn device_uuid_bytes(seed: u64, index: u32) -> [u8; 16] {
+    // The index takes the low bits, the seed rotated out of them: two seeds give the same
+    // UUID only if they differ in nothing but the 3 bits an index can flip.
+    let a = splitmix(0x6667_7075_5349_4D00 ^ seed.rotate_left(8) ^ index as u64);
     let b = splitmix(a ^ 0x5555_AAAA_0000_FFFF);
     let mut u = [0u8; 16];
     u[..8].copy_from_slice(&a.to_be_bytes());
@@ -745,13 +768,15 @@ impl SimState {
         h.realtime_offset_ns = timeline::realtime_offset_ns();
         h.product = cfg.product.code();
         h.mig_nonce = random_u64();
+        let uuid_seed = cfg.uuid_seed.unwrap_or_else(random_u64);
+        h.uuid_seed = uuid_seed;
         let (pci_device_id, pci_subsystem_id) = cfg.product.pci_ids();
         for i in 0..MAX_DEVICES {
             // SAFETY: device records lie inside the mapping; exclusive as above.
             let d = unsafe { &mut *(self.base.add(DEVICES_OFF + i * DEVICE_SIZE) as *mut DeviceRec) };
             d.used.store(0, Ordering::Relaxed);
             d.total = memory;
-            d.uuid = device_uuid_bytes(i as u32);
+            d.uuid = device_uuid_bytes(uuid_seed, i as u32);
             copy_str(&mut d.name, cfg.product.name());
             copy_str(&mut d.serial, &format!("{}", 1_650_924_000_000u64 + i as u64));
             d.pci_domain = 0;
@@ -830,6 +855,11 @@ impl SimState {
         read_str(&self.dev(i).name)
     }
     /// The 16 UUID bytes of device `i` (what `cuDeviceGetUuid` returns).
+    /// What the GPUs' UUIDs derive from (`FGPU_SIM_UUID_SEED`, or drawn at creation).
+    pub fn uuid_seed(&self) -> u64 {
+        self.header().uuid_seed
+    }
+
     pub fn device_uuid(&self, i: usize) -> [u8; 16] {
         self.dev(i).uuid
     }
