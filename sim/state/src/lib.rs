@@ -1254,4 +1254,6 @@ fn sat_sub(a: &AtomicU64, v: u64) {
 }
 
 #[cfg(test)]
+mod temp_state;
+#[cfg(test)]
 mod tests;

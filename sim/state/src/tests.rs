@@ -1,37 +1,13 @@
 use super::*;
+use crate::temp_state::TempState;
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 
 const MIB: u64 = 1 << 20;
 const GIB: u64 = 1 << 30;
 
-/// A state file's path in the temporary directory, removed (with its `.mig-config`) when the
-/// test ends, pass or fail; the mappings made of it outlive the unlink.
-struct TempState(PathBuf);
-
-impl Drop for TempState {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-        let _ = std::fs::remove_file(mig_config_capability_path(&self.0));
-    }
-}
-
-impl AsRef<Path> for TempState {
-    fn as_ref(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl AsRef<std::ffi::OsStr> for TempState {
-    fn as_ref(&self) -> &std::ffi::OsStr {
-        self.0.as_os_str()
-    }
-}
-
 fn temp_path(name: &str) -> TempState {
-    let p = std::env::temp_dir().join(format!("fgpu-sim-test-{}-{}", std::process::id(), name));
-    let _ = std::fs::remove_file(&p);
-    TempState(p)
+    TempState::new(name)
 }
 
 fn cfg(devices: u32, memory: u64) -> SimConfig {
