@@ -854,12 +854,11 @@ impl SimState {
     pub fn device_name(&self, i: usize) -> String {
         read_str(&self.dev(i).name)
     }
-    /// The 16 UUID bytes of device `i` (what `cuDeviceGetUuid` returns).
     /// What the GPUs' UUIDs derive from (`FGPU_SIM_UUID_SEED`, or drawn at creation).
     pub fn uuid_seed(&self) -> u64 {
         self.header().uuid_seed
     }
-
+    /// The 16 UUID bytes of device `i` (what `cuDeviceGetUuid` returns).
     pub fn device_uuid(&self, i: usize) -> [u8; 16] {
         self.dev(i).uuid
     }
