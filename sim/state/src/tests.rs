@@ -1,4 +1,5 @@
 use super::*;
+use crate::config::parse_seed;
 use crate::temp_state::TempState;
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
