@@ -148,7 +148,7 @@ fn checks() -> Checks {
     }
 
     // Array element sizes: the CUarray_format arms of driver::array_bytes.
-    let source = include_str!("driver.rs");
+    let source = include_str!("driver/mod.rs");
     let body = source.split("fn array_bytes").nth(1).expect("driver.rs: fn array_bytes");
     let arms = named_arms(body.split("0 => return None").next().unwrap());
     assert_eq!(arms.len(), 8, "driver.rs: the CUarray_format arms of array_bytes have changed shape");
