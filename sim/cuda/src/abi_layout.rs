@@ -148,12 +148,12 @@ fn checks() -> Checks {
     }
 
     // Array element sizes: the CUarray_format arms of driver::array_bytes.
-    let source = include_str!("driver/mod.rs");
-    let body = source.split("fn array_bytes").nth(1).expect("driver.rs: fn array_bytes");
+    let source = include_str!("driver/bookkeeping.rs");
+    let body = source.split("fn array_bytes").nth(1).expect("driver/bookkeeping.rs: fn array_bytes");
     let arms = named_arms(body.split("0 => return None").next().unwrap());
-    assert_eq!(arms.len(), 8, "driver.rs: the CUarray_format arms of array_bytes have changed shape");
+    assert_eq!(arms.len(), 8, "driver/bookkeeping.rs: the CUarray_format arms of array_bytes have changed shape");
     for (number, name) in arms {
-        c.value(Value::new(Cuda, format!("driver.rs array_bytes arm {number:#x}"), format!("CU_AD_FORMAT_{name}"), number as i128));
+        c.value(Value::new(Cuda, format!("driver/bookkeeping.rs array_bytes arm {number:#x}"), format!("CU_AD_FORMAT_{name}"), number as i128));
     }
     c
 }

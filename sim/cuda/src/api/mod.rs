@@ -1,5 +1,5 @@
 //! The exported entry points of the simulated driver, one module per family. They share
-//! the C boundary (`boundary.rs`), the process's driver state (`driver.rs`) and the error
+//! the C boundary (`boundary.rs`), the process's driver state (`driver/`) and the error
 //! codes (`errors.rs`); `procaddr.rs` hands them out by name, as cuGetProcAddress does.
 
 pub(crate) mod array;
