@@ -9,6 +9,8 @@ pub(crate) mod copy;
 pub(crate) mod device;
 pub(crate) mod error_strings;
 pub(crate) mod graph;
+pub(crate) mod graph_nodes;
+pub(crate) mod graph_pool;
 pub(crate) mod launch;
 pub(crate) mod memory;
 pub(crate) mod module;
