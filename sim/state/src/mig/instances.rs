@@ -1,5 +1,5 @@
 //! The MIG calls of [`SimState`]: modes, creation and destruction of instances under the
-//! per-GPU lock, lookups, and the binding of processes to MIG devices.
+//! per-GPU lock, and lookups (MIG devices and the processes bound to them: `devices.rs`).
 
 use super::placement::{default_start, gi_id, span_mask, GI_IDS};
 use super::*;
