@@ -259,7 +259,9 @@ fn the_shares_hold_with_nvmls_slowest_sample_period() {
 #[test]
 fn a_mig_key_sets_the_share_of_that_instance() {
     let mut row = Row::new("", "mig").want("MIG key at 25 %", &[0], Want::Near(25.0));
-    row.loads.push(start(&row.env, "A", &ledger(&row.env, "a"), true, Some("MIG-7f2f4a87=25%,GPU-00000000=10%"), &[]));
+    row.env.client(&["init"]).success();
+    let share = format!("MIG-{}=25%,GPU-00000000=10%", &row.env.sim().device_uuid_string(0)[4..12]);
+    row.loads.push(start(&row.env, "A", &ledger(&row.env, "a"), true, Some(&share), &[]));
     row.check();
     drop(row);
     let env = Env::new("compute-mig-other");
