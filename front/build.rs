@@ -1,4 +1,5 @@
-//! Builds `libfgpu.so`, the front (`src/front.c`), with the target's C compiler.
+//! Builds `libfgpu.so`, the front (`src/*.c`: `front.c` says what it is), with the target's C
+//! compiler.
 //!
 //! The list of entry points comes from `exports.txt`: this script turns it into a C header
 //! (sorted by byte value, so the front can binary-search it). The library is linked in
@@ -22,9 +23,15 @@
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
+/// The front's C files: the table and the loading of the shim, the entry points, glibc's
+/// own lookup functions, and the front's dlsym and dlvsym.
+const SOURCES: [&str; 4] = ["front.c", "entries.c", "glibc.c", "lookups.c"];
+
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
-    println!("cargo:rerun-if-changed=src/front.c");
+    for file in SOURCES.iter().chain(["front.h"].iter()) {
+        println!("cargo:rerun-if-changed=src/{file}");
+    }
     println!("cargo:rerun-if-changed=exports.txt");
     let manifest = PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"));
     let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
@@ -50,7 +57,7 @@ fn main() {
         .arg(&out)
         .arg("-o")
         .arg(&built)
-        .arg(manifest.join("src/front.c"));
+        .args(SOURCES.iter().map(|file| manifest.join("src").join(file)));
     let output = cmd.output().unwrap_or_else(|e| panic!("cannot run the C compiler for the front ({cmd:?}): {e}"));
     if !output.status.success() {
         panic!(
@@ -66,8 +73,9 @@ fn main() {
     place(&built, &out);
 }
 
-/// The C header of the entry points: FGPU_FRONT_COUNT, FGPU_FRONT_EXPORTS(X), the names
-/// in one string with each one's offset, and each one's family.
+/// The C header of the entry points: FGPU_FRONT_COUNT, FGPU_FRONT_EXPORTS(X), and, where
+/// FGPU_FRONT_TABLES is defined (front.c), the names in one string with each one's offset,
+/// and each one's family.
 fn header(list: &str) -> String {
     let mut names: Vec<&str> = list.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')).collect();
     for name in &names {
@@ -95,6 +103,7 @@ fn header(list: &str) -> String {
         writeln!(h, "    X({i}, {name}, {}) \\", family(name)).unwrap();
     }
     h += "\n";
+    h += "#ifdef FGPU_FRONT_TABLES\n";
     h += "static const char fgpu_front_names[] =\n";
     for name in &names {
         writeln!(h, "    \"{name}\\0\"").unwrap();
@@ -112,6 +121,7 @@ fn header(list: &str) -> String {
         write!(h, " {},", family(name)).unwrap();
     }
     h += " };\n";
+    h += "#endif\n";
     h
 }
 

@@ -18,7 +18,7 @@
 #
 # aarch64 needs the Rust standard library for aarch64-unknown-linux-gnu (`rustup target
 # add`, done here when rustup is present) and a linker for it, which zig is: nothing else.
-# The front (front/src/front.c) has aarch64 entry points; objdump for the check comes from
+# The front (front/src/entries.c) has aarch64 entry points; objdump for the check comes from
 # binutils-multiarch or aarch64-linux-gnu-objdump (OBJDUMP).
 #
 # Environment:

@@ -14,45 +14,13 @@
  * whatever else the machine ran meanwhile), T what cuMemGetInfo calls the device's memory
  * (so the caller can check the shim was in effect). Exit 1 on error.
  *
- * Built by fgpu-bench with: cc -O2 -o alloc_pairs alloc_pairs.c -ldl
+ * Built by fgpu-bench with: cc -O2 -o alloc_pairs alloc_pairs.c -ldl (with client.h beside it)
  */
-#define _GNU_SOURCE
-#include <dlfcn.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
+#define CLIENT "alloc_pairs"
+#include "client.h"
 #include <string.h>
-#include <time.h>
 
-typedef int CUresult;
-typedef int CUdevice;
 typedef unsigned long long CUdeviceptr;
-typedef void *CUcontext;
-typedef CUresult (*GetProc)(const char *, void **, int, unsigned long long, int *);
-
-static GetProc get_proc;
-
-static void *sym(const char *name) {
-    void *p = NULL;
-    int status = -1;
-    CUresult r = get_proc(name, &p, 12080, 0, &status);
-    if (r != 0 || p == NULL || status != 0) {
-        fprintf(stderr, "alloc_pairs: cannot resolve %s (r=%d status=%d)\n", name, r, status);
-        exit(1);
-    }
-    return p;
-}
-
-static uint64_t clock_ns(clockid_t clock) {
-    struct timespec ts;
-    clock_gettime(clock, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-static uint64_t now_ns(void) { return clock_ns(CLOCK_MONOTONIC); }
-
-#define CHECK(call) do { CUresult r_ = (call); if (r_ != 0) { \
-    fprintf(stderr, "alloc_pairs: %s = %d\n", #call, r_); exit(1); } } while (0)
 
 int main(int argc, char **argv) {
     if (argc < 3) {
@@ -63,25 +31,12 @@ int main(int argc, char **argv) {
     uint64_t duration = strtoull(argv[2], NULL, 10) * 1000000ull;
     int sync = argc > 3 && strcmp(argv[3], "sync") == 0;
 
-    void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-    if (!lib) { fprintf(stderr, "alloc_pairs: dlopen: %s\n", dlerror()); return 1; }
-    get_proc = (GetProc)dlsym(lib, "cuGetProcAddress_v2");
-    if (!get_proc) { fprintf(stderr, "alloc_pairs: no cuGetProcAddress_v2\n"); return 1; }
-
-    CUresult (*cuInit)(unsigned) = sym("cuInit");
-    CUresult (*cuDeviceGet)(CUdevice *, int) = sym("cuDeviceGet");
-    CUresult (*cuDevicePrimaryCtxRetain)(CUcontext *, CUdevice) = sym("cuDevicePrimaryCtxRetain");
-    CUresult (*cuCtxSetCurrent)(CUcontext) = sym("cuCtxSetCurrent");
+    open_driver();
     CUresult (*cuMemAlloc)(CUdeviceptr *, size_t) = sym("cuMemAlloc");
     CUresult (*cuMemFree)(CUdeviceptr) = sym("cuMemFree");
     CUresult (*cuMemGetInfo)(size_t *, size_t *) = sym("cuMemGetInfo");
 
-    CUdevice dev;
-    CUcontext ctx;
-    CHECK(cuInit(0));
-    CHECK(cuDeviceGet(&dev, 0));
-    CHECK(cuDevicePrimaryCtxRetain(&ctx, dev));
-    CHECK(cuCtxSetCurrent(ctx));
+    primary_context(first_device());
 
     CUdeviceptr p;
     for (int i = 0; i < 20000; i++) {

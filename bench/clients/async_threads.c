@@ -9,26 +9,18 @@
  *
  * Prints one line: "pairs P start_ns S end_ns E total_mem T". Exit 1 on error.
  *
- * Built by fgpu-bench with: cc -O2 -o async_threads async_threads.c -ldl -lpthread
+ * Built by fgpu-bench with: cc -O2 -o async_threads async_threads.c -ldl -lpthread (with client.h
+ * beside it)
  */
-#define _GNU_SOURCE
-#include <dlfcn.h>
+#define CLIENT "async_threads"
+#include "client.h"
 #include <pthread.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
-typedef int CUresult;
-typedef int CUdevice;
 typedef unsigned long long CUdeviceptr;
-typedef void *CUcontext;
 typedef void *CUstream;
 typedef void *CUmemoryPool;
-typedef CUresult (*GetProc)(const char *, void **, int, unsigned long long, int *);
 
-static GetProc get_proc;
 static CUresult (*cuCtxSetCurrent)(CUcontext);
 static CUresult (*cuStreamCreate)(CUstream *, unsigned);
 static CUresult (*cuStreamSynchronize)(CUstream);
@@ -38,26 +30,6 @@ static CUcontext ctx;
 static size_t size;
 static uint64_t start_at, end_at;
 static uint64_t counts[64];
-
-static void *sym(const char *name) {
-    void *p = NULL;
-    int status = -1;
-    CUresult r = get_proc(name, &p, 12080, 0, &status);
-    if (r != 0 || p == NULL || status != 0) {
-        fprintf(stderr, "async_threads: cannot resolve %s (r=%d status=%d)\n", name, r, status);
-        exit(1);
-    }
-    return p;
-}
-
-static uint64_t now_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-#define CHECK(call) do { CUresult r_ = (call); if (r_ != 0) { \
-    fprintf(stderr, "async_threads: %s = %d\n", #call, r_); exit(1); } } while (0)
 
 static void *worker(void *arg) {
     size_t me = (size_t)arg;
@@ -92,13 +64,7 @@ int main(int argc, char **argv) {
     if (threads < 1 || threads > 64) threads = 8;
     size = strtoull(argv[2], NULL, 10);
     uint64_t duration = strtoull(argv[3], NULL, 10) * 1000000ull;
-    void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-    if (!lib) { fprintf(stderr, "async_threads: dlopen: %s\n", dlerror()); return 1; }
-    get_proc = (GetProc)dlsym(lib, "cuGetProcAddress_v2");
-    if (!get_proc) { fprintf(stderr, "async_threads: no cuGetProcAddress_v2\n"); return 1; }
-    CUresult (*cuInit)(unsigned) = sym("cuInit");
-    CUresult (*cuDeviceGet)(CUdevice *, int) = sym("cuDeviceGet");
-    CUresult (*cuDevicePrimaryCtxRetain)(CUcontext *, CUdevice) = sym("cuDevicePrimaryCtxRetain");
+    open_driver();
     CUresult (*cuDeviceGetMemPool)(CUmemoryPool *, CUdevice) = sym("cuDeviceGetMemPool");
     CUresult (*cuMemPoolSetAttribute)(CUmemoryPool, int, void *) = sym("cuMemPoolSetAttribute");
     CUresult (*cuMemGetInfo)(size_t *, size_t *) = sym("cuMemGetInfo");
@@ -107,12 +73,9 @@ int main(int argc, char **argv) {
     cuStreamSynchronize = sym("cuStreamSynchronize");
     cuMemAllocAsync = sym("cuMemAllocAsync");
     cuMemFreeAsync = sym("cuMemFreeAsync");
-    CUdevice dev;
     CUmemoryPool pool;
-    CHECK(cuInit(0));
-    CHECK(cuDeviceGet(&dev, 0));
-    CHECK(cuDevicePrimaryCtxRetain(&ctx, dev));
-    CHECK(cuCtxSetCurrent(ctx));
+    CUdevice dev = first_device();
+    ctx = primary_context(dev);
     CHECK(cuDeviceGetMemPool(&pool, dev));
     uint64_t keep_all = UINT64_MAX; /* CU_MEMPOOL_ATTR_RELEASE_THRESHOLD */
     CHECK(cuMemPoolSetAttribute(pool, 4, &keep_all));

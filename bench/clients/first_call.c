@@ -12,55 +12,16 @@
  * "first_ns F later_ns L ready_ns R total_mem T" where R is the time from SPAWN_NS to the
  * end of the first cuDeviceTotalMem (0 without SPAWN_NS) and T what it answered.
  *
- * Built by fgpu-bench with: cc -O2 -o first_call first_call.c -ldl
+ * Built by fgpu-bench with: cc -O2 -o first_call first_call.c -ldl (with client.h beside it)
  */
-#define _GNU_SOURCE
-#include <dlfcn.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <time.h>
-
-typedef int CUresult;
-typedef int CUdevice;
-typedef CUresult (*GetProc)(const char *, void **, int, unsigned long long, int *);
-
-static GetProc get_proc;
-
-static void *sym(const char *name) {
-    void *p = NULL;
-    int status = -1;
-    CUresult r = get_proc(name, &p, 12080, 0, &status);
-    if (r != 0 || p == NULL || status != 0) {
-        fprintf(stderr, "first_call: cannot resolve %s (r=%d status=%d)\n", name, r, status);
-        exit(1);
-    }
-    return p;
-}
-
-static uint64_t now_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-#define CHECK(call) do { CUresult r_ = (call); if (r_ != 0) { \
-    fprintf(stderr, "first_call: %s = %d\n", #call, r_); exit(1); } } while (0)
+#define CLIENT "first_call"
+#include "client.h"
 
 int main(int argc, char **argv) {
     uint64_t spawn = argc > 1 ? strtoull(argv[1], NULL, 10) : 0;
-    void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-    if (!lib) { fprintf(stderr, "first_call: dlopen: %s\n", dlerror()); return 1; }
-    get_proc = (GetProc)dlsym(lib, "cuGetProcAddress_v2");
-    if (!get_proc) { fprintf(stderr, "first_call: no cuGetProcAddress_v2\n"); return 1; }
-
-    CUresult (*cuInit)(unsigned) = sym("cuInit");
-    CUresult (*cuDeviceGet)(CUdevice *, int) = sym("cuDeviceGet");
+    open_driver();
     CUresult (*cuDeviceTotalMem)(size_t *, CUdevice) = sym("cuDeviceTotalMem");
-
-    CUdevice dev;
-    CHECK(cuInit(0));
-    CHECK(cuDeviceGet(&dev, 0));
+    CUdevice dev = first_device();
 
     size_t total = 0, again = 0;
     uint64_t t0 = now_ns();

@@ -21,41 +21,12 @@
  * bursts of each, C in all, W the wall-clock time, T what cuMemGetInfo calls the device's
  * memory (so the caller can check the shim was in effect). Exit 1 on error.
  *
- * Built by fgpu-bench with: cc -O2 -o launches launches.c -ldl
+ * Built by fgpu-bench with: cc -O2 -o launches launches.c -ldl (with client.h beside it)
  */
-#define _GNU_SOURCE
-#include <dlfcn.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <time.h>
+#define CLIENT "launches"
+#include "client.h"
 
-typedef int CUresult;
-typedef int CUdevice;
-typedef void *CUcontext, *CUmodule, *CUfunction, *CUstream;
-typedef CUresult (*GetProc)(const char *, void **, int, unsigned long long, int *);
-
-static GetProc get_proc;
-
-static void *sym(const char *name) {
-    void *p = NULL;
-    int status = -1;
-    CUresult r = get_proc(name, &p, 12080, 0, &status);
-    if (r != 0 || p == NULL || status != 0) {
-        fprintf(stderr, "launches: cannot resolve %s (r=%d status=%d)\n", name, r, status);
-        exit(1);
-    }
-    return p;
-}
-
-static uint64_t clock_ns(clockid_t clock) {
-    struct timespec ts;
-    clock_gettime(clock, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-#define CHECK(call) do { CUresult r_ = (call); if (r_ != 0) { \
-    fprintf(stderr, "launches: %s = %d\n", #call, r_); exit(1); } } while (0)
+typedef void *CUmodule, *CUfunction, *CUstream;
 
 #define BURST 256
 
@@ -68,15 +39,7 @@ int main(int argc, char **argv) {
     }
     uint64_t warmup = strtoull(argv[1], NULL, 10) * 1000000ull;
     uint64_t duration = strtoull(argv[2], NULL, 10) * 1000000ull;
-    void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-    if (!lib) { fprintf(stderr, "launches: dlopen: %s\n", dlerror()); return 1; }
-    get_proc = (GetProc)dlsym(lib, "cuGetProcAddress_v2");
-    if (!get_proc) { fprintf(stderr, "launches: no cuGetProcAddress_v2\n"); return 1; }
-
-    CUresult (*cuInit)(unsigned) = sym("cuInit");
-    CUresult (*cuDeviceGet)(CUdevice *, int) = sym("cuDeviceGet");
-    CUresult (*cuDevicePrimaryCtxRetain)(CUcontext *, CUdevice) = sym("cuDevicePrimaryCtxRetain");
-    CUresult (*cuCtxSetCurrent)(CUcontext) = sym("cuCtxSetCurrent");
+    void *lib = open_driver();
     CUresult (*cuMemGetInfo)(size_t *, size_t *) = sym("cuMemGetInfo");
     CUresult (*cuModuleLoadData)(CUmodule *, const void *) = sym("cuModuleLoadData");
     CUresult (*cuModuleGetFunction)(CUfunction *, CUmodule, const char *) = sym("cuModuleGetFunction");
@@ -84,16 +47,11 @@ int main(int argc, char **argv) {
     CUresult (*cuStreamSynchronize)(CUstream) = sym("cuStreamSynchronize");
     CUresult (*cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream, void **, void **) = sym("cuLaunchKernel");
 
-    CUdevice dev;
-    CUcontext ctx;
     CUmodule mod;
     CUfunction fn;
     CUstream stream;
     size_t free_mem = 0, total_mem = 0;
-    CHECK(cuInit(0));
-    CHECK(cuDeviceGet(&dev, 0));
-    CHECK(cuDevicePrimaryCtxRetain(&ctx, dev));
-    CHECK(cuCtxSetCurrent(ctx));
+    primary_context(first_device());
     CHECK(cuMemGetInfo(&free_mem, &total_mem));
     CHECK(cuModuleLoadData(&mod, IMAGE));
     CHECK(cuModuleGetFunction(&fn, mod, "tiny"));

@@ -14,6 +14,8 @@ pub const ASYNC_THREADS_C: &str = include_str!("../clients/async_threads.c");
 pub const FIRST_CALL_C: &str = include_str!("../clients/first_call.c");
 pub const EMPTY_PRELOAD_C: &str = include_str!("../clients/empty_preload.c");
 pub const LAUNCHES_C: &str = include_str!("../clients/launches.c");
+/// What the clients that call the driver share (`#include "client.h"`).
+pub const CLIENT_H: &str = include_str!("../clients/client.h");
 
 /// A library preloaded into `/bin/true` in the start-up rows.
 pub struct Preload {
@@ -64,11 +66,12 @@ impl Setup {
 
         let clients = release_dir.join("bench-clients");
         std::fs::create_dir_all(&clients).map_err(|e| format!("{}: {e}", clients.display()))?;
-        let alloc_pairs = compile(&clients, "alloc_pairs", ALLOC_PAIRS_C, &["-ldl"])?;
-        let async_threads = compile(&clients, "async_threads", ASYNC_THREADS_C, &["-ldl", "-lpthread"])?;
-        let first_call = compile(&clients, "first_call", FIRST_CALL_C, &["-ldl"])?;
-        let launches = compile(&clients, "launches", LAUNCHES_C, &["-ldl"])?;
-        let empty_preload = compile(&clients, "libfgpu_bench_empty.so", EMPTY_PRELOAD_C, &["-shared", "-fPIC"])?;
+        let header_changed = write_header(&clients)?;
+        let alloc_pairs = compile(&clients, "alloc_pairs", ALLOC_PAIRS_C, &["-ldl"], header_changed)?;
+        let async_threads = compile(&clients, "async_threads", ASYNC_THREADS_C, &["-ldl", "-lpthread"], header_changed)?;
+        let first_call = compile(&clients, "first_call", FIRST_CALL_C, &["-ldl"], header_changed)?;
+        let launches = compile(&clients, "launches", LAUNCHES_C, &["-ldl"], header_changed)?;
+        let empty_preload = compile(&clients, "libfgpu_bench_empty.so", EMPTY_PRELOAD_C, &["-shared", "-fPIC"], false)?;
 
         let preloads = preloads(release_dir, options)?;
 
@@ -168,12 +171,24 @@ pub fn keep_var(key: &OsString) -> bool {
     !(key.starts_with("LD_") || key.starts_with("FGPU_") || key == "CUDA_VISIBLE_DEVICES")
 }
 
-/// Writes the embedded C source next to the build outputs and compiles it when it changed.
-pub fn compile(dir: &Path, name: &str, source: &str, flags: &[&str]) -> Result<PathBuf, Error> {
+/// Writes [`CLIENT_H`] into `dir`, where the clients' sources go; true when it changed there
+/// (the clients that include it are compiled again).
+pub fn write_header(dir: &Path) -> Result<bool, Error> {
+    let path = dir.join("client.h");
+    if std::fs::read_to_string(&path).map(|s| s == CLIENT_H).unwrap_or(false) {
+        return Ok(false);
+    }
+    std::fs::write(&path, CLIENT_H).map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok(true)
+}
+
+/// Writes the embedded C source next to the build outputs and compiles it when it changed
+/// (or `header_changed`, the header it includes).
+pub fn compile(dir: &Path, name: &str, source: &str, flags: &[&str], header_changed: bool) -> Result<PathBuf, Error> {
     let src = dir.join(format!("{}.c", name.trim_end_matches(".so")));
     let bin = dir.join(name);
     let same = std::fs::read_to_string(&src).map(|s| s == source).unwrap_or(false);
-    if same && bin.exists() {
+    if same && !header_changed && bin.exists() {
         return Ok(bin);
     }
     std::fs::write(&src, source).map_err(|e| format!("{}: {e}", src.display()))?;

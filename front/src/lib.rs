@@ -2,7 +2,7 @@
 //!
 //! `libfgpu.so`, the file that is preloaded into every process (`LD_PRELOAD`,
 //! `/etc/ld.so.preload`, `fgpu run`), is not the shim itself but a small C library
-//! (`src/front.c`, built by `build.rs` with the target's C compiler and written beside the
+//! (`src/*.c`, built by `build.rs` with the target's C compiler and written beside the
 //! other build outputs, e.g. `target/release/libfgpu.so`). It exports every entry point
 //! the shim hooks and loads the shim, `libfgpu_shim.so` from the same directory, on the
 //! first call to one of them; a process that never makes one pays little more than for an

@@ -32,6 +32,7 @@ pub mod publish;
 pub mod quantity;
 pub mod server;
 pub mod slices;
+pub mod startup;
 pub mod status;
 pub mod watch;
 pub mod xid;

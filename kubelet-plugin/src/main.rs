@@ -8,19 +8,19 @@ use fgpu_kubelet_plugin::claimfiles::ClaimFiles;
 use fgpu_kubelet_plugin::health::HealthMonitor;
 use fgpu_kubelet_plugin::health_service::HealthService;
 use fgpu_kubelet_plugin::health_watch::Helper;
-use fgpu_kubelet_plugin::inventory::{self, Inventory, Managed, MigProbe};
+use fgpu_kubelet_plugin::inventory::{self, Managed, MigProbe};
 use fgpu_kubelet_plugin::metrics::{self, Metrics, View};
 use fgpu_kubelet_plugin::metrics_http::{self, Scrape};
 use fgpu_kubelet_plugin::nvidia::NvidiaNames;
 use fgpu_kubelet_plugin::plugin::{Plugin, Settings};
 use fgpu_kubelet_plugin::publish::Publisher;
-use fgpu_kubelet_plugin::quantity::{format_bytes, Quantity};
 use fgpu_kubelet_plugin::slices::MemoryPolicy;
+use fgpu_kubelet_plugin::startup::{check_policy, find_fgpu, parse_bytes, parse_step, stopped_why, RunError};
 use fgpu_kubelet_plugin::status::{self, Status};
 use fgpu_kubelet_plugin::xid::XidPolicy;
 use fgpu_kubelet_plugin::{check, log, server, watch};
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -166,48 +166,6 @@ struct RunArgs {
     metrics_address: Option<SocketAddr>,
 }
 
-fn parse_bytes(text: &str) -> Result<u64, String> {
-    Quantity::parse(text).map_err(|e| e.to_string())?.floor_units().ok_or_else(|| format!("{text:?} is negative"))
-}
-
-fn parse_step(text: &str) -> Result<u64, String> {
-    match parse_bytes(text)? {
-        0 => Err("the step must be at least 1Mi".into()),
-        b if b % (1 << 20) != 0 => Err(format!("{text:?} is not a whole number of Mi")),
-        b => Ok(b),
-    }
-}
-
-/// The fgpu command: `--fgpu`, else beside this binary, else on PATH.
-fn find_fgpu(flag: Option<&Path>) -> Result<PathBuf, String> {
-    if let Some(path) = flag {
-        return if path.is_file() { Ok(path.to_path_buf()) } else { Err(format!("--fgpu {}: no such file", path.display())) };
-    }
-    let beside = std::env::current_exe().ok().and_then(|exe| exe.parent().map(|d| d.join("fgpu")));
-    let on_path = std::env::var_os("PATH").into_iter().flat_map(|p| std::env::split_paths(&p).collect::<Vec<_>>()).map(|d| d.join("fgpu"));
-    beside
-        .into_iter()
-        .chain(on_path)
-        .find(|p| p.is_file())
-        .ok_or_else(|| "cannot find the fgpu command beside this binary or on PATH; install it beside fgpu-kubelet-plugin or pass --fgpu".into())
-}
-
-/// Flags that leave no GPU of a node that has some are refused: the plugin would publish
-/// nothing.
-fn check_policy(inventory: &Inventory, policy: &MemoryPolicy) -> Result<(), String> {
-    if inventory.gpus.is_empty() || inventory.gpus.iter().any(|g| policy.refusal(g.total).is_none()) {
-        return Ok(());
-    }
-    let largest = inventory.gpus.iter().map(|g| g.total).max().unwrap_or(0);
-    Err(format!(
-        "--memory-reserve {} and --memory-step {} leave no GPU to publish: the largest GPU here has {}, and a GPU needs at least --memory-reserve + 2 x --memory-step ({})",
-        format_bytes(policy.reserve),
-        format_bytes(policy.step),
-        format_bytes(largest),
-        format_bytes(policy.reserve.saturating_add(policy.step.saturating_mul(2)))
-    ))
-}
-
 struct Looks {
     plugin: Arc<Plugin>,
     publisher: Arc<Publisher>,
@@ -293,37 +251,37 @@ fn scrape(plugin: Arc<Plugin>, monitor: Option<Arc<HealthMonitor>>, status: Arc<
     })
 }
 
-async fn run(args: RunArgs) -> Result<(), String> {
-    let node = args.node_name.clone().filter(|n| !n.is_empty()).ok_or("--node-name (or NODE_NAME) is missing or empty")?;
+async fn run(args: RunArgs) -> Result<(), RunError> {
+    let node = args.node_name.clone().filter(|n| !n.is_empty()).ok_or(RunError::NoNode)?;
     let fgpu = find_fgpu(args.fgpu.as_deref())?;
-    let front = fgpu_cdi::shimpath::locate().map_err(|e| e.to_string())?.path;
-    let payload = Payload::read(&front, Some(&fgpu)).map_err(|e| e.to_string())?;
-    let state_dir = fgpu_cdi::files::absolute(&args.state_dir).map_err(|e| e.to_string())?;
-    prepare_dir(&state_dir, None).map_err(|e| e.to_string())?;
-    payload.install(&state_dir, None).map_err(|e| e.to_string())?;
+    let front = fgpu_cdi::shimpath::locate()?.path;
+    let payload = Payload::read(&front, Some(&fgpu))?;
+    let state_dir = fgpu_cdi::files::absolute(&args.state_dir)?;
+    prepare_dir(&state_dir, None)?;
+    payload.install(&state_dir, None)?;
 
     let policy = MemoryPolicy { reserve: args.memory_reserve, step: args.memory_step };
     let mig = MigProbe { managed: args.mig_gpus.clone(), record: state_dir.join("mig") };
     let (path, root, probe_mig) = (fgpu.clone(), args.driver_root.clone(), mig.clone());
     let found = tokio::task::spawn_blocking(move || inventory::probe(&path, root.as_deref(), &probe_mig))
         .await
-        .map_err(|e| format!("the probe failed: {e}"))?
-        .map_err(|e| e.to_string())?;
+        .map_err(RunError::ProbeTask)?
+        .map_err(|e| RunError::Inventory(e.to_string()))?;
     log(&format!("node {node}: {}", inventory::describe(&found)));
     for note in &found.mig_notes {
         log(note);
     }
     check_policy(&found, &policy)?;
-    let api = Arc::new(Api::connect(args.kubeconfig.as_deref()).await.map_err(|e| e.to_string())?);
+    let api = Arc::new(Api::connect(args.kubeconfig.as_deref()).await?);
     log(&format!("API server {}", api.server()));
 
-    let plugins_dir = fgpu_cdi::files::absolute(&args.dirs.kubelet_plugins_directory_path).map_err(|e| e.to_string())?;
-    let registrar_dir = fgpu_cdi::files::absolute(&args.dirs.kubelet_registrar_directory_path).map_err(|e| e.to_string())?;
+    let plugins_dir = fgpu_cdi::files::absolute(&args.dirs.kubelet_plugins_directory_path)?;
+    let registrar_dir = fgpu_cdi::files::absolute(&args.dirs.kubelet_registrar_directory_path)?;
     let plugin_dir = server::plugin_dir(&plugins_dir);
-    std::fs::create_dir_all(&plugins_dir).map_err(|e| format!("cannot create {}: {e}", plugins_dir.display()))?;
+    std::fs::create_dir_all(&plugins_dir).map_err(|source| RunError::CreateDir { path: plugins_dir.clone(), source })?;
     server::private_dir(&plugin_dir, server::PLUGIN_DIR_MODE)?;
     let status = Arc::new(Status::new(Some(plugin_dir.join(status::FILE)), &node));
-    let cdi_root = fgpu_cdi::files::absolute(&args.cdi_root).map_err(|e| e.to_string())?;
+    let cdi_root = fgpu_cdi::files::absolute(&args.cdi_root)?;
     let nvidia = match args.nvidia_cdi_device {
         Some(template) => NvidiaNames::Template(template),
         None if !args.cdi_spec_dirs.is_empty() => NvidiaNames::Search(args.cdi_spec_dirs.clone()),
@@ -338,7 +296,7 @@ async fn run(args: RunArgs) -> Result<(), String> {
     let settings = Settings { node: node.clone(), checkpoint: plugin_dir.join("checkpoint.json"), nvidia, memory: policy };
     let files = ClaimFiles::new(cdi_root, state_dir, PathBuf::from(fgpu_core::hostpid::SERVICE_DIR));
     let plugin = Arc::new(Plugin::new(settings, api.clone(), files, found, status.clone()));
-    plugin.restore().await?;
+    plugin.restore().await.map_err(|e| RunError::Restore(e.to_string()))?;
 
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
@@ -348,7 +306,7 @@ async fn run(args: RunArgs) -> Result<(), String> {
     let monitor = args.device_health.then(|| Arc::new(HealthMonitor::new(XidPolicy::new(&args.additional_xids_to_ignore))));
     let mut background = Vec::new();
     if let Some(monitor) = &monitor {
-        let library_dir = args.driver_root.as_deref().map(inventory::nvml_dir).transpose().map_err(|e| e.to_string())?;
+        let library_dir = args.driver_root.as_deref().map(inventory::nvml_dir).transpose().map_err(|e| RunError::Inventory(e.to_string()))?;
         let ignored: Vec<String> = XidPolicy::new(&args.additional_xids_to_ignore).ignored().iter().map(u64::to_string).collect();
         log(&format!("device health: a GPU is unhealthy while it is off the bus, and after any XID error but {} until it is reset", ignored.join(", ")));
         background.push(tokio::spawn(Helper { fgpu: fgpu.clone(), library_dir }.run(monitor.clone())));
@@ -356,7 +314,7 @@ async fn run(args: RunArgs) -> Result<(), String> {
     }
     let metrics = Arc::new(Metrics::default());
     if let Some(address) = args.metrics_address {
-        let listener = metrics_http::listen(address).await.map_err(|e| e.to_string())?;
+        let listener = metrics_http::listen(address).await?;
         let bound = listener.local_addr().map(|a| a.to_string()).unwrap_or_else(|_| address.to_string());
         status.update(|s| s.metrics = Some(bound.clone()));
         log(&format!("serving metrics on http://{bound}/metrics"));
@@ -392,12 +350,12 @@ async fn run(args: RunArgs) -> Result<(), String> {
         async move { plugin.forget_deleted_claims().await }
     });
 
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).map_err(|e| e.to_string())?;
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).map_err(RunError::Signal)?;
     let outcome = tokio::select! {
         _ = term.recv() => Ok("SIGTERM"),
         _ = tokio::signal::ctrl_c() => Ok("SIGINT"),
-        r = &mut dra => Err(r.map_err(|e| e.to_string()).and_then(|r| r).err().unwrap_or_else(|| "the DRA service stopped".into())),
-        r = &mut registration => Err(r.map_err(|e| e.to_string()).and_then(|r| r).err().unwrap_or_else(|| "the registration service stopped".into())),
+        r = &mut dra => Err(stopped_why(r, "DRA")),
+        r = &mut registration => Err(stopped_why(r, "registration")),
     };
     looking.abort();
     watching.abort();
@@ -452,15 +410,15 @@ fn main() {
                     println!("ok: {found}");
                     Ok(())
                 }
-                Err(e) => Err(format!("check failed: {e}")),
+                Err(e) => Err(RunError::Check(e)),
             }
         }
-        Some(Command::Status(dirs)) => status::read(&server::plugin_dir(&dirs.kubelet_plugins_directory_path)).map(|s| {
+        Some(Command::Status(dirs)) => status::read(&server::plugin_dir(&dirs.kubelet_plugins_directory_path)).map_err(RunError::from).map(|s| {
             println!("{}", serde_json::to_string_pretty(&s).expect("a status serialises"));
         }),
     };
     if let Err(e) = result {
-        log(&e);
+        log(&e.to_string());
         std::process::exit(1);
     }
 }

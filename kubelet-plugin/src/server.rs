@@ -157,32 +157,60 @@ impl DraPlugin for DraService {
     }
 }
 
+/// Why the plugin's directory or a socket could not be set up; each names its path.
+#[derive(Debug, thiserror::Error)]
+pub enum SocketError {
+    #[error("{} has no directory", .0.display())]
+    NoDirectory(PathBuf),
+    #[error("cannot create {}: {source}", path.display())]
+    Create { path: PathBuf, source: std::io::Error },
+    #[error("cannot chmod {}: {source}", path.display())]
+    Chmod { path: PathBuf, source: std::io::Error },
+    #[error("cannot remove the old socket {}: {source}", path.display())]
+    RemoveOld { path: PathBuf, source: std::io::Error },
+    #[error("{} exists and is not a socket", .0.display())]
+    NotASocket(PathBuf),
+    #[error("cannot listen on {}: {source}", path.display())]
+    Bind { path: PathBuf, source: std::io::Error },
+    #[error("cannot move {} to {}: {source}", from.display(), to.display())]
+    Place { from: PathBuf, to: PathBuf, source: std::io::Error },
+}
+
+/// A gRPC server that stopped with an error.
+#[derive(Debug, thiserror::Error)]
+#[error("the {service} service stopped: {source}")]
+pub struct ServeError {
+    /// "DRA" or "registration".
+    pub service: &'static str,
+    source: tonic::transport::Error,
+}
+
 /// Creates `dir` with `mode`, or sets an existing one's mode to it.
-pub fn private_dir(dir: &Path, mode: u32) -> Result<(), String> {
+pub fn private_dir(dir: &Path, mode: u32) -> Result<(), SocketError> {
     use std::os::unix::fs::DirBuilderExt;
-    std::fs::DirBuilder::new().recursive(true).mode(mode).create(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode)).map_err(|e| format!("cannot chmod {}: {e}", dir.display()))
+    std::fs::DirBuilder::new().recursive(true).mode(mode).create(dir).map_err(|source| SocketError::Create { path: dir.to_path_buf(), source })?;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode)).map_err(|source| SocketError::Chmod { path: dir.to_path_buf(), source })
 }
 
 /// A listening socket at `path`, mode [`SOCKET_MODE`] from the moment it appears there: it
 /// is bound under a hidden name (kubelet's plugin watcher passes over names that start with
 /// a dot), given its mode, then renamed into place. A socket left there by an earlier run is
 /// replaced; anything else at the path is an error.
-pub fn listen(path: &Path) -> Result<UnixListener, String> {
-    let dir = path.parent().ok_or_else(|| format!("{} has no directory", path.display()))?;
-    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+pub fn listen(path: &Path) -> Result<UnixListener, SocketError> {
+    let dir = path.parent().ok_or_else(|| SocketError::NoDirectory(path.to_path_buf()))?;
+    std::fs::create_dir_all(dir).map_err(|source| SocketError::Create { path: dir.to_path_buf(), source })?;
     match std::fs::symlink_metadata(path) {
-        Ok(meta) if meta.file_type().is_socket() => std::fs::remove_file(path).map_err(|e| format!("cannot remove the old socket {}: {e}", path.display()))?,
-        Ok(_) => return Err(format!("{} exists and is not a socket", path.display())),
+        Ok(meta) if meta.file_type().is_socket() => std::fs::remove_file(path).map_err(|source| SocketError::RemoveOld { path: path.to_path_buf(), source })?,
+        Ok(_) => return Err(SocketError::NotASocket(path.to_path_buf())),
         Err(_) => {}
     }
     let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let hidden = dir.join(format!(".{name}.{}", std::process::id()));
     let _ = std::fs::remove_file(&hidden);
-    let listener = UnixListener::bind(&hidden).map_err(|e| format!("cannot listen on {}: {e}", hidden.display()))?;
+    let listener = UnixListener::bind(&hidden).map_err(|source| SocketError::Bind { path: hidden.clone(), source })?;
     let placed = std::fs::set_permissions(&hidden, std::fs::Permissions::from_mode(SOCKET_MODE))
-        .map_err(|e| format!("cannot chmod {}: {e}", hidden.display()))
-        .and_then(|()| std::fs::rename(&hidden, path).map_err(|e| format!("cannot move {} to {}: {e}", hidden.display(), path.display())));
+        .map_err(|source| SocketError::Chmod { path: hidden.clone(), source })
+        .and_then(|()| std::fs::rename(&hidden, path).map_err(|source| SocketError::Place { from: hidden.clone(), to: path.to_path_buf(), source }));
     if let Err(e) = placed {
         let _ = std::fs::remove_file(&hidden);
         return Err(e);
@@ -207,14 +235,14 @@ pub async fn serve_dra(
     listener: UnixListener,
     notice: Arc<Notice>,
     shutdown: impl std::future::Future<Output = ()>,
-) -> Result<(), String> {
+) -> Result<(), ServeError> {
     tonic::transport::Server::builder()
         .add_service(DraPluginServer::new(DraService { plugin, metrics }))
         .add_optional_service(health.clone().map(|h| HealthV1Alpha1Server::new(V1Alpha1(h))))
         .add_optional_service(health.map(|h| HealthV1Server::new(V1Service(h))))
         .serve_with_incoming_shutdown(incoming(listener, notice), shutdown)
         .await
-        .map_err(|e| format!("the DRA service stopped: {e}"))
+        .map_err(|source| ServeError { service: "DRA", source })
 }
 
 /// Serves the registration service, naming `endpoint` (the DRA socket) and `versions`
@@ -226,10 +254,33 @@ pub async fn serve_registration(
     listener: UnixListener,
     notice: Arc<Notice>,
     shutdown: impl std::future::Future<Output = ()>,
-) -> Result<(), String> {
+) -> Result<(), ServeError> {
     tonic::transport::Server::builder()
         .add_service(RegistrationServer::new(RegistrationService { endpoint, versions, status }))
         .serve_with_incoming_shutdown(incoming(listener, notice), shutdown)
         .await
-        .map_err(|e| format!("the registration service stopped: {e}"))
+        .map_err(|source| ServeError { service: "registration", source })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_socket_path_taken_by_a_file_is_refused_and_an_old_socket_replaced() {
+        let dir = std::env::temp_dir().join(format!("fgpu-server-listen-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        private_dir(&dir, PLUGIN_DIR_MODE).unwrap();
+        let file = dir.join("taken.sock");
+        std::fs::write(&file, b"").unwrap();
+        let refused = listen(&file).unwrap_err();
+        assert!(matches!(refused, SocketError::NotASocket(_)));
+        assert_eq!(refused.to_string(), format!("{} exists and is not a socket", file.display()));
+        let socket = dir.join("dra.sock");
+        drop(listen(&socket).unwrap());
+        let again = listen(&socket).unwrap();
+        assert_eq!(std::fs::metadata(&socket).unwrap().permissions().mode() & 0o777, SOCKET_MODE);
+        drop(again);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

@@ -119,9 +119,36 @@ impl Status {
     }
 }
 
+/// Why the status file could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    #[error("cannot read {}: {source} (is the plugin running with these directories?)", path.display())]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("{}: {source}", path.display())]
+    NotAStatus { path: PathBuf, source: serde_json::Error },
+}
+
 /// The status file a running plugin keeps in `plugin_dir`.
-pub fn read(plugin_dir: &Path) -> Result<Snapshot, String> {
+pub fn read(plugin_dir: &Path) -> Result<Snapshot, ReadError> {
     let path = plugin_dir.join(FILE);
-    let text = std::fs::read(&path).map_err(|e| format!("cannot read {}: {e} (is the plugin running with these directories?)", path.display()))?;
-    serde_json::from_slice(&text).map_err(|e| format!("{}: {e}", path.display()))
+    let text = std::fs::read(&path).map_err(|source| ReadError::Read { path: path.clone(), source })?;
+    serde_json::from_slice(&text).map_err(|source| ReadError::NotAStatus { path, source })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_or_broken_status_file_is_named_with_the_reason() {
+        let dir = std::env::temp_dir().join(format!("fgpu-status-read-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let missing = read(&dir).unwrap_err().to_string();
+        assert!(missing.starts_with(&format!("cannot read {}: ", dir.join(FILE).display())), "{missing}");
+        assert!(missing.ends_with("(is the plugin running with these directories?)"), "{missing}");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join(FILE), b"{ not json").unwrap();
+        assert!(matches!(read(&dir), Err(ReadError::NotAStatus { .. })));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

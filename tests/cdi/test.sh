@@ -177,16 +177,24 @@ ensure_image
 
 # ------------------------------------------------------------------ the simulated GPUs
 
-# Two state files: one GPU (what nvidia.com/gpu=0 gives) and two GPUs (nvidia.com/gpu=all).
-# GPU 0 has the same UUID in both. Created by root here, used by every user in containers.
+# Two state files: one GPU (what nvidia.com/gpu=0 gives) and two GPUs (nvidia.com/gpu=all),
+# two views of one host: GPU 0 has the same UUID in both, as they share a UUID seed (each
+# state file otherwise draws its own). Created by root here, used by every user in containers.
 sim() { # sim STATE CMD...: a host command against the simulated driver
     local state=$1
     shift
     LD_LIBRARY_PATH=$HOSTDIR/simlib FGPU_SIM_STATE=$state "$@"
 }
-FGPU_SIM_DEVICES=1 FGPU_SIM_MEMORY=80G FGPU_SIM_CONTEXT_OVERHEAD=300M sim "$HOSTDIR/sim/one" "$CLIENT" nvml >/dev/null 2>&1
-FGPU_SIM_DEVICES=2 FGPU_SIM_MEMORY=80G FGPU_SIM_CONTEXT_OVERHEAD=300M sim "$HOSTDIR/sim/two" "$CLIENT" nvml >/dev/null 2>&1
+gpu0_uuid() { # gpu0_uuid STATE: GPU 0's UUID as NVML names it
+    sim "$1" "$PY" -c 'import pynvml as n; n.nvmlInit(); u = n.nvmlDeviceGetUUID(n.nvmlDeviceGetHandleByIndex(0)); print(u.decode() if isinstance(u, bytes) else u)'
+}
+UUID_SEED=$(od -An -N8 -tu8 /dev/urandom | tr -d ' ')
+FGPU_SIM_UUID_SEED=$UUID_SEED FGPU_SIM_DEVICES=1 FGPU_SIM_MEMORY=80G FGPU_SIM_CONTEXT_OVERHEAD=300M sim "$HOSTDIR/sim/one" "$CLIENT" nvml >/dev/null 2>&1
+FGPU_SIM_UUID_SEED=$UUID_SEED FGPU_SIM_DEVICES=2 FGPU_SIM_MEMORY=80G FGPU_SIM_CONTEXT_OVERHEAD=300M sim "$HOSTDIR/sim/two" "$CLIENT" nvml >/dev/null 2>&1
 chmod 0666 "$HOSTDIR/sim/one" "$HOSTDIR/sim/two" || die "the simulated driver did not create its state files"
+GPU0_UUID=$(gpu0_uuid "$HOSTDIR/sim/one")
+case $GPU0_UUID in GPU-????????-????-????-????-????????????) ;; *) die "pynvml does not read the simulated GPU's UUID ($GPU0_UUID)" ;; esac
+[ "$(gpu0_uuid "$HOSTDIR/sim/two")" = "$GPU0_UUID" ] || die "GPU 0 has another UUID in the two-GPU state file, despite FGPU_SIM_UUID_SEED=$UUID_SEED"
 host_used_mib() { sim "$HOSTDIR/sim/one" "$CLIENT" nvml 2>/dev/null | sed -n 's/^nvml_used_mib=//p'; }
 
 # The stand-in for NVIDIA's spec (nvidia-ctk cdi generate): the driver libraries and
@@ -324,7 +332,7 @@ start a --device nvidia.com/gpu=0 --device fgpu.io/gpu=0-8g || die "podman run f
 
 px a -- sh -c 'cat /etc/ld.so.preload; stat -c "%U:%G %a" /etc/ld.so.preload /etc/fgpu/fgpu.conf /usr/lib/fgpu/libfgpu.so; grep "^limit" /etc/fgpu/fgpu.conf; grep -c " /run/fgpu tmpfs " /proc/mounts'
 check container-files-mounted "the container does not see the preload, the config and the tmpfs as generated" \
-    test "$OUT" = "$(printf '/usr/lib/fgpu/libfgpu.so\nroot:root 644\nroot:root 644\nroot:root 755\nlimit = GPU-7f2f4a87-663d-b312-36f4-6ad9417f4505=8G,*=1\n1')"
+    test "$OUT" = "$(printf '/usr/lib/fgpu/libfgpu.so\nroot:root 644\nroot:root 644\nroot:root 755\nlimit = %s=8G,*=1\n1' "$GPU0_UUID")"
 px a -- sh -c 'ls / >/dev/null; echo done'
 check untouched-without-cuda "a process that never touches CUDA must not notice the shim" test "$RC/$OUT/$ERR" = "0/done/"
 
@@ -409,7 +417,7 @@ for d in ("/etc", "/usr/lib", "/usr"):
         test "$OUT" = "$(printf '/etc EXDEV\n/usr/lib EXDEV\n/usr EXDEV')"
     px a -- sh -c 'cat /etc/ld.so.preload; grep "^limit" /etc/fgpu/fgpu.conf'
     check files-unchanged-after-attempts "the preload or the config changed" \
-        test "$OUT" = "$(printf '/usr/lib/fgpu/libfgpu.so\nlimit = GPU-7f2f4a87-663d-b312-36f4-6ad9417f4505=8G,*=1')"
+        test "$OUT" = "$(printf '/usr/lib/fgpu/libfgpu.so\nlimit = %s=8G,*=1' "$GPU0_UUID")"
     check cap-holds-after-attempts "3000 MiB more was granted after the attempts" refused a 3000
 
     # The holder killed inside the container: its share comes back.

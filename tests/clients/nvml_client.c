@@ -34,7 +34,9 @@
  * the library lacks them; an operation on a missing one prints "OP missing".
  *   hold              print "holding", wait for EOF on stdin
  *
- * The fake library (FAKE_NVML) has one device, the simulator's GPU 0 by UUID, and reports
+ * The fake library (FAKE_NVML) has one device, whose UUID is FGPU_FAKE_NVML_GPU_UUID (the
+ * tests give the simulated GPU 0's, the GPU CUDA reports: each simulator state has UUIDs of
+ * its own), and reports
  * the processes listed in FGPU_FAKE_NVML_PROCS ("PID:BYTES,PID:BYTES") in every process
  * list, utilisation sample and accounting record: processes of any tenant, as a real
  * driver would.
@@ -110,7 +112,7 @@ _Static_assert(sizeof(nvmlProcessUtilizationSample_t) == 32, "nvmlProcessUtiliza
 /* The stand-in libnvidia-ml.so.1.                                                       */
 
 #define FAKE_HANDLE ((nvmlDevice_t)(uintptr_t)0x4e564d4c)
-#define FAKE_UUID "GPU-7f2f4a87-663d-b312-36f4-6ad9417f4505" /* the simulator's GPU 0 */
+#define FAKE_UUID "GPU-00000000-0000-0000-0000-000000000000" /* without FGPU_FAKE_NVML_GPU_UUID */
 #define FAKE_TOTAL (80ULL << 30)
 
 static int fake_procs(unsigned *pids, unsigned long long *bytes, int max) {
@@ -136,14 +138,18 @@ nvmlReturn_t nvmlDeviceGetCount(unsigned *n) { *n = 1; return NVML_SUCCESS; }
 nvmlReturn_t nvmlDeviceGetCount_v2(unsigned *n) { *n = 1; return NVML_SUCCESS; }
 nvmlReturn_t nvmlDeviceGetHandleByIndex(unsigned i, nvmlDevice_t *h) { if (i) return NVML_ERROR_INVALID_ARGUMENT; *h = FAKE_HANDLE; return NVML_SUCCESS; }
 nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned i, nvmlDevice_t *h) { return nvmlDeviceGetHandleByIndex(i, h); }
+static const char *fake_gpu_uuid(void) {
+    const char *u = getenv("FGPU_FAKE_NVML_GPU_UUID");
+    return u && *u ? u : FAKE_UUID;
+}
 /* FGPU_FAKE_NVML_UUID makes the one handle a MIG device handle ("MIG-..."): on a MIG
  * instance CUDA reports that instance's UUID, the one its NVML handle has. */
 static const char *fake_uuid(void) {
     const char *u = getenv("FGPU_FAKE_NVML_UUID");
-    return u && *u ? u : FAKE_UUID;
+    return u && *u ? u : fake_gpu_uuid();
 }
 nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice_t *h) {
-    if (strcmp(uuid, fake_uuid()) && strcmp(uuid, FAKE_UUID)) return NVML_ERROR_NOT_FOUND;
+    if (strcmp(uuid, fake_uuid()) && strcmp(uuid, fake_gpu_uuid())) return NVML_ERROR_NOT_FOUND;
     *h = FAKE_HANDLE; return NVML_SUCCESS;
 }
 nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t h, char *buf, unsigned len) {

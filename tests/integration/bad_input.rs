@@ -198,9 +198,10 @@ fn a_bad_log_level_never_changes_what_is_granted() {
 /// process sees: one line naming the key and both GPUs, and no allocation succeeds.
 #[test]
 fn an_ambiguous_device_key_fails_closed_naming_the_key_and_its_gpus() {
-    // Of the simulator's first five GPUs, 1 (GPU-f350…) and 4 (GPU-fb30…) start alike.
+    // Of the simulator's first five GPUs under UUID seed 0, 1 (GPU-f350…) and 4 (GPU-fb30…)
+    // start alike.
     let env = Env::new("ambiguous-key").devices(5);
-    env.client(&["init"]).success();
+    env.client(&["init"]).env("FGPU_SIM_UUID_SEED", "0").success();
     let sim = env.sim();
     let (one, four) = (sim.device_uuid_string(1), sim.device_uuid_string(4));
     assert!(one.starts_with("GPU-f") && four.starts_with("GPU-f") && !one.starts_with(&four[..6]));

@@ -259,7 +259,9 @@ fn the_shares_hold_with_nvmls_slowest_sample_period() {
 #[test]
 fn a_mig_key_sets_the_share_of_that_instance() {
     let mut row = Row::new("", "mig").want("MIG key at 25 %", &[0], Want::Near(25.0));
-    row.loads.push(start(&row.env, "A", &ledger(&row.env, "a"), true, Some("MIG-7f2f4a87=25%,GPU-00000000=10%"), &[]));
+    row.env.client(&["init"]).success();
+    let share = format!("MIG-{}=25%,GPU-00000000=10%", &row.env.sim().device_uuid_string(0)[4..12]);
+    row.loads.push(start(&row.env, "A", &ledger(&row.env, "a"), true, Some(&share), &[]));
     row.check();
     drop(row);
     let env = Env::new("compute-mig-other");
@@ -554,17 +556,6 @@ fn every_launch_path_is_gated() {
     assert!(failures.is_empty(), "launch paths not held to 25 %: {failures:?}");
 }
 
-/// The host PID of the process `unshare --fork` started.
-fn child_of(pid: u32) -> u32 {
-    let mut found = 0;
-    eventually("unshare's child", Duration::from_secs(10), || {
-        let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
-        found = children.split_whitespace().next().and_then(|c| c.parse().ok()).unwrap_or(0);
-        found != 0
-    });
-    found
-}
-
 /// A process in a PID namespace of its own does not know its host PID, so NVML's samples
 /// cannot be matched to it: its own events measure it, and they include the other context's
 /// time slices, so beside a busy neighbour it gets less than its share, never more. Once
@@ -588,7 +579,7 @@ fn without_its_host_pid_a_process_is_held_below_its_share_until_the_ledger_knows
         .env("FGPU_LEDGER", &l)
         .spawn();
     process.wait_for("ready");
-    let host_pid = child_of(process.pid());
+    let host_pid = first_child(process.pid());
     let b = start(&env, "uncapped", &ledger(&env, "b"), false, None, &[]);
     std::thread::sleep(Duration::from_millis(500));
     let window = |secs| {

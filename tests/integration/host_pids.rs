@@ -103,6 +103,7 @@ fn nvml_lists_answer_for_the_containers_processes_in_a_pid_namespace() {
         .arg(crate::nvml::nvml_client(crate::nvml::Variant::Dlsym))
         .args(ops)
         .env("LD_LIBRARY_PATH", &fake)
+        .env("FGPU_FAKE_NVML_GPU_UUID", env.sim().device_uuid_string(0))
         .env("FGPU_FAKE_NVML_PROCS", format!("{host_pid}:{held},{other}:2000"))
         .shim()
         .limit("8G")

@@ -28,5 +28,6 @@ mod nvml_events;
 mod pid_modes;
 mod security;
 mod sharing;
+mod sim_uuids;
 mod tenant_influence;
 mod wheel;

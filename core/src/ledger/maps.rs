@@ -78,24 +78,42 @@ fn device_at(maps: &str, address: u64) -> Option<String> {
 /// its device is `shm_device` and its name `/SYSV` and eight hex digits. Reads the line
 /// only.
 pub fn attachment(line: &str, shm_device: &str) -> Option<Attachment> {
-    let mut fields = line.splitn(6, ' ');
-    let (range, perms, _offset, device, inode) = (fields.next()?, fields.next()?, fields.next()?, fields.next()?, fields.next()?);
-    if device != shm_device {
-        return None;
-    }
-    let name = fields.next().unwrap_or("").trim_start_matches(' ');
-    let name = name.strip_suffix(" (deleted)").unwrap_or(name);
-    let key = name.strip_prefix("/SYSV")?;
+    let line = MapsLine::on_device(line, shm_device)?;
+    let key = line.name.strip_prefix("/SYSV")?;
     if key.len() != 8 || !key.bytes().all(|b| b.is_ascii_hexdigit()) {
         return None;
     }
-    let (start, end) = range.split_once('-')?;
-    Some(Attachment {
-        start: u64::from_str_radix(start, 16).ok()?,
-        end: u64::from_str_radix(end, 16).ok()?,
-        shared: perms.as_bytes().get(3) == Some(&b's'),
-        shmid: inode.parse::<u32>().ok().and_then(|id| i32::try_from(id).ok())?,
-    })
+    Some(Attachment { start: line.start, end: line.end, shared: line.shared, shmid: line.inode.parse::<u32>().ok().and_then(|id| i32::try_from(id).ok())? })
+}
+
+/// The fields of one line of `/proc/PID/maps` that the recognisers read.
+struct MapsLine<'a> {
+    start: u64,
+    end: u64,
+    shared: bool,
+    inode: &'a str,
+    /// The path, without the kernel's ` (deleted)`.
+    name: &'a str,
+}
+
+impl<'a> MapsLine<'a> {
+    /// The line's fields, if its device field is `device`.
+    fn on_device(line: &'a str, device: &str) -> Option<MapsLine<'a>> {
+        let mut fields = line.splitn(6, ' ');
+        let (range, perms, _offset, on, inode) = (fields.next()?, fields.next()?, fields.next()?, fields.next()?, fields.next()?);
+        if on != device {
+            return None;
+        }
+        let name = fields.next().unwrap_or("").trim_start_matches(' ');
+        let (start, end) = range.split_once('-')?;
+        Some(MapsLine {
+            start: u64::from_str_radix(start, 16).ok()?,
+            end: u64::from_str_radix(end, 16).ok()?,
+            shared: perms.as_bytes().get(3) == Some(&b's'),
+            inode,
+            name: name.strip_suffix(" (deleted)").unwrap_or(name),
+        })
+    }
 }
 
 /// One mapping of a served ledger's memory file (`served.rs`), as one line of
@@ -116,24 +134,12 @@ pub struct MemfdMapping {
 /// process can make a memory file so named; what it holds is checked once taken
 /// (`memfd.rs`).
 pub fn memfd_ledger(line: &str, shm_device: &str) -> Option<MemfdMapping> {
-    let mut fields = line.splitn(6, ' ');
-    let (range, perms, _offset, device, inode) = (fields.next()?, fields.next()?, fields.next()?, fields.next()?, fields.next()?);
-    if device != shm_device {
-        return None;
-    }
-    let name = fields.next().unwrap_or("").trim_start_matches(' ');
-    let name = name.strip_suffix(" (deleted)").unwrap_or(name);
-    let rest = name.strip_prefix(super::memfd::MAPS_PREFIX)?;
+    let line = MapsLine::on_device(line, shm_device)?;
+    let rest = line.name.strip_prefix(super::memfd::MAPS_PREFIX)?;
     if !(rest.is_empty() || rest.starts_with(':')) {
         return None;
     }
-    let (start, end) = range.split_once('-')?;
-    Some(MemfdMapping {
-        start: u64::from_str_radix(start, 16).ok()?,
-        end: u64::from_str_radix(end, 16).ok()?,
-        shared: perms.as_bytes().get(3) == Some(&b's'),
-        ino: inode.parse().ok()?,
-    })
+    Some(MemfdMapping { start: line.start, end: line.end, shared: line.shared, ino: line.inode.parse().ok()? })
 }
 
 #[cfg(test)]

@@ -16,7 +16,7 @@
 //! so glibc still sees the original caller's return address (a normal call would make the
 //! shim the caller and return the wrong symbol: see the field notes on LLVM OpenMP).
 //!
-//! This is what the front (`front/src/front.c`) does too; these serve a process that
+//! This is what the front (`front/src/lookups.c`) does too; these serve a process that
 //! preloads the shim directly, and the lookups of wrapped names the front hands over.
 
 use super::table;

@@ -104,14 +104,14 @@ fn checks() -> Checks {
         c_value!(Cuda, crate::errors::CUDA_ERROR_NOT_PERMITTED),
         c_value!(Cuda, crate::errors::CUDA_ERROR_NOT_SUPPORTED),
         c_value!(Cuda, crate::errors::CUDA_ERROR_UNKNOWN),
-        c_value!(Cuda, crate::api::graph::CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT),
-        c_value!(Cuda, crate::api::graph::CU_GRAPH_MEM_ATTR_USED_MEM_HIGH),
-        c_value!(Cuda, crate::api::graph::CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT),
-        c_value!(Cuda, crate::api::graph::CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH),
+        c_value!(Cuda, crate::api::graph_pool::CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT),
+        c_value!(Cuda, crate::api::graph_pool::CU_GRAPH_MEM_ATTR_USED_MEM_HIGH),
+        c_value!(Cuda, crate::api::graph_pool::CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT),
+        c_value!(Cuda, crate::api::graph_pool::CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH),
         c_value!(Cuda, crate::api::graph::CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD),
-        c_value!(Cuda, crate::api::graph::CU_GRAPH_NODE_TYPE_GRAPH),
-        c_value!(Cuda, crate::api::graph::CU_GRAPH_NODE_TYPE_MEM_ALLOC),
-        c_value!(Cuda, crate::api::graph::CU_GRAPH_NODE_TYPE_MEM_FREE),
+        c_value!(Cuda, crate::api::graph_nodes::CU_GRAPH_NODE_TYPE_GRAPH),
+        c_value!(Cuda, crate::api::graph_nodes::CU_GRAPH_NODE_TYPE_MEM_ALLOC),
+        c_value!(Cuda, crate::api::graph_nodes::CU_GRAPH_NODE_TYPE_MEM_FREE),
         c_value!(Cuda, crate::api::stream::CU_STREAM_LEGACY),
         c_value!(Cuda, crate::api::stream::CU_STREAM_PER_THREAD),
         c_value!(Cuda, crate::api::pool::CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES),
@@ -148,12 +148,12 @@ fn checks() -> Checks {
     }
 
     // Array element sizes: the CUarray_format arms of driver::array_bytes.
-    let source = include_str!("driver.rs");
-    let body = source.split("fn array_bytes").nth(1).expect("driver.rs: fn array_bytes");
+    let source = include_str!("driver/bookkeeping.rs");
+    let body = source.split("fn array_bytes").nth(1).expect("driver/bookkeeping.rs: fn array_bytes");
     let arms = named_arms(body.split("0 => return None").next().unwrap());
-    assert_eq!(arms.len(), 8, "driver.rs: the CUarray_format arms of array_bytes have changed shape");
+    assert_eq!(arms.len(), 8, "driver/bookkeeping.rs: the CUarray_format arms of array_bytes have changed shape");
     for (number, name) in arms {
-        c.value(Value::new(Cuda, format!("driver.rs array_bytes arm {number:#x}"), format!("CU_AD_FORMAT_{name}"), number as i128));
+        c.value(Value::new(Cuda, format!("driver/bookkeeping.rs array_bytes arm {number:#x}"), format!("CU_AD_FORMAT_{name}"), number as i128));
     }
     c
 }

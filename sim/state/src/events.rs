@@ -248,18 +248,16 @@ impl SimState {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::temp_state::{TempSim, TempState};
     use crate::SimConfig;
 
-    fn state(name: &str, devices: u32) -> (SimState, std::path::PathBuf) {
-        let path = std::env::temp_dir().join(format!("fgpu-sim-events-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_file(&path);
-        let s = SimState::open_with(&path, &SimConfig { devices, ..Default::default() }).unwrap();
-        (s, path)
+    fn state(name: &str, devices: u32) -> TempSim {
+        TempState::new(&format!("events-{name}")).open_with(&SimConfig { devices, ..Default::default() })
     }
 
     #[test]
     fn events_are_numbered_per_gpu_and_kept_in_a_ring() {
-        let (s, path) = state("ring", 2);
+        let s = state("ring", 2);
         assert_eq!((s.event_head(0), s.read_event(0, 0)), (0, EventRead::NotYet));
         let g = s.event_generation();
         assert_eq!(s.inject_xid(0, 79).unwrap(), 0);
@@ -283,12 +281,11 @@ mod tests {
         assert!(s.post_event(0, EVENT_PSTATE, 0, NO_INSTANCE, NO_INSTANCE).is_err(), "not a type it raises");
         assert!(s.post_event(0, EVENT_XID_CRITICAL | EVENT_DOUBLE_BIT_ECC, 0, NO_INSTANCE, NO_INSTANCE).is_err(), "one type per event");
         assert!(s.inject_xid(2, 79).is_err(), "no GPU 2");
-        std::fs::remove_file(path).unwrap();
     }
 
     #[test]
     fn a_lost_gpu_raises_nothing_until_it_is_recovered() {
-        let (s, path) = state("lost", 1);
+        let s = state("lost", 1);
         assert!(!s.gpu_lost(0));
         s.lose_gpu(0).unwrap();
         s.lose_gpu(0).unwrap();
@@ -300,12 +297,12 @@ mod tests {
         s.inject_xid(0, 48).unwrap();
         s.lose_gpu(0).unwrap();
         assert_eq!(s.gpu_losses(0), 2);
-        std::fs::remove_file(path).unwrap();
     }
 
     #[test]
     fn a_waiter_wakes_when_an_event_is_posted() {
-        let (s, path) = state("wake", 1);
+        let sim = state("wake", 1);
+        let s = *sim;
         let g = s.event_generation();
         let t0 = std::time::Instant::now();
         let poster = std::thread::spawn(move || {
@@ -318,6 +315,5 @@ mod tests {
         let t0 = std::time::Instant::now();
         s.wait_for_events(s.event_generation(), Duration::from_millis(30));
         assert!(t0.elapsed() >= Duration::from_millis(25), "nothing posted: the timeout");
-        std::fs::remove_file(path).unwrap();
     }
 }

@@ -1,37 +1,14 @@
 use super::*;
+use crate::config::parse_seed;
+use crate::temp_state::TempState;
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 
 const MIB: u64 = 1 << 20;
 const GIB: u64 = 1 << 30;
 
-/// A state file's path in the temporary directory, removed (with its `.mig-config`) when the
-/// test ends, pass or fail; the mappings made of it outlive the unlink.
-struct TempState(PathBuf);
-
-impl Drop for TempState {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-        let _ = std::fs::remove_file(mig_config_capability_path(&self.0));
-    }
-}
-
-impl AsRef<Path> for TempState {
-    fn as_ref(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl AsRef<std::ffi::OsStr> for TempState {
-    fn as_ref(&self) -> &std::ffi::OsStr {
-        self.0.as_os_str()
-    }
-}
-
 fn temp_path(name: &str) -> TempState {
-    let p = std::env::temp_dir().join(format!("fgpu-sim-test-{}-{}", std::process::id(), name));
-    let _ = std::fs::remove_file(&p);
-    TempState(p)
+    TempState::new(name)
 }
 
 fn cfg(devices: u32, memory: u64) -> SimConfig {
@@ -48,13 +25,72 @@ fn creates_file_with_config_and_identity() {
     assert_eq!(s.context_overhead(), 300 * MIB);
     assert_eq!(s.driver_version(), 12080);
     assert_ne!(s.device_uuid(0), s.device_uuid(1));
-    assert_eq!(s.device_uuid(1), device_uuid_bytes(1));
+    assert_eq!(s.device_uuid(1), device_uuid_bytes(s.uuid_seed(), 1));
     let u = s.device_uuid_string(0);
     assert!(u.starts_with("GPU-") && u.len() == 40, "{u}");
     assert_eq!(std::fs::metadata(&p).unwrap().len() as usize, FILE_SIZE);
     // A second open (any config) sees the same file.
     let s2 = SimState::open_with(&p, &cfg(1, GIB)).unwrap();
     assert_eq!(s2.device_count(), 3);
+}
+
+/// `GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`, lower-case hex, as NVML formats a GPU's UUID.
+fn is_gpu_uuid(u: &str) -> bool {
+    let groups: Vec<&str> = u.strip_prefix("GPU-").unwrap_or("").split('-').collect();
+    groups.iter().map(|g| g.len()).eq([8, 4, 4, 4, 12]) && groups.iter().all(|g| g.bytes().all(|c| matches!(c, b'0'..=b'9' | b'a'..=b'f')))
+}
+
+/// The UUIDs of every GPU of `s`.
+fn uuids(s: &SimState) -> Vec<String> {
+    (0..s.device_count()).map(|i| s.device_uuid_string(i)).collect()
+}
+
+/// Run in a child process by `each_state_has_gpu_uuids_of_its_own`: prints the GPUs' UUIDs
+/// of the state file it is given.
+#[test]
+fn uuid_child_helper() {
+    let Ok(path) = std::env::var("FGPU_SIM_UUID_CHILD") else { return };
+    println!("UUIDS {}", uuids(&SimState::open(&path).unwrap()).join(","));
+}
+
+/// Real GPUs have UUIDs of their own: two simulator states (two simulated hosts) share none,
+/// and every process of one state sees the same UUIDs.
+#[test]
+fn each_state_has_gpu_uuids_of_its_own() {
+    let (a, b) = (temp_path("uuids-a"), temp_path("uuids-b"));
+    let (ua, ub) = (uuids(&SimState::open_with(&a, &cfg(8, GIB)).unwrap()), uuids(&SimState::open_with(&b, &cfg(8, GIB)).unwrap()));
+    assert!(ua.iter().chain(&ub).all(|u| is_gpu_uuid(u)), "{ua:?} {ub:?}");
+    let mut all: Vec<&String> = ua.iter().chain(&ub).collect();
+    all.sort();
+    all.dedup();
+    assert_eq!(all.len(), 16, "two states share GPU UUIDs:\n{ua:?}\n{ub:?}");
+    for _ in 0..2 {
+        let out = Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", "tests::uuid_child_helper", "--nocapture", "--test-threads=1"])
+            .env("FGPU_SIM_UUID_CHILD", &a)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        let line = text.lines().find_map(|l| l.split_once("UUIDS ").map(|(_, u)| u)).unwrap_or_else(|| panic!("the child printed no UUIDs: {text}"));
+        assert_eq!(line.split(',').collect::<Vec<_>>(), ua, "another process of the same state");
+    }
+}
+
+/// `FGPU_SIM_UUID_SEED` pins the UUIDs: the same seed gives the same UUIDs in two state
+/// files, seed 0 the UUIDs every state file had before the seed.
+#[test]
+fn a_pinned_seed_gives_known_uuids() {
+    let pinned = |name: &str, seed: u64| {
+        let p = temp_path(name);
+        let s = SimState::open_with(&p, &SimConfig { uuid_seed: Some(seed), ..cfg(2, GIB) }).unwrap();
+        assert_eq!(s.uuid_seed(), seed);
+        uuids(&s)
+    };
+    assert_eq!(pinned("seed-0", 0), ["GPU-7f2f4a87-663d-b312-36f4-6ad9417f4505", "GPU-f350df69-dd23-9511-d27a-0d8b0541fc1d"]);
+    assert_eq!(pinned("seed-a", 0xfeed), pinned("seed-b", 0xfeed));
+    assert_ne!(pinned("seed-c", 0xfeed)[0], pinned("seed-d", 0xfeee)[0]);
+    assert_eq!((parse_seed("0x1234"), parse_seed(" 4660 "), parse_seed("0XfF")), (Some(0x1234), Some(4660), Some(255)));
+    assert_eq!((parse_seed("-1"), parse_seed("0x"), parse_seed("seed"), parse_seed("18446744073709551616")), (None, None, None, None));
 }
 
 #[test]

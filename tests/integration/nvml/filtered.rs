@@ -78,7 +78,8 @@ fn utilisation_accounting_graphics_and_mps_are_filtered() {
     let (mine_pid, theirs_pid) = (mine.pid(), theirs.pid());
     let fake = nvml_client(Variant::FakeLibrary);
     let reported = format!("{mine_pid}:1000,{theirs_pid}:2000");
-    let fake_env = |cmd: Cmd| cmd.env("LD_LIBRARY_PATH", &fake).env("FGPU_FAKE_NVML_PROCS", &reported);
+    let gpu0 = env.sim().device_uuid_string(0);
+    let fake_env = |cmd: Cmd| cmd.env("LD_LIBRARY_PATH", &fake).env("FGPU_FAKE_NVML_GPU_UUID", &gpu0).env("FGPU_FAKE_NVML_PROCS", &reported);
     let (mine_s, theirs_s) = (mine_pid.to_string(), theirs_pid.to_string());
     let mut ops: Vec<&str> = Vec::new();
     for kind in ["graphics", "mps"] {
@@ -164,7 +165,8 @@ fn detail_lists_utilisation_info_sessions_and_accounting_v2_are_filtered() {
     let (mine_pid, theirs_pid) = (mine.pid(), theirs.pid());
     let fake = nvml_client(Variant::FakeLibrary);
     let reported = format!("{mine_pid}:1000,{theirs_pid}:2000");
-    let fake_env = |cmd: Cmd| cmd.env("LD_LIBRARY_PATH", &fake).env("FGPU_FAKE_NVML_PROCS", &reported);
+    let gpu0 = env.sim().device_uuid_string(0);
+    let fake_env = |cmd: Cmd| cmd.env("LD_LIBRARY_PATH", &fake).env("FGPU_FAKE_NVML_GPU_UUID", &gpu0).env("FGPU_FAKE_NVML_PROCS", &reported);
     let (mine_s, theirs_s) = (mine_pid.to_string(), theirs_pid.to_string());
     let ops = [
         "detail",
@@ -282,17 +284,27 @@ fn mig_device_handles_answer_for_the_container() {
     // The stand-in's one handle is a MIG instance whose UUID has the bytes CUDA reports (the
     // simulator's GPU 0), as on a real MIG instance; the cap is given by its MIG- UUID.
     let env = Env::new("nvml-mig");
-    let mig = "MIG-7f2f4a87-663d-b312-36f4-6ad9417f4505";
-    let limit = "MIG-7f2f4a87=2G";
+    env.client(&["init"]).success();
+    let gpu0 = env.sim().device_uuid_string(0);
+    let mig = format!("MIG-{}", &gpu0[4..]);
+    let limit = format!("{}=2G", &mig[..12]);
+    let limit = limit.as_str();
     let mut holder = env.client(&["init", "primary", "alloc", "1G", "info", "hold"]).shim().limit(limit).spawn();
     let info = holder.wait_for("info");
     assert_eq!(field(&info, "total").as_deref(), Some("2147483648"), "CUDA holds to the MIG key's cap: {info}");
     holder.wait_for("holding");
     let fake = nvml_client(Variant::FakeLibrary);
-    let run = nvml(&env, Variant::Dlsym, &["mem", "mem2"]).env("LD_LIBRARY_PATH", &fake).env("FGPU_FAKE_NVML_UUID", mig).shim().limit(limit).success();
+    let run = nvml(&env, Variant::Dlsym, &["mem", "mem2"])
+        .env("LD_LIBRARY_PATH", &fake)
+        .env("FGPU_FAKE_NVML_GPU_UUID", &gpu0)
+        .env("FGPU_FAKE_NVML_UUID", &mig)
+        .shim()
+        .limit(limit)
+        .success();
     assert_eq!((num(&run, "mem ", "total"), num(&run, "mem ", "used")), (2 * GIB, GIB + CONTEXT), "{run}");
     assert_eq!((num(&run, "mem2 ", "total"), num(&run, "mem2 ", "used"), num(&run, "mem2 ", "reserved")), (2 * GIB, GIB + CONTEXT, 0), "{run}");
-    let bare = nvml(&env, Variant::Dlsym, &["mem"]).env("LD_LIBRARY_PATH", &fake).env("FGPU_FAKE_NVML_UUID", mig).success();
+    let bare =
+        nvml(&env, Variant::Dlsym, &["mem"]).env("LD_LIBRARY_PATH", &fake).env("FGPU_FAKE_NVML_GPU_UUID", &gpu0).env("FGPU_FAKE_NVML_UUID", &mig).success();
     assert_eq!(num(&bare, "mem ", "total"), 80 * GIB, "without the shim, the stand-in's own answer\n{bare}");
 }
 

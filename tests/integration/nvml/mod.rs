@@ -152,7 +152,7 @@ pub(super) fn u(value: &Value) -> u64 {
 /// The ledger's processes holding memory on the simulated device `sim_index`, as this test
 /// process sees their PIDs, with the bytes the ledger counts for them; and the device's used.
 pub(super) fn ledger_view(env: &Env, sim_index: usize) -> (Vec<(u32, u64)>, u64) {
-    let uuid = fgpu_sim_state::device_uuid_bytes(sim_index as u32);
+    let uuid = env.sim().device_uuid(sim_index);
     let snapshot = env.ledger().snapshot(None);
     let Some(device) = snapshot.devices.iter().find(|d| d.uuid.bytes == uuid) else { return (Vec::new(), 0) };
     let id = device.id.0;

@@ -9,7 +9,10 @@
 //! default stream: the driver cannot see the caller's CUDA_API_PER_THREAD_DEFAULT_STREAM
 //! macro, which only selects the flag at compile time.
 
-use super::{array::*, capture::*, context::*, copy::*, device::*, error_strings::*, graph::*, launch::*, memory::*, module::*, pool::*, stream::*, vmm::*};
+use super::{
+    array::*, capture::*, context::*, copy::*, device::*, error_strings::*, graph::*, graph_nodes::*, graph_pool::*, launch::*, memory::*, module::*, pool::*,
+    stream::*, vmm::*,
+};
 use crate::boundary::*;
 use crate::driver;
 use crate::errors::*;

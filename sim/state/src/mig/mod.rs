@@ -18,6 +18,7 @@
 //!   timeline ([`MigDevice::timeline`]). A bound process keeps its compute instance from
 //!   being destroyed (`IN_USE`).
 
+mod devices;
 mod instances;
 pub mod placement;
 pub mod profiles;

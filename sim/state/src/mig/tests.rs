@@ -1,17 +1,11 @@
 use super::*;
+use crate::temp_state::{TempSim, TempState};
 use crate::{SimConfig, SimState, MAX_PROCESSES};
-use std::path::PathBuf;
 
 const GIB: u64 = 1 << 30;
 
-fn temp_path(name: &str) -> PathBuf {
-    let p = std::env::temp_dir().join(format!("fgpu-sim-mig-test-{}-{}", std::process::id(), name));
-    let _ = std::fs::remove_file(&p);
-    p
-}
-
-fn state(name: &str, product: Product, mig: u32) -> SimState {
-    SimState::open_with(temp_path(name), &SimConfig { devices: 2, product, mig, ..SimConfig::default() }).unwrap()
+fn state(name: &str, product: Product, mig: u32) -> TempSim {
+    TempState::new(&format!("mig-{name}")).open_with(&SimConfig { devices: 2, product, mig, ..SimConfig::default() })
 }
 
 /// Creates one GPU instance per profile ID in `ids`, with no placement, and returns the IDs

@@ -1,14 +1,13 @@
 use super::*;
+use crate::temp_state::{TempSim, TempState};
 use crate::*;
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 
 const MS: u64 = 1_000_000;
 
-fn state(name: &str, timeslice_ns: u64) -> SimState {
-    let p = std::env::temp_dir().join(format!("fgpu-sim-timeline-{}-{}", std::process::id(), name));
-    let _ = std::fs::remove_file(&p);
-    SimState::open_with(&p, &SimConfig { timeslice_ns, ..SimConfig::default() }).unwrap()
+fn state(name: &str, timeslice_ns: u64) -> TempSim {
+    TempState::new(&format!("timeline-{name}")).open_with(&SimConfig { timeslice_ns, ..SimConfig::default() })
 }
 
 /// The history of `dev` between `from` and `to` as (incarnation, start, end), merged runs.
@@ -131,10 +130,9 @@ fn timeline_child_helper() {
 #[test]
 fn dead_process_work_is_dropped() {
     let s = state("dead", 2 * MS);
-    let path = std::env::temp_dir().join(format!("fgpu-sim-timeline-{}-dead", std::process::id()));
     let mut child = Command::new(std::env::current_exe().unwrap())
         .args(["--exact", "timeline::tests::timeline_child_helper", "--nocapture", "--test-threads=1"])
-        .env("FGPU_SIM_TIMELINE_CHILD", &path)
+        .env("FGPU_SIM_TIMELINE_CHILD", s.path())
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
@@ -203,10 +201,8 @@ fn utilisation_periods_follow_the_timeline() {
 #[test]
 fn a_longer_sample_period_is_what_nvml_reports_over() {
     // NVML documents 1/6 s to 1 s depending on the product; `FGPU_SIM_SAMPLE_PERIOD` picks.
-    let p = std::env::temp_dir().join(format!("fgpu-sim-timeline-{}-period", std::process::id()));
-    let _ = std::fs::remove_file(&p);
     let half = 500 * MS;
-    let s = SimState::open_with(&p, &SimConfig { sample_period_ns: half, ..SimConfig::default() }).unwrap();
+    let s = TempState::new("timeline-period").open_with(&SimConfig { sample_period_ns: half, ..SimConfig::default() });
     assert_eq!(s.sample_period_ns(), half);
     let slot = s.register().unwrap();
     let c = s.timeline_open(0, slot, 1).unwrap();
@@ -220,7 +216,6 @@ fn a_longer_sample_period_is_what_nvml_reports_over() {
     assert_eq!(last.period_ns, half);
     assert_eq!(last.end_ns % half, 0, "periods are aligned on the period");
     assert_eq!(last.percent(last.device_busy_ns), 20, "100 ms of 500 ms: {last:?}");
-    let _ = std::fs::remove_file(&p);
 }
 
 #[test]
