@@ -40,6 +40,13 @@ use args::{Cli, Command};
 /// Runs a parsed command line and returns its exit status (`fgpu run` does not return
 /// when its command was killed by a signal: it dies of the same signal).
 pub fn run(cli: Cli) -> i32 {
+    if prints_and_exits(&cli.command) {
+        // Rust starts with SIGPIPE ignored, so `fgpu mig list --json | head` would panic
+        // in println! once head is gone; a command that prints and exits dies quietly of
+        // the signal instead, as other command-line tools do. `run` (its job gets the
+        // default disposition anyway), `service`, `exporter` and `top` keep theirs.
+        let _ = fgpu_core::sys::signals::default_action(libc::SIGPIPE);
+    }
     match cli.command {
         Command::Run(args) => jobs::run::run(args),
         Command::Status(args) => observe::status::status(&args),
@@ -57,4 +64,9 @@ pub fn run(cli: Cli) -> i32 {
         Command::NvmlEvents => observe::nvml_events::main(),
         Command::SimEnv(args) => sim_env::sim_env(&args),
     }
+}
+
+/// Whether the command prints what it found and exits (so a closed pipe may end it).
+fn prints_and_exits(command: &Command) -> bool {
+    matches!(command, Command::Status(_) | Command::Doctor(_) | Command::Completions(_) | Command::Cdi(_) | Command::Mig(_) | Command::SimEnv(_))
 }

@@ -207,3 +207,21 @@ fn run_with_a_compute_share_alone_and_what_status_and_the_exporter_show() {
     assert!(waited >= 0.5 * idle && waited <= busy + idle + 0.5, "{waited} s, {idle:.3} s idle of {:.3} s\n{body}", busy + idle);
     drop(job);
 }
+
+#[test]
+fn a_closed_pipe_ends_status_and_mig_list_quietly_not_with_a_panic() {
+    use std::os::unix::process::ExitStatusExt;
+    let env = Env::new("cli-status-pipe");
+    for args in [&["status"][..], &["status", "--json"], &["mig", "list", "--json"]] {
+        let (reader, writer) = std::io::pipe().unwrap();
+        drop(reader); // `fgpu ... | head -0`, head already gone
+        let mut cmd = fgpu(&env).args(args);
+        let described = cmd.describe();
+        let out = cmd.0.stdout(writer).stderr(std::process::Stdio::piped()).output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!stderr.contains("panicked"), "{described}: {stderr}");
+        // Whatever it found (a MIG listing may fail on a GPU without MIG), its first write
+        // to stdout meets the closed pipe: SIGPIPE ends it, as it ends other tools.
+        assert_eq!(out.status.signal(), Some(libc::SIGPIPE), "{described}: {:?}\n{stderr}", out.status);
+    }
+}
