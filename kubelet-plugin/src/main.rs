@@ -8,7 +8,7 @@ use fgpu_kubelet_plugin::claimfiles::ClaimFiles;
 use fgpu_kubelet_plugin::health::HealthMonitor;
 use fgpu_kubelet_plugin::health_service::HealthService;
 use fgpu_kubelet_plugin::health_watch::Helper;
-use fgpu_kubelet_plugin::inventory::{self, Inventory};
+use fgpu_kubelet_plugin::inventory::{self, Inventory, Managed, MigProbe};
 use fgpu_kubelet_plugin::metrics::{self, Metrics, View};
 use fgpu_kubelet_plugin::metrics_http::{self, Scrape};
 use fgpu_kubelet_plugin::mig::MigTool;
@@ -22,6 +22,7 @@ use fgpu_kubelet_plugin::xid::XidPolicy;
 use fgpu_kubelet_plugin::{check, log, server, watch};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::Notify;
@@ -154,6 +155,12 @@ struct RunArgs {
     #[arg(long, env = "ADDITIONAL_XIDS_TO_IGNORE", value_delimiter = ',', value_name = "XIDS")]
     additional_xids_to_ignore: Vec<u64>,
 
+    /// The GPUs whose MIG partitions this driver publishes and creates at prepare: GPU
+    /// indices or UUIDs, comma-separated, or all. Default: none. fgpu never changes a GPU's
+    /// MIG mode: a GPU named here with MIG off is published whole (one line in the log).
+    #[arg(long, env = "FGPU_MIG_GPUS", default_value = "", value_name = "GPUS", value_parser = Managed::from_str)]
+    mig_gpus: Managed,
+
     /// The kernel module's list of MIG capability minors, read for the `nvidia-caps`
     /// device nodes of the MIG instances created for claims.
     #[arg(long, default_value = fgpu_kubelet_plugin::mig::MIG_MINORS, value_name = "FILE")]
@@ -217,6 +224,7 @@ struct Looks {
     publisher: Arc<Publisher>,
     fgpu: PathBuf,
     driver_root: Option<PathBuf>,
+    mig: MigProbe,
     interval: Duration,
     kick: Arc<Notify>,
 }
@@ -228,10 +236,13 @@ async fn looks(l: Looks) {
     loop {
         if tokio::time::Instant::now() >= next_probe {
             next_probe = tokio::time::Instant::now() + l.interval;
-            let (path, root) = (l.fgpu.clone(), l.driver_root.clone());
-            match tokio::task::spawn_blocking(move || inventory::probe(&path, root.as_deref())).await {
+            let (path, root, mig) = (l.fgpu.clone(), l.driver_root.clone(), l.mig.clone());
+            match tokio::task::spawn_blocking(move || inventory::probe(&path, root.as_deref(), &mig)).await {
                 Ok(Ok(found)) => {
                     let text = inventory::describe(&found);
+                    for note in inventory::new_notes(&l.plugin.inventory(), &found) {
+                        log(note);
+                    }
                     if l.plugin.set_inventory(found) {
                         log(&format!("the GPUs changed: {text}"));
                     }
@@ -303,9 +314,16 @@ async fn run(args: RunArgs) -> Result<(), String> {
     payload.install(&state_dir, None).map_err(|e| e.to_string())?;
 
     let policy = MemoryPolicy { reserve: args.memory_reserve, step: args.memory_step };
-    let (path, root) = (fgpu.clone(), args.driver_root.clone());
-    let found = tokio::task::spawn_blocking(move || inventory::probe(&path, root.as_deref())).await.map_err(|e| format!("the probe failed: {e}"))??;
+    let mig = MigProbe { managed: args.mig_gpus.clone(), record: state_dir.join("mig") };
+    let (path, root, probe_mig) = (fgpu.clone(), args.driver_root.clone(), mig.clone());
+    let found = tokio::task::spawn_blocking(move || inventory::probe(&path, root.as_deref(), &probe_mig))
+        .await
+        .map_err(|e| format!("the probe failed: {e}"))?
+        .map_err(|e| e.to_string())?;
     log(&format!("node {node}: {}", inventory::describe(&found)));
+    for note in &found.mig_notes {
+        log(note);
+    }
     check_policy(&found, &policy)?;
     let api = Arc::new(Api::connect(args.kubeconfig.as_deref()).await.map_err(|e| e.to_string())?);
     log(&format!("API server {}", api.server()));
@@ -328,14 +346,14 @@ async fn run(args: RunArgs) -> Result<(), String> {
             NvidiaNames::Search(dirs)
         }
     };
-    let mig = MigTool {
+    let mig_tool = MigTool {
         fgpu: fgpu.clone(),
-        library_dir: args.driver_root.as_deref().map(inventory::nvml_dir).transpose()?,
+        library_dir: args.driver_root.as_deref().map(inventory::nvml_dir).transpose().map_err(|e| e.to_string())?,
         record: state_dir.join("mig"),
         minors: args.mig_minors.clone(),
         device_root: args.device_root.clone(),
     };
-    let settings = Settings { node: node.clone(), checkpoint: plugin_dir.join("checkpoint.json"), nvidia, memory: policy, mig };
+    let settings = Settings { node: node.clone(), checkpoint: plugin_dir.join("checkpoint.json"), nvidia, memory: policy, mig: mig_tool };
     let mut files = ClaimFiles::new(cdi_root, state_dir, PathBuf::from(fgpu_core::hostpid::SERVICE_DIR));
     files.device_root = args.device_root.clone();
     let plugin = Arc::new(Plugin::new(settings, api.clone(), files, found, status.clone()));
@@ -350,7 +368,7 @@ async fn run(args: RunArgs) -> Result<(), String> {
     let monitor = args.device_health.then(|| Arc::new(HealthMonitor::new(XidPolicy::new(&args.additional_xids_to_ignore))));
     let mut background = Vec::new();
     if let Some(monitor) = &monitor {
-        let library_dir = args.driver_root.as_deref().map(inventory::nvml_dir).transpose()?;
+        let library_dir = args.driver_root.as_deref().map(inventory::nvml_dir).transpose().map_err(|e| e.to_string())?;
         let ignored: Vec<String> = XidPolicy::new(&args.additional_xids_to_ignore).ignored().iter().map(u64::to_string).collect();
         log(&format!("device health: a GPU is unhealthy while it is off the bus, and after any XID error but {} until it is reset", ignored.join(", ")));
         background.push(tokio::spawn(Helper { fgpu: fgpu.clone(), library_dir }.run(monitor.clone())));
@@ -384,6 +402,7 @@ async fn run(args: RunArgs) -> Result<(), String> {
         publisher: publisher.clone(),
         fgpu,
         driver_root: args.driver_root.clone(),
+        mig,
         interval: Duration::from_secs(args.resync_interval),
         kick: kick.clone(),
     }));

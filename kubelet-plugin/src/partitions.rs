@@ -20,6 +20,17 @@ pub struct MigProfile {
     pub sms: u32,
     /// Every placement, as NVML gives it: (first memory slice, memory slice count).
     pub placements: Vec<(u32, u32)>,
+    /// Its engines, as NVML gives them (0 where the listing has none).
+    #[serde(default)]
+    pub copy_engines: u32,
+    #[serde(default)]
+    pub decoders: u32,
+    #[serde(default)]
+    pub encoders: u32,
+    #[serde(default)]
+    pub jpegs: u32,
+    #[serde(default)]
+    pub ofas: u32,
 }
 
 /// One GPU's MIG, as `fgpu mig list --json` gives it (fields not read here are passed over).

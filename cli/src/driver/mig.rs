@@ -53,8 +53,20 @@ pub struct GiProfile {
     pub instance_count: u32,
     pub memory_mib: u64,
     pub sms: u32,
+    /// Its engines: copy engines, NVDEC, NVENC, NVJPG, OFA.
+    pub engines: Engines,
     /// `3g.40gb` (the driver's name less its `MIG ` prefix).
     pub name: String,
+}
+
+/// The engines of a GPU instance profile, as `nvmlGpuInstanceProfileInfo_v2_t` gives them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Engines {
+    pub copy_engines: u32,
+    pub decoders: u32,
+    pub encoders: u32,
+    pub jpegs: u32,
+    pub ofas: u32,
 }
 
 /// A compute instance profile of a GPU instance.
@@ -174,6 +186,13 @@ impl<'a> Mig<'a> {
             instance_count: info.instance_count,
             memory_mib: info.memory_size_mb,
             sms: info.multiprocessor_count,
+            engines: Engines {
+                copy_engines: info.copy_engine_count,
+                decoders: info.decoder_count,
+                encoders: info.encoder_count,
+                jpegs: info.jpeg_count,
+                ofas: info.ofa_count,
+            },
             name,
         })
     }

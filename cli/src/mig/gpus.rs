@@ -53,6 +53,9 @@ pub struct ProfileView {
     pub instance_count: u32,
     /// Every placement (first slice, slice count).
     pub placements: Vec<(u32, u32)>,
+    /// Its engines (copy engines, decoders, encoders, jpegs, ofas), beside its other fields.
+    #[serde(flatten)]
+    pub engines: crate::driver::mig::Engines,
 }
 
 impl Gpu {
@@ -127,6 +130,7 @@ fn gpu(nvml: &Nvml, mig: &Mig<'_>, index: u32, device: Device<'_>) -> Gpu {
             sms: p.sms,
             instance_count: p.instance_count,
             placements,
+            engines: p.engines,
         });
         for gi in mig.gpu_instances(device, p.id).unwrap_or_default() {
             let Ok(info) = mig.gi_info(gi) else { continue };
