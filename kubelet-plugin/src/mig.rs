@@ -126,7 +126,10 @@ impl MigTool {
         let id = partition.profile_id.to_string();
         let out = self.run(&["mig", "create", &id, "--gpu", &partition.gpu_uuid, "--placement", &start, "--json"])?;
         let stderr = String::from_utf8_lossy(&out.stderr);
-        let why = || stderr.lines().find(|l| l.starts_with("fgpu mig: ") && !l.starts_with("fgpu mig: created")).unwrap_or(stderr.trim()).to_string();
+        let why = || {
+            let line = stderr.lines().filter_map(|l| l.strip_prefix("fgpu mig: ")).find(|l| !l.starts_with("created "));
+            line.unwrap_or(stderr.trim()).to_string()
+        };
         match out.status.code() {
             Some(0) => {}
             Some(4) => return Err(MigOpError::Taken(why())),

@@ -310,6 +310,11 @@ mod tests {
             memory_mib,
             sms: 14 * slices,
             placements,
+            copy_engines: slices,
+            decoders: 0,
+            encoders: 0,
+            jpegs: 0,
+            ofas: 0,
         };
         vec![MigGpu {
             index: 0,

@@ -20,6 +20,8 @@ use std::time::{Duration, Instant};
 
 /// Device health and metrics.
 mod health;
+/// MIG partitions created at prepare, destroyed at unprepare.
+mod mig_prepare;
 
 const NODE: &str = "node-a";
 const NODE_UID: &str = "2c4a3a4e-9f0e-4d5e-8d0a-6f1b8e0c1d2f";
@@ -165,7 +167,7 @@ impl Node {
     }
 
     /// [`Node::start`] with environment variables set (another simulated GPU).
-    fn start_with(&self, extra: &[&str], vars: &[(&str, String)]) -> Plugin {
+    pub(crate) fn start_with(&self, extra: &[&str], vars: &[(&str, String)]) -> Plugin {
         let (mut cmd, log) = self.plugin_command(extra);
         for (k, v) in vars {
             cmd.env(k, v);
