@@ -216,8 +216,8 @@ fn a_restarted_plugin_destroys_only_its_own_instances_that_no_claim_holds() {
 }
 
 #[test]
-fn a_failed_prepare_leaves_no_instance_it_created() {
-    let Some(m) = MigNode::new("dra-mig-rollback") else { return };
+fn a_prepare_whose_spec_cannot_be_written_leaves_no_instance() {
+    let Some(m) = MigNode::new("dra-mig-rollback-spec") else { return };
 
     // The spec cannot be written (a directory stands at its path): the instance created
     // for it is destroyed again.
@@ -231,8 +231,11 @@ fn a_failed_prepare_leaves_no_instance_it_created() {
     std::fs::remove_dir(m.node.cdi().join(format!("fgpu-claim-{}.json", blocked.uid))).unwrap();
     ok(&m.prepare(&blocked), &plugin.log());
     ok(&m.unprepare(&blocked), &plugin.log());
-    drop(plugin);
+}
 
+#[test]
+fn a_prepare_whose_caps_minors_are_not_listed_leaves_no_instance() {
+    let Some(m) = MigNode::new("dra-mig-rollback-minors") else { return };
     // The capability minors cannot be read: the instance goes again.
     std::fs::write(&m.minors, "config 1\nmonitor 2\n").unwrap();
     let plugin = m.start(&[]);
@@ -241,9 +244,11 @@ fn a_failed_prepare_leaves_no_instance_it_created() {
     assert!(answer["error"].as_str().unwrap().contains("gpu0/gi"), "{answer}");
     assert_eq!(m.instances(), [], "{answer}\n{}", plugin.log());
     assert_eq!(m.preparing(), Value::Null);
-    drop(plugin);
-    std::fs::write(&m.minors, mig_minors()).unwrap();
+}
 
+#[test]
+fn a_prepare_whose_create_loses_its_placement_fails_and_leaves_the_rival() {
+    let Some(m) = MigNode::new("dra-mig-rollback-race") else { return };
     // The create loses its placement to another creator (FGPU_SIM_MIG_RACE): an error, the
     // rival's instance untouched, nothing of the plugin's left.
     let plugin = m.start(&[("FGPU_SIM_MIG_RACE", "1".into())]);
