@@ -264,3 +264,50 @@ fn a_prepare_whose_create_loses_its_placement_fails_and_leaves_the_rival() {
     let plugin = m.start(&[]);
     assert_eq!(m.instances(), rival, "not the plugin's: kept at start: {}", plugin.log());
 }
+
+#[test]
+fn after_a_reboot_start_up_makes_the_claims_instances_again_or_fails_their_specs_closed() {
+    let Some(m) = MigNode::new("dra-mig-reboot") else { return };
+    let list = mig_minors();
+    let plugin = m.start(&[]);
+    let kept = m.claim("kept", 1, "gpu-0-mig-3g-40gb-4", Some("8Gi"), None);
+    let lost = m.claim("lost", 2, "gpu-0-mig-1g-10gb-0", Some("2Gi"), None);
+    ok(&m.prepare(&kept), &plugin.log());
+    ok(&m.prepare(&lost), &plugin.log());
+    let (_, old) = m.at(4).unwrap();
+    drop(plugin);
+    // The reboot: MIG instances do not survive it (a GPU reset destroys them all); the
+    // checkpoint still holds both claims. Someone else's instance now stands at slice 0.
+    m.sim.reset_gpu(0).unwrap();
+    assert_eq!(m.instances(), []);
+    let rival = m.sim.create_gpu_instance(0, 19, Some(0)).unwrap();
+    m.sim.create_compute_instance(0, rival.id, 0, None).unwrap();
+
+    let plugin = m.start(&[]);
+    let log = plugin.log();
+    // The instance is made again at its placement, a new MIG device; the spec and the cap
+    // name it, and its access nodes are those of its GPU instance now.
+    let (gi, new) = m.at(4).unwrap_or_else(|| panic!("not made again: {:?}\n{log}", m.instances()));
+    assert_ne!(new, old, "{log}");
+    let spec = m.spec(&kept).unwrap();
+    let edits = &spec["devices"][0]["containerEdits"];
+    let env: Vec<&str> = edits["env"].as_array().unwrap().iter().map(|e| e.as_str().unwrap()).collect();
+    assert_eq!(env, [format!("CUDA_VISIBLE_DEVICES={new}"), format!("NVIDIA_VISIBLE_DEVICES={new}")], "{spec}\n{log}");
+    let minors: Vec<String> = edits["deviceNodes"].as_array().unwrap().iter().map(|n| n["path"].as_str().unwrap().to_string()).collect();
+    let want: Vec<String> = [format!("gpu0/gi{gi}/access"), format!("gpu0/gi{gi}/ci0/access")]
+        .iter()
+        .map(|k| format!("/dev/nvidia-caps/nvidia-cap{}", minor_of(&list, k)))
+        .collect();
+    assert_eq!(minors, want, "{spec}");
+    assert!(m.config(&kept).contains(&format!("limit = {new}=8G,*=1")), "{}", m.config(&kept));
+    // The other's placement is taken: one line naming why, and no spec, so that no
+    // container of the claim starts, on the rival's instance or uncapped.
+    assert!(log.lines().any(|l| l.contains("ResourceClaim ml/lost") && l.contains("taken")), "{log}");
+    assert!(m.spec(&lost).is_none(), "{log}");
+    let again = m.prepare(&lost);
+    assert!(again["error"].as_str().unwrap().contains("taken"), "{again}");
+    ok(&m.unprepare(&lost), &plugin.log());
+    ok(&m.unprepare(&kept), &plugin.log());
+    assert_eq!(m.at(4), None, "{}", plugin.log());
+    assert_eq!(m.at(0).map(|x| x.0), Some(rival.id), "the rival's instance is never touched");
+}
