@@ -26,6 +26,10 @@ pub struct Checkpoint {
     /// Claims whose preparing is under way (or was cut short), by UID.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub preparing: BTreeMap<String, Preparing>,
+    /// Prepared claims whose MIG instance is gone and could not be made again at start, and
+    /// why: their specs are not written (not saved: found again at each start).
+    #[serde(skip)]
+    pub lost: BTreeMap<String, String>,
 }
 
 /// A claim being prepared on MIG partitions: what it was allocated, and the instances
@@ -151,7 +155,7 @@ impl Store {
     }
 
     fn empty() -> Checkpoint {
-        Checkpoint { version: VERSION, claims: BTreeMap::new(), preparing: BTreeMap::new() }
+        Checkpoint { version: VERSION, claims: BTreeMap::new(), preparing: BTreeMap::new(), lost: BTreeMap::new() }
     }
 
     pub fn save(&self, checkpoint: &Checkpoint) -> Result<(), fgpu_cdi::files::FileError> {

@@ -18,7 +18,8 @@
 use crate::partitions::Partition;
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
+use tokio::process::Command;
 
 /// The kernel module's list of MIG capability minors.
 pub const MIG_MINORS: &str = "/proc/driver/nvidia-caps/mig-minors";
@@ -95,22 +96,40 @@ pub struct MigTool {
     pub device_root: PathBuf,
 }
 
-impl MigTool {
-    fn command(&self, args: &[&str]) -> Command {
-        let mut command = Command::new(&self.fgpu);
-        command.args(args).env("FGPU_MIG_RECORD", &self.record).env_remove("LD_PRELOAD").stdin(Stdio::null());
-        if let Some(dir) = &self.library_dir {
-            let mut paths = vec![dir.clone()];
-            paths.extend(std::env::var_os("LD_LIBRARY_PATH").map(|p| std::env::split_paths(&p).collect::<Vec<_>>()).unwrap_or_default());
-            if let Ok(joined) = std::env::join_paths(paths) {
-                command.env("LD_LIBRARY_PATH", joined);
-            }
+/// The command `fgpu <args>` as the plugin runs it: with the plugin's own MIG record
+/// (`FGPU_MIG_RECORD`), the driver root's library directory first on `LD_LIBRARY_PATH`, no
+/// preload, no input. Run on tokio's process driver, so that no runtime worker waits on it.
+pub fn fgpu_command(fgpu: &Path, library_dir: Option<&Path>, record: &Path, args: &[&str]) -> Command {
+    let mut command = Command::new(fgpu);
+    command.args(args).env("FGPU_MIG_RECORD", record).env_remove("LD_PRELOAD").stdin(Stdio::null()).kill_on_drop(true);
+    if let Some(dir) = library_dir {
+        let mut paths = vec![dir.to_path_buf()];
+        paths.extend(std::env::var_os("LD_LIBRARY_PATH").map(|p| std::env::split_paths(&p).collect::<Vec<_>>()).unwrap_or_default());
+        if let Ok(joined) = std::env::join_paths(paths) {
+            command.env("LD_LIBRARY_PATH", joined);
         }
-        command
     }
+    command
+}
 
-    fn run(&self, args: &[&str]) -> Result<std::process::Output, MigOpError> {
-        self.command(args).output().map_err(|e| MigOpError::Failed(format!("cannot run {}: {e}", self.fgpu.display())))
+/// What `fgpu mig list --json` prints, run with the plugin's record: the one listing both
+/// the inventory's probe (the GPUs' MIG profiles and placements) and the start-up
+/// collection (the instances of the record that exist) read. `Err` is one line.
+pub async fn list_json(fgpu: &Path, library_dir: Option<&Path>, record: &Path) -> Result<String, String> {
+    let out = fgpu_command(fgpu, library_dir, record, &["mig", "list", "--json"])
+        .output()
+        .await
+        .map_err(|e| format!("cannot start {} mig list: {e}", fgpu.display()))?;
+    if !out.status.success() {
+        return Err(format!("{} mig list --json failed ({}): {}", fgpu.display(), out.status, String::from_utf8_lossy(&out.stderr).trim()));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+impl MigTool {
+    async fn run(&self, args: &[&str]) -> Result<std::process::Output, MigOpError> {
+        let mut command = fgpu_command(&self.fgpu, self.library_dir.as_deref(), &self.record, args);
+        command.output().await.map_err(|e| MigOpError::Failed(format!("cannot run {}: {e}", self.fgpu.display())))
     }
 
     /// Whether the plugin's record names any instance (a `*.json` file in it).
@@ -121,10 +140,10 @@ impl MigTool {
     }
 
     /// Creates the instance of `partition`, at its placement exactly.
-    pub fn create(&self, partition: &Partition) -> Result<Made, MigOpError> {
+    pub async fn create(&self, partition: &Partition) -> Result<Made, MigOpError> {
         let start = partition.start.to_string();
         let id = partition.profile_id.to_string();
-        let out = self.run(&["mig", "create", &id, "--gpu", &partition.gpu_uuid, "--placement", &start, "--json"])?;
+        let out = self.run(&["mig", "create", &id, "--gpu", &partition.gpu_uuid, "--placement", &start, "--json"]).await?;
         let stderr = String::from_utf8_lossy(&out.stderr);
         let why = || {
             let line = stderr.lines().filter_map(|l| l.strip_prefix("fgpu mig: ")).find(|l| !l.starts_with("created "));
@@ -149,8 +168,8 @@ impl MigTool {
 
     /// Destroys the instance `mig_uuid` of the plugin's record; one already gone, or no
     /// longer recorded, is destroyed already.
-    pub fn destroy(&self, mig_uuid: &str) -> Result<(), MigOpError> {
-        let out = self.run(&["mig", "destroy", "--json", mig_uuid])?;
+    pub async fn destroy(&self, mig_uuid: &str) -> Result<(), MigOpError> {
+        let out = self.run(&["mig", "destroy", "--json", mig_uuid]).await?;
         let text = String::from_utf8_lossy(&out.stdout);
         let line: Option<DestroyLine> = text.lines().find_map(|l| serde_json::from_str(l).ok());
         match line {
@@ -162,12 +181,9 @@ impl MigTool {
     }
 
     /// The instances of the plugin's record that exist.
-    pub fn recorded(&self) -> Result<Vec<Recorded>, MigOpError> {
-        let out = self.run(&["mig", "list", "--json"])?;
-        if !out.status.success() {
-            return Err(MigOpError::Failed(format!("fgpu mig list: {}", String::from_utf8_lossy(&out.stderr).trim())));
-        }
-        let listing: Listing = serde_json::from_slice(&out.stdout).map_err(|e| MigOpError::Failed(format!("fgpu mig list --json: {e}")))?;
+    pub async fn recorded(&self) -> Result<Vec<Recorded>, MigOpError> {
+        let text = list_json(&self.fgpu, self.library_dir.as_deref(), &self.record).await.map_err(MigOpError::Failed)?;
+        let listing: Listing = serde_json::from_str(&text).map_err(|e| MigOpError::Failed(format!("fgpu mig list --json: {e}")))?;
         Ok(listing.gpus.into_iter().flat_map(|g| g.fgpu_created).collect())
     }
 

@@ -19,13 +19,19 @@
 //! **MIG partitions.** A device that is a MIG partition ([`crate::partitions`]) is an
 //! instance created at prepare ([`crate::mig`]) at the allocated placement, or shared with
 //! the claims that hold it already (a partition allocated to several claims, each with its
-//! consumed capacity). The lock is held across the creation, so two claims of one partition
-//! never both create it. The steps are checkpointed ([`crate::checkpoint::Preparing`]): the
+//! consumed capacity). The fgpu command that creates or destroys an instance is a child
+//! process awaited on tokio's process driver, so no runtime worker waits on it; the state
+//! lock (an async mutex) is held across that wait, so two prepares of one partition never
+//! both create it (the second finds the first's instance held, and shares it), an unprepare
+//! never destroys an instance a prepare is about to take, and the other calls wait their
+//! turn (a create takes well under a second). Each prepare and unprepare runs in a task of
+//! its own, so a call kubelet gives up on never stops between two steps. The steps are checkpointed ([`crate::checkpoint::Preparing`]): the
 //! intent, each instance created, the claim prepared; a failure at any step destroys what
 //! this prepare created. Unpreparing the last claim that holds an instance destroys it; a
 //! process still on it (`NVML_ERROR_IN_USE`) is an error kubelet retries, the claim staying
 //! prepared. At start, instances of the plugin's own record that no prepared claim holds
-//! are destroyed, and half-done prepares undone.
+//! are destroyed, half-done prepares undone, and the instances of prepared claims that a
+//! reboot or a GPU reset took made again, or their claims failed closed ([`remake`]).
 
 use crate::api::Api;
 use crate::capacity;
@@ -43,6 +49,8 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
 use tokio::sync::Mutex;
+
+mod remake;
 
 pub struct Settings {
     pub node: String,
@@ -110,6 +118,10 @@ impl Plugin {
             ));
         }
         for (uid, claim) in &state.claims {
+            if state.lost.contains_key(uid) {
+                self.remove_spec(uid);
+                continue;
+            }
             if let Err(e) = self.files.write(uid, claim) {
                 crate::log(&format!("cannot restore the files of claim {}/{} ({uid}): {e}", claim.namespace, claim.name));
             }
@@ -139,19 +151,35 @@ impl Plugin {
                     continue;
                 }
             };
-            match self.unprepare(&namespace, &name, &uid).await {
+            match self.unprepare_claim(&namespace, &name, &uid).await {
                 Ok(()) => crate::log(&format!("{gone}: its files are removed ({uid})")),
                 Err(e) => crate::log(&format!("{gone}, but its files cannot be removed: {e}")),
             }
         }
     }
 
+    /// NodePrepareResources for one claim, in a task of its own: kubelet giving up on the
+    /// call (its deadline) drops the caller, never the steps between two checkpoints.
+    pub async fn prepare(self: &Arc<Self>, namespace: &str, name: &str, uid: &str) -> Result<Vec<DeviceRecord>, String> {
+        let (this, namespace, name, uid) = (self.clone(), namespace.to_string(), name.to_string(), uid.to_string());
+        tokio::spawn(async move { this.prepare_claim(&namespace, &name, &uid).await }).await.map_err(|e| format!("preparing a claim failed: {e}"))?
+    }
+
+    /// NodeUnprepareResources for one claim, in a task of its own (as [`Plugin::prepare`]).
+    pub async fn unprepare(self: &Arc<Self>, namespace: &str, name: &str, uid: &str) -> Result<(), String> {
+        let (this, namespace, name, uid) = (self.clone(), namespace.to_string(), name.to_string(), uid.to_string());
+        tokio::spawn(async move { this.unprepare_claim(&namespace, &name, &uid).await }).await.map_err(|e| format!("unpreparing a claim failed: {e}"))?
+    }
+
     /// NodePrepareResources for one claim: its devices, or why it cannot be prepared.
-    pub async fn prepare(&self, namespace: &str, name: &str, uid: &str) -> Result<Vec<DeviceRecord>, String> {
+    async fn prepare_claim(&self, namespace: &str, name: &str, uid: &str) -> Result<Vec<DeviceRecord>, String> {
         check_uid(uid).map_err(|e| e.to_string())?;
         let what = format!("ResourceClaim {namespace}/{name}");
         {
             let state = self.state.lock().await;
+            if let Some(why) = state.lost.get(uid) {
+                return Err(format!("{what}: {why}"));
+            }
             if let Some(done) = state.claims.get(uid) {
                 self.files.write(uid, done).map_err(|e| format!("{what}: {e}"))?;
                 return Ok(done.devices.clone());
@@ -188,11 +216,11 @@ impl Plugin {
             return Ok(done.devices.clone());
         }
         if !plan.partitions.is_empty() {
-            self.take_instances(&mut state, uid, &what, &plan.partitions, &mut record)?;
+            self.take_instances(&mut state, uid, &what, &plan.partitions, &mut record).await?;
         }
         if let Err(e) = self.finish(&mut state, uid, &record) {
             if !plan.partitions.is_empty() {
-                self.roll_back(&mut state, uid, &what);
+                self.roll_back(&mut state, uid, &what).await;
             }
             return Err(format!("{what}: {e}"));
         }
@@ -242,7 +270,14 @@ impl Plugin {
     /// The instances of a claim's partitions, each shared with the claims that hold it or
     /// created (the intent checkpointed first, each instance as soon as it exists), and the
     /// claim's cap inside each. On a failure what was created is destroyed again.
-    fn take_instances(&self, state: &mut Checkpoint, uid: &str, what: &str, partitions: &[PlannedPartition], record: &mut PreparedClaim) -> Result<(), String> {
+    async fn take_instances(
+        &self,
+        state: &mut Checkpoint,
+        uid: &str,
+        what: &str,
+        partitions: &[PlannedPartition],
+        record: &mut PreparedClaim,
+    ) -> Result<(), String> {
         let intent = Preparing {
             namespace: record.namespace.clone(),
             name: record.name.clone(),
@@ -261,7 +296,7 @@ impl Plugin {
             let instance = match shared {
                 Some(instance) => instance,
                 None => {
-                    let made = self.create_instance(&p.partition);
+                    let made = self.create_instance(&p.partition).await;
                     let made = made.and_then(|m| {
                         state.preparing.get_mut(uid).expect("the intent").created.push(m.clone());
                         self.store.save(state).map(|()| m).map_err(|e| e.to_string())
@@ -269,14 +304,14 @@ impl Plugin {
                     match made {
                         Ok(m) => m,
                         Err(e) => {
-                            self.roll_back(state, uid, what);
+                            self.roll_back(state, uid, what).await;
                             return Err(format!("{what}: device {device}: {e}"));
                         }
                     }
                 }
             };
             if let Err(e) = add_cap(record, &instance, p) {
-                self.roll_back(state, uid, what);
+                self.roll_back(state, uid, what).await;
                 return Err(format!("{what}: device {device}: {e}"));
             }
             if !record.mig.contains(&instance) {
@@ -288,8 +323,8 @@ impl Plugin {
 
     /// Creates the instance of `partition` and reads its capability minors; destroys it
     /// again when they cannot be read.
-    fn create_instance(&self, partition: &Partition) -> Result<MigInstance, String> {
-        let made = self.settings.mig.create(partition).map_err(|e| e.to_string())?;
+    async fn create_instance(&self, partition: &Partition) -> Result<MigInstance, String> {
+        let made = self.settings.mig.create(partition).await.map_err(|e| e.to_string())?;
         let minors = match made.gpu_minor {
             Some(minor) => self.settings.mig.caps_minors(minor, made.gpu_instance, made.compute_instance).map(|m| (minor, m)),
             None => Err(MigOpError::Failed(format!("NVML gives no minor number for GPU {}", made.gpu_uuid))),
@@ -297,7 +332,7 @@ impl Plugin {
         let (gpu_minor, caps_minors) = match minors {
             Ok(m) => m,
             Err(e) => {
-                if let Err(d) = self.settings.mig.destroy(&made.mig_uuid) {
+                if let Err(d) = self.settings.mig.destroy(&made.mig_uuid).await {
                     crate::log(&format!("cannot destroy {} again: {d}", made.mig_uuid));
                 }
                 return Err(e.to_string());
@@ -325,7 +360,7 @@ impl Plugin {
     /// Undoes a half-done prepare: its files go, and the instances it created that no
     /// prepared claim holds are destroyed; one that cannot be stays in `preparing` for the
     /// next unprepare or start.
-    fn roll_back(&self, state: &mut Checkpoint, uid: &str, what: &str) {
+    async fn roll_back(&self, state: &mut Checkpoint, uid: &str, what: &str) {
         if !state.claims.contains_key(uid) {
             if let Err(e) = self.files.remove(uid) {
                 crate::log(&format!("{what}: cannot remove its files: {e}"));
@@ -337,7 +372,7 @@ impl Plugin {
             if !state.owners(&m.mig_uuid, uid).is_empty() {
                 continue;
             }
-            match self.settings.mig.destroy(&m.mig_uuid) {
+            match self.settings.mig.destroy(&m.mig_uuid).await {
                 Ok(()) => crate::log(&format!(
                     "{what}: destroyed {} ({} at {}:{} on GPU {}), created by a prepare undone",
                     m.mig_uuid, m.profile, m.placement.0, m.placement.1, m.gpu_index
@@ -359,10 +394,10 @@ impl Plugin {
 
     /// Destroys the instances claim `uid` holds alone; `Err` (the claim staying prepared)
     /// when one is in use or cannot be destroyed.
-    fn release_instances(&self, state: &mut Checkpoint, uid: &str, what: &str) -> Result<(), String> {
+    async fn release_instances(&self, state: &mut Checkpoint, uid: &str, what: &str) -> Result<(), String> {
         let held: Vec<MigInstance> = state.claims.get(uid).map(|c| c.mig.clone()).unwrap_or_default();
         for m in held.iter().filter(|m| state.owners(&m.mig_uuid, uid).is_empty()) {
-            match self.settings.mig.destroy(&m.mig_uuid) {
+            match self.settings.mig.destroy(&m.mig_uuid).await {
                 Ok(()) => {
                     crate::log(&format!("{what}: destroyed {} ({} at {}:{} on GPU {})", m.mig_uuid, m.profile, m.placement.0, m.placement.1, m.gpu_index))
                 }
@@ -373,7 +408,7 @@ impl Plugin {
             }
         }
         if state.preparing.contains_key(uid) {
-            self.roll_back(state, uid, what);
+            self.roll_back(state, uid, what).await;
         }
         Ok(())
     }
@@ -387,22 +422,24 @@ impl Plugin {
             let intent = &state.preparing[&uid];
             let what = format!("ResourceClaim {}/{} ({uid})", intent.namespace, intent.name);
             crate::log(&format!("{what}: its prepare was cut short; undoing it"));
-            self.roll_back(&mut state, &uid, &what);
+            self.roll_back(&mut state, &uid, &what).await;
         }
-        if !self.settings.mig.record_has_entries() {
-            return;
-        }
-        let recorded = match self.settings.mig.recorded() {
+        let recorded = if self.settings.mig.record_has_entries() { self.settings.mig.recorded().await } else { Ok(Vec::new()) };
+        let recorded = match recorded {
             Ok(r) => r,
-            Err(e) => return crate::log(&format!("cannot list the MIG instances this plugin created: {e}")),
+            Err(e) => {
+                let why = format!("cannot list the MIG instances this plugin created: {e}");
+                crate::log(&why);
+                return self.fail_closed(&mut state, None, &why);
+            }
         };
-        for r in recorded {
+        for r in &recorded {
             let held = state.claims.values().any(|c| c.mig.iter().any(|m| m.mig_uuid == r.mig_uuid))
                 || state.preparing.values().any(|p| p.created.iter().any(|m| m.mig_uuid == r.mig_uuid));
             if held {
                 continue;
             }
-            match self.settings.mig.destroy(&r.mig_uuid) {
+            match self.settings.mig.destroy(&r.mig_uuid).await {
                 Ok(()) => crate::log(&format!(
                     "destroyed {} ({} at {}:{} on {}): created by this plugin, held by no prepared claim",
                     r.mig_uuid, r.profile, r.placement.0, r.placement.1, r.gpu_uuid
@@ -410,15 +447,17 @@ impl Plugin {
                 Err(e) => crate::log(&format!("cannot destroy {}, held by no prepared claim: {e}", r.mig_uuid)),
             }
         }
+        self.remake_instances(&mut state, &recorded).await;
     }
 
     /// NodeUnprepareResources for one claim: the MIG instances it alone holds are
     /// destroyed, then its spec, its files and its checkpoint entry go. A claim this driver
     /// does not know is already unprepared.
-    pub async fn unprepare(&self, namespace: &str, name: &str, uid: &str) -> Result<(), String> {
+    async fn unprepare_claim(&self, namespace: &str, name: &str, uid: &str) -> Result<(), String> {
         check_uid(uid).map_err(|e| e.to_string())?;
         let mut state = self.state.lock().await;
-        self.release_instances(&mut state, uid, &format!("ResourceClaim {namespace}/{name}"))?;
+        self.release_instances(&mut state, uid, &format!("ResourceClaim {namespace}/{name}")).await?;
+        state.lost.remove(uid);
         self.files.remove(uid).map_err(|e| format!("ResourceClaim {namespace}/{name}: {e}"))?;
         if state.claims.remove(uid).is_some() {
             self.store.save(&state).map_err(|e| format!("ResourceClaim {namespace}/{name}: {e}"))?;
