@@ -98,10 +98,10 @@ pub struct MigTool {
 
 /// The command `fgpu <args>` as the plugin runs it: with the plugin's own MIG record
 /// (`FGPU_MIG_RECORD`), the driver root's library directory first on `LD_LIBRARY_PATH`, no
-/// preload, no input. Run on tokio's process driver, so that no runtime worker waits on it.
-pub fn fgpu_command(fgpu: &Path, library_dir: Option<&Path>, record: &Path, args: &[&str]) -> Command {
-    let mut command = Command::new(fgpu);
-    command.args(args).env("FGPU_MIG_RECORD", record).env_remove("LD_PRELOAD").stdin(Stdio::null()).kill_on_drop(true);
+/// preload, no input.
+pub fn fgpu_command(fgpu: &Path, library_dir: Option<&Path>, record: &Path, args: &[&str]) -> std::process::Command {
+    let mut command = std::process::Command::new(fgpu);
+    command.args(args).env("FGPU_MIG_RECORD", record).env_remove("LD_PRELOAD").stdin(Stdio::null());
     if let Some(dir) = library_dir {
         let mut paths = vec![dir.to_path_buf()];
         paths.extend(std::env::var_os("LD_LIBRARY_PATH").map(|p| std::env::split_paths(&p).collect::<Vec<_>>()).unwrap_or_default());
@@ -112,14 +112,15 @@ pub fn fgpu_command(fgpu: &Path, library_dir: Option<&Path>, record: &Path, args
     command
 }
 
-/// What `fgpu mig list --json` prints, run with the plugin's record: the one listing both
-/// the inventory's probe (the GPUs' MIG profiles and placements) and the start-up
-/// collection (the instances of the record that exist) read. `Err` is one line.
-pub async fn list_json(fgpu: &Path, library_dir: Option<&Path>, record: &Path) -> Result<String, String> {
-    let out = fgpu_command(fgpu, library_dir, record, &["mig", "list", "--json"])
-        .output()
-        .await
-        .map_err(|e| format!("cannot start {} mig list: {e}", fgpu.display()))?;
+/// What `fgpu mig list --json` prints, run with the plugin's record (made 0700 if missing):
+/// the one listing that both the inventory's probe (the GPUs' MIG profiles and placements)
+/// and the start-up collection (the instances of the record that exist) read. Blocking:
+/// async callers run it with `spawn_blocking`. `Err` is one line.
+pub fn list_json(fgpu: &Path, library_dir: Option<&Path>, record: &Path) -> Result<String, String> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(record).map_err(|e| format!("cannot make the MIG record {}: {e}", record.display()))?;
+    let out =
+        fgpu_command(fgpu, library_dir, record, &["mig", "list", "--json"]).output().map_err(|e| format!("cannot start {} mig list: {e}", fgpu.display()))?;
     if !out.status.success() {
         return Err(format!("{} mig list --json failed ({}): {}", fgpu.display(), out.status, String::from_utf8_lossy(&out.stderr).trim()));
     }
@@ -128,7 +129,8 @@ pub async fn list_json(fgpu: &Path, library_dir: Option<&Path>, record: &Path) -
 
 impl MigTool {
     async fn run(&self, args: &[&str]) -> Result<std::process::Output, MigOpError> {
-        let mut command = fgpu_command(&self.fgpu, self.library_dir.as_deref(), &self.record, args);
+        // On tokio's process driver: no runtime worker waits on the child.
+        let mut command = Command::from(fgpu_command(&self.fgpu, self.library_dir.as_deref(), &self.record, args));
         command.output().await.map_err(|e| MigOpError::Failed(format!("cannot run {}: {e}", self.fgpu.display())))
     }
 
@@ -182,7 +184,9 @@ impl MigTool {
 
     /// The instances of the plugin's record that exist.
     pub async fn recorded(&self) -> Result<Vec<Recorded>, MigOpError> {
-        let text = list_json(&self.fgpu, self.library_dir.as_deref(), &self.record).await.map_err(MigOpError::Failed)?;
+        let (fgpu, library_dir, record) = (self.fgpu.clone(), self.library_dir.clone(), self.record.clone());
+        let listed = tokio::task::spawn_blocking(move || list_json(&fgpu, library_dir.as_deref(), &record)).await;
+        let text = listed.map_err(|e| MigOpError::Failed(format!("fgpu mig list: {e}")))?.map_err(MigOpError::Failed)?;
         let listing: Listing = serde_json::from_str(&text).map_err(|e| MigOpError::Failed(format!("fgpu mig list --json: {e}")))?;
         Ok(listing.gpus.into_iter().flat_map(|g| g.fgpu_created).collect())
     }
@@ -250,6 +254,27 @@ mod tests {
         assert_eq!(access_minors(&text, 2, 1, 0), Err("no line \"gpu2/gi1/access <minor>\"".into()));
         assert_eq!(access_minors("gpu0/gi1/access 12\n", 0, 1, 0), Err("no line \"gpu0/gi1/ci0/access <minor>\"".into()));
         assert_eq!(cap_node(Path::new("/"), 12), PathBuf::from("/dev/nvidia-caps/nvidia-cap12"));
+    }
+
+    #[test]
+    fn list_json_runs_fgpu_with_the_record_and_says_why_it_failed() {
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
+        let dir = std::env::temp_dir().join(format!("fgpu-mig-list-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let fgpu = dir.join("fgpu");
+        let script = "#!/bin/sh\necho \"$FGPU_MIG_RECORD $* ${LD_LIBRARY_PATH%%:*}\"\n";
+        std::fs::write(&fgpu, script).unwrap();
+        std::fs::set_permissions(&fgpu, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let record = dir.join("state/mig");
+        let text = list_json(&fgpu, Some(Path::new("/drv/lib")), &record).unwrap();
+        assert_eq!(text.trim(), format!("{} mig list --json /drv/lib", record.display()));
+        assert_eq!(std::fs::metadata(&record).unwrap().mode() & 0o777, 0o700, "the record is private");
+        let failing = dir.join("failing");
+        std::fs::write(&failing, "#!/bin/sh\necho 'no NVML' >&2\nexit 2\n").unwrap();
+        std::fs::set_permissions(&failing, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let e = list_json(&failing, None, &record).unwrap_err();
+        assert!(e.ends_with("mig list --json failed (exit status: 2): no NVML"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
