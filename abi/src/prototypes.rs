@@ -178,6 +178,7 @@ macro_rules! tool_prototypes {
             Nvml fn nvmlSystemGetCudaDriverVersion_v2(cudaDriverVersion: *mut c_int) -> NvmlReturn;
             Nvml fn nvmlDeviceGetCount(deviceCount: *mut c_uint) -> NvmlReturn;
             Nvml fn nvmlDeviceGetName(device: NvmlDevice, name: *mut c_char, length: c_uint) -> NvmlReturn;
+            Nvml fn nvmlDeviceGetMinorNumber(device: NvmlDevice, minorNumber: *mut c_uint) -> NvmlReturn;
             Nvml fn nvmlDeviceGetSupportedEventTypes(device: NvmlDevice, eventTypes: *mut u64) -> NvmlReturn;
             Nvml fn nvmlEventSetCreate(set: *mut NvmlEventSet) -> NvmlReturn;
             Nvml fn nvmlDeviceRegisterEvents(device: NvmlDevice, eventTypes: u64, set: NvmlEventSet) -> NvmlReturn;

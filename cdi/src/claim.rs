@@ -134,6 +134,20 @@ pub fn spec(name: &str, library_dir: &Path, config_dir: &Path, ledger_dir: &Path
     json!({ "cdiVersion": CDI_VERSION, "kind": KIND, "containerEdits": { "mounts": mounts }, "devices": [device] })
 }
 
+/// Adds to the claim's device (the only one of `spec`) the device nodes `nodes` (path in
+/// the container, path on the host) and the environment `env` (`NAME=value`): a MIG
+/// instance's `nvidia-caps` access nodes and the variables that select its MIG device.
+pub fn add_device_edits(spec: &mut Value, nodes: &[(String, String)], env: &[String]) {
+    let Some(edits) = spec["devices"].get_mut(0).and_then(|d| d.get_mut("containerEdits")).and_then(Value::as_object_mut) else { return };
+    if !nodes.is_empty() {
+        let list: Vec<Value> = nodes.iter().map(|(path, host)| json!({ "path": path, "hostPath": host })).collect();
+        edits.insert("deviceNodes".into(), Value::Array(list));
+    }
+    if !env.is_empty() {
+        edits.insert("env".into(), json!(env));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -212,6 +226,24 @@ mod tests {
         assert_eq!(mounts[1]["hostPath"], "/var/lib/fgpu/dra/claims/0b1f/ledger");
         assert_eq!(mounts[1]["options"][0], "rw");
         assert!(mounts.iter().all(|m| m["options"].as_array().unwrap().iter().any(|o| o == "nosuid")));
+    }
+
+    #[test]
+    fn mig_edits_go_to_the_claims_device() {
+        let mut s = spec("claim-1", Path::new("/l"), Path::new("/c"), Path::new("/g"), None);
+        add_device_edits(
+            &mut s,
+            &[("/dev/nvidia-caps/nvidia-cap12".into(), "/host/dev/nvidia-caps/nvidia-cap12".into())],
+            &["CUDA_VISIBLE_DEVICES=MIG-a".into()],
+        );
+        let edits = &s["devices"][0]["containerEdits"];
+        assert_eq!(edits["deviceNodes"][0]["path"], "/dev/nvidia-caps/nvidia-cap12");
+        assert_eq!(edits["deviceNodes"][0]["hostPath"], "/host/dev/nvidia-caps/nvidia-cap12");
+        assert_eq!(edits["env"][0], "CUDA_VISIBLE_DEVICES=MIG-a");
+        assert_eq!(edits["mounts"].as_array().unwrap().len(), 2, "the mounts stay");
+        let mut plain = spec("claim-1", Path::new("/l"), Path::new("/c"), Path::new("/g"), None);
+        add_device_edits(&mut plain, &[], &[]);
+        assert!(plain["devices"][0]["containerEdits"].get("deviceNodes").is_none());
     }
 
     #[test]

@@ -125,6 +125,7 @@ mod tests {
                 .collect(),
             devices: Vec::new(),
             served_ledger: true,
+            mig: Vec::new(),
         }
     }
 

@@ -2,6 +2,11 @@
 //! repeated NodePrepareResources with the same devices (and rewrites the files a reboot
 //! took, without asking the API server), and still knows what to undo.
 //!
+//! A claim allocated a MIG partition is prepared in steps, each saved before the next: its
+//! intent (`preparing`, before any instance is created), each instance it created (as soon
+//! as it exists), then the claim prepared (its files written). A plugin stopped between
+//! two steps finds the half-done claim in `preparing` at start and undoes it.
+//!
 //! The file is JSON, replaced atomically after every change. One that cannot be read is set
 //! aside (`.corrupt`) and the driver starts from nothing: a claim kubelet prepares again is
 //! read from the API server again, and unpreparing needs only the claim's UID.
@@ -18,6 +23,57 @@ pub struct Checkpoint {
     pub version: u32,
     /// By claim UID.
     pub claims: BTreeMap<String, PreparedClaim>,
+    /// Claims whose preparing is under way (or was cut short), by UID.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub preparing: BTreeMap<String, Preparing>,
+    /// Prepared claims whose MIG instance is gone and could not be made again at start, and
+    /// why: their specs are not written (not saved: found again at each start).
+    #[serde(skip)]
+    pub lost: BTreeMap<String, String>,
+}
+
+/// A claim being prepared on MIG partitions: what it was allocated, and the instances
+/// created for it so far (to destroy when the preparing is undone).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Preparing {
+    pub namespace: String,
+    pub name: String,
+    /// The partitions' device names.
+    pub partitions: Vec<String>,
+    pub created: Vec<MigInstance>,
+}
+
+/// A MIG instance a claim holds (created for it, or for another claim that shares it).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct MigInstance {
+    /// The partition's device name.
+    pub device: String,
+    pub gpu_uuid: String,
+    pub gpu_index: u32,
+    /// N of the GPU's `/dev/nvidiaN`.
+    pub gpu_minor: u32,
+    pub profile: String,
+    /// First memory slice, slice count.
+    pub placement: (u32, u32),
+    pub mig_uuid: String,
+    pub gpu_instance: u32,
+    pub compute_instance: u32,
+    /// The instance's memory in bytes.
+    pub memory: u64,
+    /// The `nvidia-caps` minors of the GPU instance's and the compute instance's access.
+    pub caps_minors: (u32, u32),
+}
+
+impl Checkpoint {
+    /// The prepared claims (other than `except`) that hold the instance `mig_uuid`.
+    pub fn owners(&self, mig_uuid: &str, except: &str) -> Vec<&str> {
+        self.claims.iter().filter(|(u, c)| *u != except && c.mig.iter().any(|m| m.mig_uuid == mig_uuid)).map(|(u, _)| u.as_str()).collect()
+    }
+
+    /// The instance of partition `device` of GPU `gpu_uuid` a prepared claim holds.
+    pub fn instance_of(&self, device: &str, gpu_uuid: &str) -> Option<&MigInstance> {
+        self.claims.values().flat_map(|c| c.mig.iter()).find(|m| m.device == device && m.gpu_uuid == gpu_uuid)
+    }
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
@@ -32,6 +88,9 @@ pub struct PreparedClaim {
     /// claim an earlier release prepared, whose running pods keep a System V segment.
     #[serde(default)]
     pub served_ledger: bool,
+    /// The MIG instances of the partitions allocated to it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mig: Vec<MigInstance>,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
@@ -96,7 +155,7 @@ impl Store {
     }
 
     fn empty() -> Checkpoint {
-        Checkpoint { version: VERSION, claims: BTreeMap::new() }
+        Checkpoint { version: VERSION, claims: BTreeMap::new(), preparing: BTreeMap::new(), lost: BTreeMap::new() }
     }
 
     pub fn save(&self, checkpoint: &Checkpoint) -> Result<(), fgpu_cdi::files::FileError> {
@@ -138,8 +197,14 @@ mod tests {
                     share_id: Some("s".into()),
                 }],
                 served_ledger: true,
+                mig: vec![MigInstance { device: "gpu-0-mig-3g-40gb-4".into(), mig_uuid: "MIG-a".into(), ..Default::default() }],
             },
         );
+        c.preparing
+            .insert("u2".into(), Preparing { namespace: "ml".into(), name: "b".into(), partitions: vec!["gpu-0-mig-1g-10gb-6".into()], created: vec![] });
+        assert_eq!(c.owners("MIG-a", "u2"), ["u1"]);
+        assert!(c.owners("MIG-a", "u1").is_empty());
+        assert_eq!(c.instance_of("gpu-0-mig-3g-40gb-4", "").map(|m| m.mig_uuid.as_str()), Some("MIG-a"));
         store.save(&c).unwrap();
         assert_eq!(store.load(), (c, None));
         std::fs::write(store.path(), b"{ not json").unwrap();

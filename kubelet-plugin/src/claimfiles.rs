@@ -20,7 +20,10 @@
 //!   first process make the lock file); on the host it is reachable through `claims/` only,
 //!   so by root.
 //!
-//! and `fgpu-claim-<uid>.json` under `--cdi-root` (0644: container runtimes read it).
+//! and `fgpu-claim-<uid>.json` under `--cdi-root` (0644: container runtimes read it). A
+//! claim on MIG partitions has its instances' `nvidia-caps` access nodes (host paths under
+//! `--device-root`) and `CUDA_VISIBLE_DEVICES`/`NVIDIA_VISIBLE_DEVICES` naming their MIG
+//! devices in its device; its caps are by MIG UUID, within each instance's memory.
 //! Directories an earlier release made 0755 are set to 0700 when the plugin starts.
 
 use crate::checkpoint::PreparedClaim;
@@ -95,6 +98,8 @@ pub struct ClaimFiles {
     pub state_dir: PathBuf,
     /// `fgpu service`'s directory, mounted when it exists.
     pub service_dir: PathBuf,
+    /// The host's root for device nodes (`/`; tests give another).
+    pub device_root: PathBuf,
     warned_no_tmpfs: AtomicBool,
     /// The keepers of the served claims' ledgers, by claim UID.
     keepers: Mutex<BTreeMap<String, Serving>>,
@@ -126,7 +131,14 @@ fn private_dir(dir: &Path, mode: u32) -> Result<(), ClaimFilesError> {
 
 impl ClaimFiles {
     pub fn new(cdi_root: PathBuf, state_dir: PathBuf, service_dir: PathBuf) -> ClaimFiles {
-        ClaimFiles { cdi_root, state_dir, service_dir, warned_no_tmpfs: AtomicBool::new(false), keepers: Mutex::new(BTreeMap::new()) }
+        ClaimFiles {
+            cdi_root,
+            state_dir,
+            service_dir,
+            device_root: PathBuf::from("/"),
+            warned_no_tmpfs: AtomicBool::new(false),
+            keepers: Mutex::new(BTreeMap::new()),
+        }
     }
 
     fn claims_dir(&self) -> PathBuf {
@@ -198,7 +210,19 @@ impl ClaimFiles {
             self.keep_ledger(uid, &what, &config_dir, &ledger_dir)?;
         }
         let service = self.service_dir.is_dir().then_some(self.service_dir.as_path());
-        let spec = fgpu_cdi::claim::spec(&fgpu_device_name(uid), &self.state_dir, &config_dir, &ledger_dir, service);
+        let mut spec = fgpu_cdi::claim::spec(&fgpu_device_name(uid), &self.state_dir, &config_dir, &ledger_dir, service);
+        if !claim.mig.is_empty() {
+            let node = |minor: u32| {
+                let path = format!("/{}/nvidia-cap{minor}", crate::mig::CAPS_DIR);
+                (path, crate::mig::cap_node(&self.device_root, minor).display().to_string())
+            };
+            let nodes: Vec<(String, String)> = claim.mig.iter().flat_map(|m| [node(m.caps_minors.0), node(m.caps_minors.1)]).collect();
+            // Every device of the claim: its whole GPUs' UUIDs and its instances' MIG UUIDs.
+            let mut uuids: Vec<&str> = claim.caps.iter().map(|c| c.uuid.as_str()).collect();
+            uuids.dedup();
+            let env = [format!("CUDA_VISIBLE_DEVICES={}", uuids.join(",")), format!("NVIDIA_VISIBLE_DEVICES={}", uuids.join(","))];
+            fgpu_cdi::claim::add_device_edits(&mut spec, &nodes, &env);
+        }
         create_dir(&self.cdi_root)?;
         let text = serde_json::to_string_pretty(&spec).expect("a spec serialises") + "\n";
         Ok(write_file(&self.spec_path(uid), text.as_bytes(), 0o644, None)?)

@@ -9,7 +9,8 @@
 //! REST requests ([`api`]). Each GPU's health ([`health`], from NVML's events watched by a
 //! child process, [`health_watch`]; which XIDs count, [`xid`]) goes to kubelet's device
 //! health stream ([`health_service`]); the metrics ([`metrics`]) to Prometheus
-//! ([`metrics_http`]). docs/kubernetes.md is the user's guide.
+//! ([`metrics_http`]). MIG partitions ([`partitions`]) are created at prepare and destroyed
+//! at unprepare ([`mig`]). docs/kubernetes.md is the user's guide.
 
 pub mod api;
 pub mod authority;
@@ -23,6 +24,7 @@ pub mod health_watch;
 pub mod inventory;
 pub mod metrics;
 pub mod metrics_http;
+pub mod mig;
 pub mod nvidia;
 pub mod partitions;
 pub mod plan;

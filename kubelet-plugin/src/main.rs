@@ -11,6 +11,7 @@ use fgpu_kubelet_plugin::health_watch::Helper;
 use fgpu_kubelet_plugin::inventory::{self, Managed, MigProbe};
 use fgpu_kubelet_plugin::metrics::{self, Metrics, View};
 use fgpu_kubelet_plugin::metrics_http::{self, Scrape};
+use fgpu_kubelet_plugin::mig::MigTool;
 use fgpu_kubelet_plugin::nvidia::NvidiaNames;
 use fgpu_kubelet_plugin::plugin::{Plugin, Settings};
 use fgpu_kubelet_plugin::publish::Publisher;
@@ -160,6 +161,16 @@ struct RunArgs {
     #[arg(long, env = "FGPU_MIG_GPUS", default_value = "", value_name = "GPUS", value_parser = Managed::from_str)]
     mig_gpus: Managed,
 
+    /// The kernel module's list of MIG capability minors, read for the `nvidia-caps`
+    /// device nodes of the MIG instances created for claims.
+    #[arg(long, default_value = fgpu_kubelet_plugin::mig::MIG_MINORS, value_name = "FILE")]
+    mig_minors: PathBuf,
+
+    /// The host's root for device nodes: the claims' specs name
+    /// <DIR>/dev/nvidia-caps/nvidia-cap<minor> as the host path of a MIG instance's nodes.
+    #[arg(long, default_value = "/", value_name = "DIR")]
+    device_root: PathBuf,
+
     /// Serve Prometheus metrics on this address (such as 0.0.0.0:9478), at /metrics. Off
     /// unless given (the DaemonSet of deploy/kubernetes gives it).
     #[arg(long, value_name = "HOST:PORT")]
@@ -293,9 +304,18 @@ async fn run(args: RunArgs) -> Result<(), RunError> {
             NvidiaNames::Search(dirs)
         }
     };
-    let settings = Settings { node: node.clone(), checkpoint: plugin_dir.join("checkpoint.json"), nvidia, memory: policy };
-    let files = ClaimFiles::new(cdi_root, state_dir, PathBuf::from(fgpu_core::hostpid::SERVICE_DIR));
+    let mig_tool = MigTool {
+        fgpu: fgpu.clone(),
+        library_dir: args.driver_root.as_deref().map(inventory::nvml_dir).transpose().map_err(|e| RunError::Inventory(e.to_string()))?,
+        record: state_dir.join("mig"),
+        minors: args.mig_minors.clone(),
+        device_root: args.device_root.clone(),
+    };
+    let settings = Settings { node: node.clone(), checkpoint: plugin_dir.join("checkpoint.json"), nvidia, memory: policy, mig: mig_tool };
+    let mut files = ClaimFiles::new(cdi_root, state_dir, PathBuf::from(fgpu_core::hostpid::SERVICE_DIR));
+    files.device_root = args.device_root.clone();
     let plugin = Arc::new(Plugin::new(settings, api.clone(), files, found, status.clone()));
+    plugin.collect_instances().await;
     plugin.restore().await.map_err(|e| RunError::Restore(e.to_string()))?;
 
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);

@@ -10,11 +10,17 @@
 //! - With prioritized lists (`firstAvailable`) a result names `<request>/<subrequest>`,
 //!   while containers name the request: kubelet is answered with the request alone.
 //!
+//! - A device that names a MIG partition ([`crate::partitions`]) is an instance to create
+//!   (or to share, when another claim holds it already): its consumed memory and compute
+//!   are the cap inside the instance, checked against the instance's memory, not the GPU's;
+//!   with none, the claim has the whole instance.
+//!
 //! Anything this node cannot honour is refused: the pod must not start uncapped.
 
 use crate::api::{AllocationResult, Claim};
 use crate::checkpoint::CapRecord;
 use crate::inventory::GpuInfo;
+use crate::partitions::{self, MigGpu, Partition};
 use crate::quantity::Quantity;
 use crate::slices::{self, COMPUTE, COMPUTE_WHOLE, DRIVER, MEMORY};
 use std::collections::BTreeMap;
@@ -30,18 +36,34 @@ pub struct PlannedDevice {
     pub share_id: Option<String>,
 }
 
+/// One allocated MIG partition: the instance, and the claim's cap inside it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlannedPartition {
+    pub request: String,
+    pub partition: Partition,
+    /// Bytes: the consumed memory, or the instance's.
+    pub memory: u64,
+    /// Thousandths of a percent of the instance's time; 0: no ceiling.
+    pub compute_millipercent: u64,
+    /// Allocated with no consumed capacity: the instance is this claim's alone.
+    pub exclusive: bool,
+    pub share_id: Option<String>,
+}
+
 /// What a claim's allocation gives on this node.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClaimPlan {
     /// One per GPU, by index.
     pub caps: Vec<CapRecord>,
     pub devices: Vec<PlannedDevice>,
+    /// The MIG partitions, in the allocation's order.
+    pub partitions: Vec<PlannedPartition>,
 }
 
 impl ClaimPlan {
     /// Whether any GPU is a tenant's share, which fgpu's device caps.
     pub fn capped(&self) -> bool {
-        self.caps.iter().any(|c| !c.admin)
+        self.caps.iter().any(|c| !c.admin) || !self.partitions.is_empty()
     }
 }
 
@@ -60,16 +82,63 @@ fn consumed(result: &AllocationResult, name: &str) -> Result<Option<Quantity>, S
     Quantity::parse(&text).map(Some).map_err(|e| e.to_string())
 }
 
-/// The plan of `claim` on `node`, whose GPUs are `gpus`.
-pub fn plan(claim: &Claim, node: &str, gpus: &[GpuInfo]) -> Result<ClaimPlan, String> {
+/// The cap a result gives inside a partition.
+fn partition_plan(r: &AllocationResult, device: &str, partition: Partition) -> Result<PlannedPartition, String> {
+    if r.admin_access == Some(true) {
+        return Err(format!("device {device}: admin access to a MIG partition is not offered (ask for the whole GPU)"));
+    }
+    if let Some(other) = r.consumed_capacity.as_ref().and_then(|c| c.keys().find(|k| *k != MEMORY && *k != COMPUTE)) {
+        return Err(format!("device {device}: consumed capacity {other:?} is not one this driver publishes"));
+    }
+    let memory = consumed(r, MEMORY).map_err(|e| format!("device {device}: {e}"))?;
+    let compute = consumed(r, COMPUTE).map_err(|e| format!("device {device}: {e}"))?;
+    let exclusive = memory.is_none() && compute.is_none();
+    let memory = match memory {
+        Some(q) => q.floor_units().ok_or_else(|| format!("device {device}: negative memory"))?,
+        None => partition.memory,
+    };
+    let compute = match compute {
+        Some(q) => q.floor_milli().ok_or_else(|| format!("device {device}: negative compute"))?,
+        None => 0,
+    };
+    if memory == 0 {
+        return Err(format!("device {device}: the allocation consumes no memory"));
+    }
+    if memory > partition.memory {
+        return Err(format!(
+            "device {device}: the allocation consumes {memory} bytes of memory, more than the {} instance's {}",
+            partition.profile, partition.memory
+        ));
+    }
+    if compute > COMPUTE_WHOLE * 1000 {
+        return Err(format!("device {device}: the allocation consumes more than {COMPUTE_WHOLE} compute"));
+    }
+    Ok(PlannedPartition {
+        request: base_request(&r.request).to_string(),
+        partition,
+        memory,
+        compute_millipercent: compute,
+        exclusive,
+        share_id: r.share_id.clone(),
+    })
+}
+
+/// The plan of `claim` on `node`, whose GPUs are `gpus` and whose partitionable GPUs' MIG
+/// is `mig`.
+pub fn plan(claim: &Claim, node: &str, gpus: &[GpuInfo], mig: &[MigGpu]) -> Result<ClaimPlan, String> {
     let allocation = claim.status.allocation.as_ref().ok_or("it is not allocated")?;
     let mut caps: BTreeMap<u32, CapRecord> = BTreeMap::new();
     let mut devices = Vec::new();
+    let mut planned = Vec::new();
     let have = || gpus.iter().map(|g| slices::device_name(g.index)).collect::<Vec<_>>().join(", ");
     for r in allocation.devices.results.iter().filter(|r| r.driver == DRIVER) {
         let device = format!("{}/{}", r.pool, r.device);
         if r.pool != node {
             return Err(format!("device {device} is in pool {:?}, not this node's ({node:?})", r.pool));
+        }
+        if let Some(partition) = partitions::find(mig, &r.device) {
+            planned.push(partition_plan(r, &device, partition)?);
+            continue;
         }
         let gpu = slices::device_index(&r.device)
             .and_then(|i| gpus.iter().find(|g| g.index == i))
@@ -129,7 +198,7 @@ pub fn plan(claim: &Claim, node: &str, gpus: &[GpuInfo]) -> Result<ClaimPlan, St
             return Err(format!("device {device}: the allocation consumes more than {COMPUTE_WHOLE} compute"));
         }
     }
-    Ok(ClaimPlan { caps: caps.into_values().collect(), devices })
+    Ok(ClaimPlan { caps: caps.into_values().collect(), devices, partitions: planned })
 }
 
 #[cfg(test)]
@@ -162,7 +231,7 @@ mod tests {
     #[test]
     fn consumed_memory_and_compute_are_the_caps() {
         let c = claim(vec![result("gpu-1", &[("memory", "8Gi".into()), ("compute", "30".into())])]);
-        let p = plan(&c, "node-a", &gpus()).unwrap();
+        let p = plan(&c, "node-a", &gpus(), &[]).unwrap();
         let cap =
             CapRecord { index: 1, uuid: "GPU-1".into(), total: 80 * GIB, memory: 8 * GIB, compute_millipercent: Some(30_000), exclusive: false, admin: false };
         assert_eq!(p.caps, [cap]);
@@ -171,7 +240,7 @@ mod tests {
 
     #[test]
     fn no_consumed_capacity_is_the_whole_gpu_alone() {
-        let p = plan(&claim(vec![result("gpu-0", &[])]), "node-a", &gpus()).unwrap();
+        let p = plan(&claim(vec![result("gpu-0", &[])]), "node-a", &gpus(), &[]).unwrap();
         assert_eq!((p.caps[0].memory, p.caps[0].compute_millipercent, p.caps[0].exclusive), (80 * GIB, Some(0), true));
     }
 
@@ -179,7 +248,7 @@ mod tests {
     fn subrequests_answer_as_their_request() {
         let mut r = result("gpu-0", &[("memory", "4Gi".into())]);
         r.request = "gpu/small".into();
-        let p = plan(&claim(vec![r]), "node-a", &gpus()).unwrap();
+        let p = plan(&claim(vec![r]), "node-a", &gpus(), &[]).unwrap();
         assert_eq!(p.devices[0].request, "gpu");
         assert_eq!(base_request("gpu"), "gpu");
     }
@@ -188,12 +257,12 @@ mod tests {
     fn admin_access_is_the_whole_gpu_uncounted() {
         let mut r = result("gpu-0", &[]);
         r.admin_access = Some(true);
-        let p = plan(&claim(vec![r.clone()]), "node-a", &gpus()).unwrap();
+        let p = plan(&claim(vec![r.clone()]), "node-a", &gpus(), &[]).unwrap();
         assert!(!p.capped());
         assert_eq!((p.caps[0].admin, p.caps[0].memory, p.caps[0].exclusive), (true, 80 * GIB, false));
         assert!(p.devices[0].admin);
         // Beside a tenant's share of another GPU: that one is capped, this one whole.
-        let p = plan(&claim(vec![r, result("gpu-1", &[("memory", "8Gi".into())])]), "node-a", &gpus()).unwrap();
+        let p = plan(&claim(vec![r, result("gpu-1", &[("memory", "8Gi".into())])]), "node-a", &gpus(), &[]).unwrap();
         assert!(p.capped());
         assert_eq!(p.caps.iter().map(|c| (c.admin, c.memory)).collect::<Vec<_>>(), [(true, 80 * GIB), (false, 8 * GIB)]);
     }
@@ -203,7 +272,7 @@ mod tests {
         let mut second = result("gpu-0", &[("memory", "2Gi".into()), ("compute", 10.into())]);
         second.request = "aux".into();
         let c = claim(vec![result("gpu-0", &[("memory", "8Gi".into()), ("compute", "30".into())]), second]);
-        let p = plan(&c, "node-a", &gpus()).unwrap();
+        let p = plan(&c, "node-a", &gpus(), &[]).unwrap();
         assert_eq!((p.caps.len(), p.caps[0].memory, p.caps[0].compute_millipercent), (1, 10 * GIB, Some(40_000)));
         assert_eq!(p.devices.len(), 2);
     }
@@ -212,13 +281,13 @@ mod tests {
     fn other_drivers_are_left_to_them() {
         let mut other = result("gpu-9", &[]);
         other.driver = "gpu.nvidia.com".into();
-        let p = plan(&claim(vec![other]), "node-a", &gpus()).unwrap();
+        let p = plan(&claim(vec![other]), "node-a", &gpus(), &[]).unwrap();
         assert!(p.caps.is_empty() && p.devices.is_empty());
     }
 
     #[test]
     fn what_this_node_cannot_honour_is_refused() {
-        let err = |c: Claim| plan(&c, "node-a", &gpus()).unwrap_err();
+        let err = |c: Claim| plan(&c, "node-a", &gpus(), &[]).unwrap_err();
         assert!(err(claim(vec![result("gpu-7", &[])])).contains("gpu-7 is not on this node (it has gpu-0, gpu-1)"));
         assert!(err(claim(vec![result("mig-0", &[])])).contains("not on this node"));
         let mut elsewhere = result("gpu-0", &[]);
@@ -231,5 +300,49 @@ mod tests {
         assert!(err(claim(vec![result("gpu-0", &[("memory", "eight".into())])])).contains("not a Kubernetes quantity"));
         assert!(err(claim(vec![result("gpu-0", &[("memory", serde_json::json!([1]))])])).contains("not a quantity"));
         assert!(err(Claim::default()).contains("not allocated"));
+    }
+
+    fn a100() -> Vec<MigGpu> {
+        let profile = |name: &str, id, slices, memory_mib, placements: Vec<(u32, u32)>| partitions::MigProfile {
+            name: name.into(),
+            id,
+            slices,
+            memory_mib,
+            sms: 14 * slices,
+            placements,
+            copy_engines: slices,
+            decoders: 0,
+            encoders: 0,
+            jpegs: 0,
+            ofas: 0,
+        };
+        vec![MigGpu {
+            index: 0,
+            uuid: "GPU-0".into(),
+            mig: Some(partitions::MigMode { current: true, pending: true }),
+            profiles: vec![profile("1g.10gb", 19, 1, 9728, (0..7).map(|s| (s, 1)).collect()), profile("3g.40gb", 9, 3, 40192, vec![(0, 4), (4, 4)])],
+        }]
+    }
+
+    #[test]
+    fn a_partition_is_an_instance_and_its_consumed_capacity_the_cap_inside_it() {
+        let c = claim(vec![result("gpu-0-mig-1g-10gb-6", &[("memory", "4Gi".into()), ("compute", "50".into())])]);
+        let p = plan(&c, "node-a", &gpus(), &a100()).unwrap();
+        assert!(p.caps.is_empty() && p.devices.is_empty() && p.capped());
+        let pp = &p.partitions[0];
+        assert_eq!((pp.partition.start, pp.partition.size, pp.partition.profile_id), (6, 1, 19));
+        assert_eq!((pp.memory, pp.compute_millipercent, pp.exclusive), (4 * GIB, 50_000, false));
+        // With no consumed capacity, the whole instance.
+        let p = plan(&claim(vec![result("gpu-0-mig-3g-40gb-4", &[])]), "node-a", &gpus(), &a100()).unwrap();
+        assert_eq!((p.partitions[0].memory, p.partitions[0].exclusive), (40192 << 20, true));
+        // The instance's memory bounds the cap, not the GPU's 80 GiB.
+        let err = plan(&claim(vec![result("gpu-0-mig-1g-10gb-6", &[("memory", "10Gi".into())])]), "node-a", &gpus(), &a100()).unwrap_err();
+        assert!(err.contains("more than the 1g.10gb instance's"), "{err}");
+        // A placement the profile does not have is not on this node.
+        let err = plan(&claim(vec![result("gpu-0-mig-3g-40gb-1", &[])]), "node-a", &gpus(), &a100()).unwrap_err();
+        assert!(err.contains("not on this node"), "{err}");
+        let mut admin = result("gpu-0-mig-3g-40gb-4", &[]);
+        admin.admin_access = Some(true);
+        assert!(plan(&claim(vec![admin]), "node-a", &gpus(), &a100()).unwrap_err().contains("admin access"));
     }
 }

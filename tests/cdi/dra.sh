@@ -24,7 +24,12 @@
 #     for request `gpu`, and its container sees a 4096 MiB GPU;
 #   - a claim allocated a device the node lacks gets an error and no spec;
 #   - Unprepare removes the claims' specs; SIGTERM stops the plugin, which removes its
-#     registration socket and leaves nothing running.
+#     registration socket and leaves nothing running;
+#   - a MIG partition (a simulated A100 80GB in MIG mode, --mig-gpus all): Prepare of a
+#     claim of 4Gi in the 1g.10gb at slice 6 creates that instance; its container gets the
+#     instance's two nvidia-caps nodes (stand-ins made with mknod, minors from a mig-minors
+#     list laid out as the kernel module's) and sees a 4096 MiB device; Unprepare destroys
+#     the instance.
 # Host state: the specs go to /var/run/cdi (podman 4.3 reads only it and /etc/cdi) under
 # names of this script's own, removed at exit; everything else lives in a temporary
 # directory, removed at exit with the processes and mounts it started. The base image is
@@ -54,6 +59,8 @@ CAP_MIB=8192
 UID_TRAIN=0d7a2c4e-dra0-4000-8000-000000000001
 UID_LOST=0d7a2c4e-dra0-4000-8000-000000000003
 UID_SMALL=0d7a2c4e-dra0-4000-8000-000000000004
+UID_MIG=0d7a2c4e-dra0-4000-8000-000000000005
+MIG_SPEC=$CDI_DIR/$PREFIX-nvidia-mig.yaml
 HOSTDIR=
 API_PID=
 PLUGIN_PID=
@@ -107,7 +114,7 @@ cleanup() {
     [ -n "$PLUGIN_PID" ] && kill "$PLUGIN_PID" 2>/dev/null && wait "$PLUGIN_PID" 2>/dev/null
     [ -n "$API_PID" ] && kill "$API_PID" 2>/dev/null && wait "$API_PID" 2>/dev/null
     { exec 9>&-; } 2>/dev/null
-    rm -f "$NVIDIA_SPEC" "$CDI_DIR/fgpu-claim-$UID_TRAIN.json" "$CDI_DIR/fgpu-claim-$UID_LOST.json" "$CDI_DIR/fgpu-claim-$UID_SMALL.json"
+    rm -f "$NVIDIA_SPEC" "$MIG_SPEC" "$CDI_DIR/fgpu-claim-$UID_MIG.json" "$CDI_DIR/fgpu-claim-$UID_TRAIN.json" "$CDI_DIR/fgpu-claim-$UID_LOST.json" "$CDI_DIR/fgpu-claim-$UID_SMALL.json"
     if [ -n "$HOSTDIR" ]; then
         # The claims' ledger tmpfs, should a failure have left one mounted.
         grep -o " $HOSTDIR/[^ ]*" /proc/self/mountinfo | sort -r | while read -r m; do umount -l "$m"; done
@@ -170,6 +177,7 @@ log "the stub API server and fgpu-kubelet-plugin"
 mkfifo "$HOSTDIR/api.in" || die "mkfifo failed"
 "$REL/fgpu-dra-harness" api "$HOSTDIR/kubeconfig" "$NODE" 5e0c1a2b-0000-4000-8000-00000000node \
     "default/train/$UID_TRAIN/gpu-0/8Gi/30" "default/lost/$UID_LOST/gpu-5/8Gi/-" "default/small/$UID_SMALL/gpu-0/4Gi/-/gpu/small" \
+    "default/mig/$UID_MIG/gpu-0-mig-1g-10gb-6/4Gi/-" \
     <"$HOSTDIR/api.in" >"$HOSTDIR/api.out" 2>"$HOSTDIR/api.err" &
 API_PID=$!
 exec 9>"$HOSTDIR/api.in"
@@ -179,11 +187,13 @@ grep -q '^ready ' "$HOSTDIR/api.out" || die "the stub API server did not start: 
 # The plugin itself, not a shell around it: $PLUGIN_PID is the plugin's, so that the
 # cleanup stops it.
 REG_SOCKET=$HOSTDIR/registry/gpu.fgpu.io-reg.sock
-start_plugin() {
+start_plugin() { # start_plugin [SIM-STATE MEMORY [FLAGS...]]
+    local state=${1:-$SIM_STATE} memory=${2-80G}
+    shift 2 2>/dev/null || shift $#
     rm -f "$REG_SOCKET"
-    env LD_LIBRARY_PATH="$HOSTDIR/simlib" FGPU_SIM_STATE="$SIM_STATE" FGPU_SIM_DEVICES=1 FGPU_SIM_MEMORY=80G FGPU_SIM_CONTEXT_OVERHEAD=300M \
+    env LD_LIBRARY_PATH="$HOSTDIR/simlib" FGPU_SIM_STATE="$state" FGPU_SIM_DEVICES=1 FGPU_SIM_MEMORY="$memory" FGPU_SIM_CONTEXT_OVERHEAD=300M \
         FGPU_SHIM="$REL/libfgpu.so" "$REL/fgpu-kubelet-plugin" --node-name "$NODE" --kubeconfig "$HOSTDIR/kubeconfig" \
-        --cdi-root "$CDI_DIR" --state-dir "$HOSTDIR/state" --fgpu "$REL/fgpu" \
+        --cdi-root "$CDI_DIR" --state-dir "$HOSTDIR/state" --fgpu "$REL/fgpu" "$@" \
         --kubelet-registrar-directory-path "$HOSTDIR/registry" --kubelet-plugins-directory-path "$HOSTDIR/plugins" \
         >>"$HOSTDIR/plugin.log" 2>&1 &
     PLUGIN_PID=$!
@@ -331,6 +341,64 @@ wait "$PLUGIN_PID"
 RC=$?
 check plugin-stops-on-sigterm "the plugin did not stop cleanly on SIGTERM (status $RC): $(tail -n 5 "$HOSTDIR/plugin.log" 2>/dev/null)" \
     eval 'test "$RC" = 0 && test ! -e "$REG_SOCKET"'
+PLUGIN_PID=
+
+# ------------------------------------------------------------------ a MIG partition
+
+log "a MIG partition: an A100 80GB in MIG mode"
+# The simulated GPUs have the same UUID: the first GPU's stand-in goes, so that CDI finds
+# one definition of the name.
+rm -f "$NVIDIA_SPEC"
+MIG_STATE=$HOSTDIR/sim/mig
+msim() { LD_LIBRARY_PATH=$HOSTDIR/simlib FGPU_SIM_STATE=$MIG_STATE FGPU_SIM_DEVICES=1 FGPU_SIM_MEMORY= FGPU_SIM_PRODUCT=a100-80gb FGPU_SIM_MIG=all FGPU_SIM_CONTEXT_OVERHEAD=300M "$@"; }
+msim "$CLIENT" nvml >/dev/null 2>&1
+chmod 0666 "$MIG_STATE" || die "the simulated driver did not create the MIG state file"
+MIG_GPU=$(msim "$REL/fgpu" mig list --json | "$PY" -c 'import json, sys; print(json.load(sys.stdin)["gpus"][0]["uuid"])')
+# /proc/driver/nvidia-caps/mig-minors as nv-caps.c lays it out: config 1, monitor 2, then per
+# GPU minor and GPU instance 0-14, its access and its compute instances' 0-7.
+awk 'BEGIN { print "config 1"; print "monitor 2"; m = 3; for (g = 0; g < 32; g++) for (i = 0; i < 15; i++) {
+    printf "gpu%d/gi%d/access %d\n", g, i, m++; for (c = 0; c < 8; c++) printf "gpu%d/gi%d/ci%d/access %d\n", g, i, c, m++ } }' >"$HOSTDIR/mig-minors"
+cat >"$MIG_SPEC" <<EOF
+cdiVersion: "0.5.0"
+kind: "nvidia.com/gpu"
+devices:
+  - name: "$MIG_GPU"
+    containerEdits:
+      mounts:
+        - {hostPath: "$SIM_CUDA", containerPath: "$LIBDIR/libcuda.so.1", options: ["ro", "nosuid", "nodev", "bind"]}
+        - {hostPath: "$SIM_NVML", containerPath: "$LIBDIR/libnvidia-ml.so.1", options: ["ro", "nosuid", "nodev", "bind"]}
+        - {hostPath: "$MIG_STATE", containerPath: "/tmp/fgpu-sim-state", options: ["rw", "nosuid", "nodev", "bind"]}
+EOF
+start_plugin "$MIG_STATE" "" --mig-gpus all --mig-minors "$HOSTDIR/mig-minors" --device-root "$HOSTDIR/devroot"
+kubelet register "$REG_SOCKET"
+kubelet prepare "$DRA_SOCKET" "$(claims "default/mig/$UID_MIG")"
+MIG_IDS=$(ids_of "$UID_MIG")
+GI=$(msim "$REL/fgpu" mig list --json | "$PY" -c 'import json, sys; print(" ".join(str(i["gpu_instance"]) for i in json.load(sys.stdin)["gpus"][0]["instances"] if i["placement"] == [6, 1]))')
+check mig-prepare-creates-the-instance "Prepare did not create the 1g.10gb at slice 6 (instances there: '$GI'): $(error_of "$UID_MIG")" \
+    eval 'test "$RC" = 0 && test -n "$GI" && test "$GI" = "${GI%% *}"'
+GI_MINOR=$(awk -v k="gpu0/gi$GI/access" '$1 == k { print $2 }' "$HOSTDIR/mig-minors")
+CI_MINOR=$(awk -v k="gpu0/gi$GI/ci0/access" '$1 == k { print $2 }' "$HOSTDIR/mig-minors")
+# Stand-ins for the nvidia-caps nodes at that instance's minors (the real driver's major is
+# dynamic; these only have to exist for the runtime to pass them on).
+mkdir -p "$HOSTDIR/devroot/dev/nvidia-caps"
+for m in $GI_MINOR $CI_MINOR; do mknod -m 0444 "$HOSTDIR/devroot/dev/nvidia-caps/nvidia-cap$m" c 241 "$m"; done
+M=()
+for id in $MIG_IDS; do M+=(--device "$id"); done
+if start m "${M[@]}"; then
+    # The container's own process has the spec's environment (podman exec sets its own).
+    px m -- sh -c 'ls /dev/nvidia-caps | sort | tr "\n" " "; tr "\0" "\n" </proc/1/environ | sed -n "s/^CUDA_VISIBLE_DEVICES=//p"'
+    check mig-container-has-the-caps-nodes "the container lacks the instance's nvidia-caps nodes (nvidia-cap$GI_MINOR, nvidia-cap$CI_MINOR) or its MIG device: $OUT" \
+        eval 'printf "%s" "$OUT" | grep -qx "$(printf "nvidia-cap%s\nnvidia-cap%s\n" "$GI_MINOR" "$CI_MINOR" | sort | tr "\n" " ")MIG-.*"'
+    check mig-container-total-4096 "the container of the claim of 4Gi in the 1g.10gb does not see a 4096 MiB device" total_is m 4096
+else
+    fail mig-container-total-4096 "podman run with $MIG_IDS failed: $ERR"
+fi
+podman rm -f -t 0 "$PREFIX-m" >/dev/null 2>&1
+kubelet unprepare "$DRA_SOCKET" "$(claims "default/mig/$UID_MIG")"
+GONE=$(msim "$REL/fgpu" mig list --json | "$PY" -c 'import json, sys; print(len(json.load(sys.stdin)["gpus"][0]["instances"]))')
+check mig-unprepare-destroys-the-instance "Unprepare did not destroy the instance ($GONE left) or left its spec" \
+    eval 'test "$RC" = 0 && test "$GONE" = 0 && test ! -e "$CDI_DIR/fgpu-claim-$UID_MIG.json"'
+kill -TERM "$PLUGIN_PID"; wait "$PLUGIN_PID" 2>/dev/null
 PLUGIN_PID=
 
 summary

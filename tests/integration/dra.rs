@@ -20,6 +20,8 @@ use std::time::{Duration, Instant};
 
 /// Device health and metrics.
 mod health;
+/// MIG partitions created at prepare, destroyed at unprepare.
+mod mig_prepare;
 /// MIG partitions published, and allocated by a stub of the scheduler's allocator.
 mod partitions;
 
@@ -167,7 +169,7 @@ impl Node {
     }
 
     /// [`Node::start`] with environment variables set (another simulated GPU).
-    fn start_with(&self, extra: &[&str], vars: &[(&str, String)]) -> Plugin {
+    pub(crate) fn start_with(&self, extra: &[&str], vars: &[(&str, String)]) -> Plugin {
         let (mut cmd, log) = self.plugin_command(extra);
         for (k, v) in vars {
             cmd.env(k, v);

@@ -321,3 +321,46 @@ fn status_shows_instances_and_gpus_auto_skips_mig_gpus() {
     assert!(refused.stderr().contains("every GPU is in MIG mode") && refused.stderr().contains("--mig PROFILE"), "{refused}");
     m.fgpu(&["mig", "destroy", &uuid]).success();
 }
+
+#[test]
+fn create_at_a_placement_by_gpu_uuid_and_destroy_tells_in_use_apart() {
+    let m = MigEnv::new("mig-cli-placement", Product::A100_80GB, 1, 1);
+    let gpu = m.sim.device_uuid_string(0);
+    // Exactly at slice 4, the GPU named by its UUID; the record's entry as JSON.
+    let run = m.fgpu(&["mig", "create", "3g.40gb", "--gpu", &gpu, "--placement", "4", "--json"]).success();
+    let made: Value = serde_json::from_str(&run.stdout()).unwrap_or_else(|e| panic!("{e}\n{run}"));
+    let gi = made["gpu_instance"].as_u64().unwrap() as u32;
+    assert_eq!(m.truth(0), [(gi, 4, 4)], "{run}");
+    let device = m.sim.mig_device(0, gi, made["compute_instance"].as_u64().unwrap() as u32).unwrap();
+    assert_eq!(made["mig_uuid"], device.uuid_string(), "{run}");
+    assert_eq!((made["gpu_uuid"].as_str(), made["gpu_minor"].as_u64(), made["placement"].clone()), (Some(gpu.as_str()), Some(0), serde_json::json!([4, 4])));
+    assert_eq!(made["memory_mib"], 40192);
+
+    // A placement another instance holds: exit 4, the holder named, nothing created.
+    let taken = m.fgpu(&["mig", "create", "2g.20gb", "--gpu", "0", "--placement", "4"]).run();
+    assert_eq!(taken.output.status.code(), Some(4), "{taken}");
+    assert!(taken.stderr().contains(&format!("placement 4 of 2g.20gb on GPU 0 is taken by instance {gi} (3g.40gb at 4:4)")), "{taken}");
+    // A placement the profile does not have, and one without its GPU.
+    let none = m.fgpu(&["mig", "create", "3g.40gb", "--gpu", "0", "--placement", "1"]).run();
+    assert_eq!(none.output.status.code(), Some(1), "{none}");
+    assert!(none.stderr().contains("3g.40gb on GPU 0 has no placement starting at slice 1 (its placements: 0:4 4:4)"), "{none}");
+    assert_eq!(m.fgpu(&["mig", "create", "3g.40gb", "--placement", "0"]).run().output.status.code(), Some(2));
+    assert_eq!(m.truth(0), [(gi, 4, 4)]);
+
+    // destroy --json: in use (exit 3) while a process is on it, destroyed once it is gone.
+    let uuid = device.uuid_string();
+    let mut job = m.env.client(&["init", "primary", "alloc", "256M", "hold"]).env("CUDA_VISIBLE_DEVICES", &uuid).spawn();
+    job.wait_for("holding");
+    let busy = m.fgpu(&["mig", "destroy", "--json", &uuid]).run();
+    assert_eq!(busy.output.status.code(), Some(3), "{busy}");
+    let line: Value = serde_json::from_str(busy.stdout().trim()).unwrap_or_else(|e| panic!("{e}\n{busy}"));
+    assert_eq!(line["outcome"], "in_use", "{busy}");
+    assert!(line["message"].as_str().unwrap().contains(&format!("by PID(s) [{}]", job.pid())), "{busy}");
+    job.kill(libc::SIGKILL);
+    let _ = job.finish();
+    let gone = m.fgpu(&["mig", "destroy", "--json", &uuid, "MIG-00000000-0000-0000-0000-000000000000"]).run();
+    let lines: Vec<Value> = gone.stdout().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(lines.iter().map(|l| l["outcome"].as_str().unwrap()).collect::<Vec<_>>(), ["destroyed", "not_recorded"], "{gone}");
+    assert_eq!(gone.output.status.code(), Some(1), "another failure than in use: {gone}");
+    assert_eq!(m.truth(0), []);
+}

@@ -113,6 +113,7 @@ pub struct Nvml {
     device_get_handle_by_index: Option<proto::nvmlDeviceGetHandleByIndex_v2>,
     device_get_uuid: Option<proto::nvmlDeviceGetUUID>,
     device_get_name: Option<proto::nvmlDeviceGetName>,
+    device_get_minor_number: Option<proto::nvmlDeviceGetMinorNumber>,
     device_get_memory_info: Option<proto::nvmlDeviceGetMemoryInfo>,
     device_get_compute_running_processes: Option<proto::nvmlDeviceGetComputeRunningProcesses>,
     device_get_supported_event_types: Option<proto::nvmlDeviceGetSupportedEventTypes>,
@@ -167,6 +168,7 @@ impl Nvml {
             device_get_handle_by_index: lookup!(library, nvmlDeviceGetHandleByIndex_v2),
             device_get_uuid: lookup!(library, nvmlDeviceGetUUID),
             device_get_name: lookup!(library, nvmlDeviceGetName),
+            device_get_minor_number: lookup!(library, nvmlDeviceGetMinorNumber),
             device_get_memory_info: lookup!(library, nvmlDeviceGetMemoryInfo),
             // The unversioned name keeps the v1 entry (`nvmlProcessInfo_v1_t`).
             device_get_compute_running_processes: lookup!(library, nvmlDeviceGetComputeRunningProcesses),
@@ -247,6 +249,16 @@ impl Nvml {
         // SAFETY: models nvmlDeviceGetUUID(nvmlDevice_t device, char *uuid, unsigned length)
         // with a handle NVML gave and a live buffer with its length (nvml.h asks for 80).
         nvml(unsafe { f(device.handle, buf.as_mut_ptr(), buf.len() as u32) }).ok().map(|()| c_buffer_to_string(&buf))
+    }
+
+    /// `nvmlDeviceGetMinorNumber(nvmlDevice_t, unsigned *)`: N of the GPU's `/dev/nvidiaN`,
+    /// which also numbers it in `/proc/driver/nvidia-caps/mig-minors` (`gpuN/...`).
+    pub fn minor_number(&self, device: Device<'_>) -> Option<u32> {
+        let f = self.device_get_minor_number?;
+        let mut minor = 0;
+        // SAFETY: models nvmlDeviceGetMinorNumber(nvmlDevice_t device, unsigned *minorNumber)
+        // with a handle NVML gave and a live local.
+        nvml(unsafe { f(device.handle, &mut minor) }).ok().map(|()| minor)
     }
 
     /// `nvmlDeviceGetName(nvmlDevice_t, char *, unsigned)`: the product's name.

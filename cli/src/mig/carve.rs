@@ -6,8 +6,10 @@
 //! Concurrent creators (any user, any number of `fgpu run --mig`) need no lock of fgpu's:
 //! the driver's create is atomic, and a placement another took meanwhile answers
 //! `NVML_ERROR_INSUFFICIENT_RESOURCES`, after which fgpu looks again and takes the next
-//! best.
+//! best. A creation at a placement the caller names (`--placement`, the DRA plugin's
+//! allocated partition) does not look elsewhere: a placement taken is [`MigError::Taken`].
 
+use super::error::MigError;
 use super::gpus::{self, Gpu};
 use super::record::{Entry, Owner, Record};
 use crate::driver::calls::Nvml;
@@ -39,11 +41,11 @@ pub fn no_permission_line() -> String {
 }
 
 /// Root, or read access to the MIG config capability.
-pub fn may_configure() -> Result<(), String> {
+pub fn may_configure() -> Result<(), MigError> {
     if fgpu_core::sys::geteuid() == 0 || fgpu_core::sys::files::access(std::path::Path::new(&capability_path()), libc::R_OK).is_ok() {
         Ok(())
     } else {
-        Err(no_permission_line())
+        Err(MigError::NoPermission(no_permission_line()))
     }
 }
 
@@ -59,24 +61,29 @@ pub struct Session {
 }
 
 impl Session {
-    pub fn open() -> Result<Session, String> {
+    pub fn open() -> Result<Session, MigError> {
         Ok(Session { nvml: gpus::open()? })
     }
 
-    pub fn mig(&self) -> Result<Mig<'_>, String> {
-        Mig::open(&self.nvml).ok_or_else(|| "this driver's NVML has no MIG calls (R470 or later has them)".to_string())
+    pub fn mig(&self) -> Result<Mig<'_>, MigError> {
+        Mig::open(&self.nvml).ok_or_else(|| MigError::Driver("this driver's NVML has no MIG calls (R470 or later has them)".to_string()))
     }
 }
 
-/// What was created.
-#[derive(Debug, Clone)]
+/// What was created: the record's entry, and the GPU's minor number (its `/dev/nvidiaN`,
+/// which numbers it in `/proc/driver/nvidia-caps/mig-minors`) when NVML gives it.
+#[derive(Debug, Clone, serde::Serialize)]
 pub struct Created {
+    #[serde(flatten)]
     pub entry: Entry,
+    pub gpu_minor: Option<u32>,
+    pub memory_mib: u64,
 }
 
-/// Creates an instance of `profile` (on GPU `only` if given) at the rule's placement,
-/// with its full-size compute instance, and records it with `owner`.
-pub fn create(profile: &str, only: Option<u32>, owner: Option<Owner>) -> Result<Created, String> {
+/// Creates an instance of `profile` (on GPU `only`, an index or a UUID, if given) at the
+/// rule's placement, or at the placement starting at memory slice `at` (which needs
+/// `only`), with its full-size compute instance, and records it with `owner`.
+pub fn create(profile: &str, only: Option<&str>, at: Option<u32>, owner: Option<Owner>) -> Result<Created, MigError> {
     may_configure()?;
     let record = Record::open()?;
     let session = Session::open()?;
@@ -86,65 +93,115 @@ pub fn create(profile: &str, only: Option<u32>, owner: Option<Owner>) -> Result<
         let gpus = eligible(&all, only)?;
         if !gpus.iter().any(|g| g.profile(profile).is_some()) {
             let names: Vec<&str> = gpus[0].profiles.iter().map(|p| p.name.as_str()).collect();
-            return Err(format!("no GPU in MIG mode has a profile {profile:?}; GPU {} has {}", gpus[0].index, names.join(", ")));
+            return Err(MigError::Refused(format!("no GPU in MIG mode has a profile {profile:?}; GPU {} has {}", gpus[0].index, names.join(", "))));
         }
-        let layouts: Vec<_> = gpus.iter().map(|g| g.layout()).collect();
-        let candidates = super::placement::candidates(&layouts, |i| gpus.iter().find(|g| g.index == i).and_then(|g| g.profile(profile)).map(|p| p.id));
-        let Some(&(choice, id)) = candidates.first() else {
-            let room: Vec<String> = gpus.iter().map(|g| format!("GPU {}: {} instance(s)", g.index, g.instances.len())).collect();
-            return Err(format!("no room for a {profile} on any GPU in MIG mode ({}); `fgpu mig list` shows the free placements", room.join(", ")));
+        let (gpu, id, placement) = match at {
+            Some(start) => exact(&gpus[0], profile, start)?,
+            None => {
+                let layouts: Vec<_> = gpus.iter().map(|g| g.layout()).collect();
+                let candidates = super::placement::candidates(&layouts, |i| gpus.iter().find(|g| g.index == i).and_then(|g| g.profile(profile)).map(|p| p.id));
+                let Some(&(choice, id)) = candidates.first() else {
+                    let room: Vec<String> = gpus.iter().map(|g| format!("GPU {}: {} instance(s)", g.index, g.instances.len())).collect();
+                    return Err(MigError::Refused(format!(
+                        "no room for a {profile} on any GPU in MIG mode ({}); `fgpu mig list` shows the free placements",
+                        room.join(", ")
+                    )));
+                };
+                let gpu = gpus.iter().find(|g| g.index == choice.gpu).expect("a candidate's GPU");
+                (gpu, id, Placement { start: choice.placement.0, size: choice.placement.1 })
+            }
         };
-        let gpu = gpus.iter().find(|g| g.index == choice.gpu).expect("a candidate's GPU");
-        let Some(Ok(device)) = session.nvml.device(gpu.index) else { return Err(format!("GPU {} is gone", gpu.index)) };
-        let placement = Placement { start: choice.placement.0, size: choice.placement.1 };
+        let Some(Ok(device)) = session.nvml.device(gpu.index) else { return Err(MigError::Driver(format!("GPU {} is gone", gpu.index))) };
         let gi = match mig.create_gi(device, id, placement) {
             Ok(gi) => gi,
+            Err(NVML_ERROR_INSUFFICIENT_RESOURCES) if at.is_some() => {
+                let name = gpu.profiles.iter().find(|p| p.id == id).map_or(profile, |p| p.name.as_str());
+                return Err(MigError::Taken {
+                    gpu: gpu.index,
+                    profile: name.to_string(),
+                    start: placement.start,
+                    by: " (by another creation meanwhile)".into(),
+                });
+            }
             Err(NVML_ERROR_INSUFFICIENT_RESOURCES) => {
                 eprintln!("fgpu: GPU {} {}:{} was taken meanwhile by another creation; choosing again", gpu.index, placement.start, placement.size);
                 continue;
             }
-            Err(NVML_ERROR_NO_PERMISSION) => return Err(no_permission_line()),
-            Err(rc) => return Err(format!("creating a {profile} on GPU {} at {}:{} failed (NVML error {rc})", gpu.index, placement.start, placement.size)),
+            Err(NVML_ERROR_NO_PERMISSION) => return Err(MigError::NoPermission(no_permission_line())),
+            Err(rc) => {
+                return Err(MigError::Driver(format!(
+                    "creating a {profile} on GPU {} at {}:{} failed (NVML error {rc})",
+                    gpu.index, placement.start, placement.size
+                )))
+            }
         };
         let made = finish(&session, &mig, gpu, gi, id, owner).and_then(|entry| {
             record.put(&entry).map(|()| entry.clone()).inspect_err(|_| {
                 let _ = destroy_instance(&session, &mig, &entry);
             })
         });
-        return made.map(|entry| Created { entry });
+        let memory_mib = gpu.profiles.iter().find(|p| p.id == id).map_or(0, |p| p.memory_mib);
+        return made.map(|entry| Created { entry, gpu_minor: session.nvml.minor_number(device), memory_mib });
     }
-    Err(format!("every placement for a {profile} was taken by others {ATTEMPTS} times in a row; try again"))
+    Err(MigError::Refused(format!("every placement for a {profile} was taken by others {ATTEMPTS} times in a row; try again")))
 }
 
-/// The GPUs a creation may use: `only`, or every GPU in MIG mode; `Err` with the MIG-off
-/// line when there is none.
-fn eligible(all: &[Gpu], only: Option<u32>) -> Result<Vec<Gpu>, String> {
-    if let Some(index) = only {
-        let gpu = all.iter().find(|g| g.index == index).ok_or_else(|| format!("there is no GPU {index} ({} GPU(s) here)", all.len()))?;
+/// The placement of `profile` on `gpu` that starts at memory slice `start`: `Err` when the
+/// profile has none there, or an instance holds one of its slices.
+fn exact<'g>(gpu: &'g Gpu, profile: &str, start: u32) -> Result<(&'g Gpu, u32, Placement), MigError> {
+    let p = gpu.profile(profile).ok_or_else(|| MigError::Refused(format!("GPU {} has no profile {profile:?}", gpu.index)))?;
+    let Some(&(_, size)) = p.placements.iter().find(|(s, _)| *s == start) else {
+        let all: Vec<String> = p.placements.iter().map(|(s, n)| format!("{s}:{n}")).collect();
+        return Err(MigError::Refused(format!(
+            "{} on GPU {} has no placement starting at slice {start} (its placements: {})",
+            p.name,
+            gpu.index,
+            all.join(" ")
+        )));
+    };
+    if !gpu.layout().free(p.id).contains(&(start, size)) {
+        let overlap = gpu.instances.iter().find(|i| i.placement.0 < start + size && start < i.placement.0 + i.placement.1);
+        let by = match overlap {
+            Some(i) => format!(" by instance {} ({} at {}:{})", i.gpu_instance, i.profile, i.placement.0, i.placement.1),
+            None => format!(" (no more {} instances fit)", p.name),
+        };
+        return Err(MigError::Taken { gpu: gpu.index, profile: p.name.clone(), start, by });
+    }
+    Ok((gpu, p.id, Placement { start, size }))
+}
+
+/// The GPUs a creation may use: `only` (an index or a UUID), or every GPU in MIG mode;
+/// `Err` with the MIG-off line when there is none.
+fn eligible(all: &[Gpu], only: Option<&str>) -> Result<Vec<Gpu>, MigError> {
+    if let Some(wanted) = only {
+        let gpu = all
+            .iter()
+            .find(|g| g.uuid.eq_ignore_ascii_case(wanted) || wanted.parse::<u32>() == Ok(g.index))
+            .ok_or_else(|| MigError::Refused(format!("there is no GPU {wanted} ({} GPU(s) here)", all.len())))?;
         if gpu.mig.is_none() {
-            return Err(format!("GPU {index} ({}) has no MIG", gpu.name));
+            return Err(MigError::Refused(format!("GPU {wanted} ({}) has no MIG", gpu.name)));
         }
         if !gpu.mig_on() {
-            return Err(mig_off_line(gpu));
+            return Err(MigError::Refused(mig_off_line(gpu)));
         }
         return Ok(vec![gpu.clone()]);
     }
     let on: Vec<Gpu> = all.iter().filter(|g| g.mig_on()).cloned().collect();
     if on.is_empty() {
-        return Err(match all.iter().find(|g| g.mig.is_some()) {
+        return Err(MigError::Refused(match all.iter().find(|g| g.mig.is_some()) {
             Some(gpu) => format!("no GPU is in MIG mode: {}", mig_off_line(gpu)),
             None => "no GPU here supports MIG".to_string(),
-        });
+        }));
     }
     Ok(on)
 }
 
 /// The compute instance and the record's entry for a new GPU instance; on failure the GPU
 /// instance is destroyed again.
-fn finish(session: &Session, mig: &Mig<'_>, gpu: &Gpu, gi: GpuInstance<'_>, id: u32, owner: Option<Owner>) -> Result<Entry, String> {
+fn finish(session: &Session, mig: &Mig<'_>, gpu: &Gpu, gi: GpuInstance<'_>, id: u32, owner: Option<Owner>) -> Result<Entry, MigError> {
     let undo = |why: String| {
         let _ = mig.destroy_gi(gi);
-        why
+        MigError::Driver(why)
     };
     let info = mig.gi_info(gi).map_err(|rc| undo(format!("nvmlGpuInstanceGetInfo failed (NVML error {rc})")))?;
     let profile = gpu.profiles.iter().find(|p| p.id == id).expect("the profile created");
@@ -188,7 +245,7 @@ pub enum Destroyed {
 
 /// Destroys the instance `entry` records (its compute instances, then it), if the driver
 /// still gives it the recorded MIG UUID; `Err` when processes use it or the driver refuses.
-pub fn destroy_instance(session: &Session, mig: &Mig<'_>, entry: &Entry) -> Result<Destroyed, String> {
+pub fn destroy_instance(session: &Session, mig: &Mig<'_>, entry: &Entry) -> Result<Destroyed, MigError> {
     let Some(Ok(device)) = session.nvml.device(entry.gpu_index) else { return Ok(Destroyed::Gone) };
     if session.nvml.uuid(device).as_deref() != Some(entry.gpu_uuid.as_str()) {
         return Ok(Destroyed::Gone);
@@ -206,31 +263,34 @@ pub fn destroy_instance(session: &Session, mig: &Mig<'_>, entry: &Entry) -> Resu
         .flat_map(|(_, _, d)| crate::driver::lists::device_pids(&session.nvml, *d).unwrap_or_default())
         .collect();
     if !pids.is_empty() {
-        return Err(format!("{} is in use by PID(s) {pids:?}", entry.mig_uuid));
+        return Err(MigError::InUse { uuid: entry.mig_uuid.clone(), pids });
     }
-    let gi = mig.gi_by_id(device, entry.gpu_instance).map_err(|rc| format!("GPU {} instance {}: NVML error {rc}", entry.gpu_index, entry.gpu_instance))?;
+    let in_use = || MigError::InUse { uuid: entry.mig_uuid.clone(), pids: Vec::new() };
+    let gi = mig
+        .gi_by_id(device, entry.gpu_instance)
+        .map_err(|rc| MigError::Driver(format!("GPU {} instance {}: NVML error {rc}", entry.gpu_index, entry.gpu_instance)))?;
     for index in 0..CI_PROFILE_INDICES {
         let Ok(profile) = mig.ci_profile(gi, index) else { continue };
         for ci in mig.compute_instances(gi, profile.id).unwrap_or_default() {
             match mig.destroy_ci(ci) {
                 Ok(()) => {}
-                Err(NVML_ERROR_IN_USE) => return Err(format!("{} is in use", entry.mig_uuid)),
-                Err(NVML_ERROR_NO_PERMISSION) => return Err(no_permission_line()),
-                Err(rc) => return Err(format!("destroying a compute instance of {} failed (NVML error {rc})", entry.mig_uuid)),
+                Err(NVML_ERROR_IN_USE) => return Err(in_use()),
+                Err(NVML_ERROR_NO_PERMISSION) => return Err(MigError::NoPermission(no_permission_line())),
+                Err(rc) => return Err(MigError::Driver(format!("destroying a compute instance of {} failed (NVML error {rc})", entry.mig_uuid))),
             }
         }
     }
     match mig.destroy_gi(gi) {
         Ok(()) => Ok(Destroyed::Now),
-        Err(NVML_ERROR_IN_USE) => Err(format!("{} is in use", entry.mig_uuid)),
-        Err(NVML_ERROR_NO_PERMISSION) => Err(no_permission_line()),
-        Err(rc) => Err(format!("destroying GPU {} instance {} failed (NVML error {rc})", entry.gpu_index, entry.gpu_instance)),
+        Err(NVML_ERROR_IN_USE) => Err(in_use()),
+        Err(NVML_ERROR_NO_PERMISSION) => Err(MigError::NoPermission(no_permission_line())),
+        Err(rc) => Err(MigError::Driver(format!("destroying GPU {} instance {} failed (NVML error {rc})", entry.gpu_index, entry.gpu_instance))),
     }
 }
 
 /// Destroys the instances of the record whose job is gone and that no process uses, and
 /// drops the entries of instances already gone. Returns one line per entry acted on.
-pub fn gc() -> Result<Vec<String>, String> {
+pub fn gc() -> Result<Vec<String>, MigError> {
     let record = Record::open()?;
     let entries = record.entries();
     if entries.is_empty() {
@@ -270,14 +330,14 @@ pub struct Carved {
 impl Carved {
     /// Destroys orphaned instances of the record first (quietly unless something is kept),
     /// then creates one of `profile` owned by this process.
-    pub fn new(profile: &str, keep: bool) -> Result<Carved, String> {
+    pub fn new(profile: &str, keep: bool) -> Result<Carved, MigError> {
         may_configure()?;
         for line in gc().unwrap_or_default() {
             eprintln!("fgpu run: {line}");
         }
         let pid = std::process::id();
-        let start = super::record::start_time(pid).ok_or("cannot read this process's start time")?;
-        let created = create(profile, None, Some(Owner { pid, start }))?;
+        let start = super::record::start_time(pid).ok_or_else(|| MigError::Driver("cannot read this process's start time".into()))?;
+        let created = create(profile, None, None, Some(Owner { pid, start }))?;
         Ok(Carved { entry: created.entry, keep })
     }
 }

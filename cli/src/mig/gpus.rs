@@ -1,6 +1,7 @@
 //! What the driver says of each GPU's MIG: its mode, its GPU instance profiles with their
 //! placements, and its instances with their MIG devices and processes.
 
+use super::error::MigError;
 use super::placement::{GpuLayout, Shape};
 use crate::driver::calls::{Device, Nvml};
 use crate::driver::mig::{GiProfile, Mig};
@@ -80,21 +81,21 @@ impl Gpu {
 }
 
 /// NVML opened and initialised, and its MIG calls; `Err` says why not.
-pub fn open() -> Result<Nvml, String> {
-    let nvml = Nvml::open().map_err(|e| format!("cannot load the NVIDIA driver's NVML: {e}"))?;
+pub fn open() -> Result<Nvml, MigError> {
+    let nvml = Nvml::open().map_err(|e| MigError::Driver(format!("cannot load the NVIDIA driver's NVML: {e}")))?;
     match nvml.init() {
         Some(Ok(())) => Ok(nvml),
-        Some(Err(rc)) => Err(format!("nvmlInit failed (NVML error {rc})")),
-        None => Err("libnvidia-ml.so.1 has no nvmlInit".into()),
+        Some(Err(rc)) => Err(MigError::Driver(format!("nvmlInit failed (NVML error {rc})"))),
+        None => Err(MigError::Driver("libnvidia-ml.so.1 has no nvmlInit".into())),
     }
 }
 
 /// Every GPU as the driver describes it.
-pub fn scan(nvml: &Nvml, mig: &Mig<'_>) -> Result<Vec<Gpu>, String> {
+pub fn scan(nvml: &Nvml, mig: &Mig<'_>) -> Result<Vec<Gpu>, MigError> {
     let count = match nvml.device_count() {
         Some(Ok(n)) => n,
-        Some(Err(rc)) => return Err(format!("nvmlDeviceGetCount failed (NVML error {rc})")),
-        None => return Err("libnvidia-ml.so.1 has no nvmlDeviceGetCount".into()),
+        Some(Err(rc)) => return Err(MigError::Driver(format!("nvmlDeviceGetCount failed (NVML error {rc})"))),
+        None => return Err(MigError::Driver("libnvidia-ml.so.1 has no nvmlDeviceGetCount".into())),
     };
     let mut gpus = Vec::new();
     for index in 0..count {

@@ -5,11 +5,13 @@
 
 pub mod args;
 pub mod carve;
+pub mod error;
 pub mod gpus;
 pub mod placement;
 pub mod record;
 
 use args::{MigArgs, MigCommand};
+use error::MigError;
 use record::Record;
 use serde::Serialize;
 
@@ -17,15 +19,19 @@ use serde::Serialize;
 pub fn mig(args: &MigArgs) -> i32 {
     let outcome = match &args.command {
         MigCommand::List { json } => list(*json),
-        MigCommand::Create { profile, gpu } => carve::create(profile, *gpu, None).map(|c| {
-            let e = c.entry;
-            println!("{}", e.mig_uuid);
+        MigCommand::Create { profile, gpu, placement, json } => carve::create(profile, gpu.as_deref(), *placement, None).map(|c| {
+            let e = &c.entry;
+            if *json {
+                println!("{}", serde_json::to_string(&c).expect("an entry serialises"));
+            } else {
+                println!("{}", e.mig_uuid);
+            }
             eprintln!(
                 "fgpu mig: created {} on GPU {} at {}:{} (GPU instance {}, compute instance {})",
                 e.profile, e.gpu_index, e.placement.0, e.placement.1, e.gpu_instance, e.compute_instance
             );
         }),
-        MigCommand::Destroy { uuids } => destroy(uuids),
+        MigCommand::Destroy { uuids, json } => return destroy(uuids, *json),
         MigCommand::Gc => carve::gc().map(|lines| {
             for line in &lines {
                 println!("{line}");
@@ -39,40 +45,84 @@ pub fn mig(args: &MigArgs) -> i32 {
         Ok(()) => 0,
         Err(e) => {
             eprintln!("fgpu mig: {e}");
-            1
+            e.exit_code()
         }
     }
 }
 
-fn destroy(uuids: &[String]) -> Result<(), String> {
-    carve::may_configure()?;
-    let record = Record::open()?;
+/// `fgpu mig destroy --json`'s line for one instance.
+#[derive(Serialize)]
+struct DestroyOutcome<'a> {
+    mig_uuid: &'a str,
+    /// `destroyed`, `gone`, `not_recorded`, or a [`MigError::kind`].
+    outcome: &'static str,
+    message: String,
+}
+
+/// Destroys each instance; the exit status: 0 when each is destroyed or already gone, 3
+/// when some are in use and nothing else failed, else 1.
+fn destroy(uuids: &[String], json: bool) -> i32 {
+    let opened = carve::may_configure().and_then(|()| Ok((Record::open()?, carve::Session::open()?)));
+    let (record, session) = match opened {
+        Ok(o) => o,
+        Err(e) => return destroy_failed(uuids, json, &e),
+    };
+    let mig = match session.mig() {
+        Ok(m) => m,
+        Err(e) => return destroy_failed(uuids, json, &e),
+    };
     let entries = record.entries();
-    let session = carve::Session::open()?;
-    let mig = session.mig()?;
-    let mut failed = Vec::new();
+    let (mut in_use, mut failed) = (false, false);
     for uuid in uuids {
-        let Some(entry) = entries.iter().find(|e| e.mig_uuid.eq_ignore_ascii_case(uuid)) else {
-            failed.push(format!(
-                "{uuid} is not an instance fgpu created (its record {} does not name it); `nvidia-smi mig -dci` and `-dgi` destroy others",
-                record.dir.display()
-            ));
-            continue;
+        let result = match entries.iter().find(|e| e.mig_uuid.eq_ignore_ascii_case(uuid)) {
+            None => Err((
+                "not_recorded",
+                format!(
+                    "{uuid} is not an instance fgpu created (its record {} does not name it); `nvidia-smi mig -dci` and `-dgi` destroy others",
+                    record.dir.display()
+                ),
+            )),
+            Some(entry) => match carve::destroy_instance(&session, &mig, entry) {
+                Ok(outcome) => {
+                    record.remove(entry);
+                    let (kind, what) = if outcome == carve::Destroyed::Now { ("destroyed", "destroyed") } else { ("gone", "already gone:") };
+                    Ok((kind, format!("{what} {} ({} on GPU {})", entry.mig_uuid, entry.profile, entry.gpu_index)))
+                }
+                Err(e) => Err((e.kind(), e.to_string())),
+            },
         };
-        match carve::destroy_instance(&session, &mig, entry) {
-            Ok(outcome) => {
-                record.remove(entry);
-                let what = if outcome == carve::Destroyed::Now { "destroyed" } else { "already gone:" };
-                println!("{what} {} ({} on GPU {})", entry.mig_uuid, entry.profile, entry.gpu_index);
-            }
-            Err(e) => failed.push(e),
+        match &result {
+            Ok(_) => {}
+            Err(("in_use", _)) => in_use = true,
+            Err(_) => failed = true,
+        }
+        let (outcome, message) = result.unwrap_or_else(|e| e);
+        if json {
+            println!("{}", serde_json::to_string(&DestroyOutcome { mig_uuid: uuid, outcome, message }).expect("serialises"));
+        } else if matches!(outcome, "destroyed" | "gone") {
+            println!("{message}");
+        } else {
+            eprintln!("fgpu mig: {message}");
         }
     }
-    if failed.is_empty() {
-        Ok(())
+    if failed {
+        1
+    } else if in_use {
+        error::EXIT_IN_USE
     } else {
-        Err(failed.join("; "))
+        0
     }
+}
+
+/// Every instance failed for the same reason `e` (no right, no driver).
+fn destroy_failed(uuids: &[String], json: bool, e: &MigError) -> i32 {
+    if json {
+        for uuid in uuids {
+            println!("{}", serde_json::to_string(&DestroyOutcome { mig_uuid: uuid, outcome: e.kind(), message: e.to_string() }).expect("serialises"));
+        }
+    }
+    eprintln!("fgpu mig: {e}");
+    e.exit_code()
 }
 
 /// `fgpu mig list --json`'s document.
@@ -112,7 +162,7 @@ fn uid_of(pid: u32) -> Option<u32> {
     std::fs::metadata(format!("/proc/{pid}")).ok().map(|m| m.uid())
 }
 
-fn list(json: bool) -> Result<(), String> {
+fn list(json: bool) -> Result<(), MigError> {
     let session = carve::Session::open()?;
     let mig = session.mig()?;
     let all = gpus::scan(&session.nvml, &mig)?;

@@ -9,6 +9,7 @@
 //! (tests). A directory or file that is a link, is not the caller's own, or is writable by
 //! anyone else is not read (said on stderr): it is hostile input.
 
+use super::error::MigError;
 use serde::{Deserialize, Serialize};
 use std::io::Write;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
@@ -86,14 +87,14 @@ fn safe(meta: &std::fs::Metadata, uid: u32) -> bool {
 impl Record {
     /// The record of the calling (effective) user: root's, `FGPU_MIG_RECORD`, or the user's
     /// own under `$XDG_RUNTIME_DIR`; `Err` naming why there is none.
-    pub fn open() -> Result<Record, String> {
+    pub fn open() -> Result<Record, MigError> {
         let uid = fgpu_core::sys::geteuid();
         let dir = match std::env::var_os(ENV_RECORD).filter(|v| !v.is_empty()) {
             Some(dir) => PathBuf::from(dir),
             None if uid == 0 => PathBuf::from(ROOT_RECORD),
             None => match std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from).filter(|p| p.is_absolute()) {
                 Some(run) => run.join("fgpu/mig"),
-                None => return Err("no place to record the instances fgpu creates: not root, and XDG_RUNTIME_DIR is not set".into()),
+                None => return Err(MigError::Record("no place to record the instances fgpu creates: not root, and XDG_RUNTIME_DIR is not set".into())),
             },
         };
         Ok(Record { dir, uid })
@@ -101,21 +102,25 @@ impl Record {
 
     /// Makes the directory where missing (0755, parents 0755), and checks it is the
     /// caller's own and nobody else's to write.
-    fn ready(&self) -> Result<(), String> {
-        std::fs::DirBuilder::new().recursive(true).mode(0o755).create(&self.dir).map_err(|e| format!("cannot make {}: {e}", self.dir.display()))?;
+    fn ready(&self) -> Result<(), MigError> {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o755)
+            .create(&self.dir)
+            .map_err(|e| MigError::Record(format!("cannot make {}: {e}", self.dir.display())))?;
         self.check()
     }
 
-    fn check(&self) -> Result<(), String> {
-        let meta = std::fs::symlink_metadata(&self.dir).map_err(|e| format!("{}: {e}", self.dir.display()))?;
+    fn check(&self) -> Result<(), MigError> {
+        let meta = std::fs::symlink_metadata(&self.dir).map_err(|e| MigError::Record(format!("{}: {e}", self.dir.display())))?;
         if !meta.is_dir() || !safe(&meta, self.uid) {
-            return Err(format!("{} is not a directory of uid {} that only it can write: not used", self.dir.display(), self.uid));
+            return Err(MigError::Record(format!("{} is not a directory of uid {} that only it can write: not used", self.dir.display(), self.uid)));
         }
         Ok(())
     }
 
     /// Writes `entry` (a new file, then renamed into place: readers see all or nothing).
-    pub fn put(&self, entry: &Entry) -> Result<(), String> {
+    pub fn put(&self, entry: &Entry) -> Result<(), MigError> {
         self.ready()?;
         let path = self.dir.join(entry.file_name());
         let temp = self.dir.join(format!(".{}.{}", entry.file_name(), std::process::id()));
@@ -128,7 +133,7 @@ impl Record {
         };
         write().map_err(|e| {
             let _ = std::fs::remove_file(&temp);
-            format!("cannot record {} in {}: {e}", entry.mig_uuid, self.dir.display())
+            MigError::Record(format!("cannot record {} in {}: {e}", entry.mig_uuid, self.dir.display()))
         })
     }
 
