@@ -72,46 +72,94 @@ pub fn base_request(name: &str) -> &str {
     name.split_once('/').map_or(name, |(request, _)| request)
 }
 
-fn consumed(result: &AllocationResult, name: &str) -> Result<Option<Quantity>, String> {
+/// Why a claim's allocation cannot be honoured on this node.
+#[derive(Debug, thiserror::Error)]
+pub enum PlanError {
+    #[error("it is not allocated")]
+    NotAllocated,
+    #[error("device {device} is in pool {pool:?}, not this node's ({node:?})")]
+    OtherPool { device: String, pool: String, node: String },
+    #[error("device {device} is not on this node (it has {have})")]
+    NotHere { device: String, have: String },
+    #[error("device {device}: {why}")]
+    Device { device: String, why: DeviceProblem },
+}
+
+/// What is wrong with one allocated device's result.
+#[derive(Debug, thiserror::Error)]
+pub enum DeviceProblem {
+    #[error("admin access to a MIG partition is not offered (ask for the whole GPU)")]
+    AdminOnPartition,
+    #[error("consumed capacity {0:?} is not one this driver publishes")]
+    UnknownCapacity(String),
+    #[error("consumed {name} {value} is not a quantity")]
+    NotAQuantity { name: String, value: String },
+    #[error("{0}")]
+    Quantity(#[from] crate::quantity::QuantityError),
+    #[error("negative memory")]
+    NegativeMemory,
+    #[error("negative compute")]
+    NegativeCompute,
+    #[error("the allocation consumes no memory")]
+    NoMemory,
+    /// `within`: "GPU's", "3g.40gb instance's".
+    #[error("the allocation consumes {consumed} bytes of memory, more than the {within} {total}")]
+    MoreMemory { consumed: u64, within: String, total: u64 },
+    #[error("the allocation consumes more than {COMPUTE_WHOLE} compute")]
+    MoreCompute,
+}
+
+fn consumed(result: &AllocationResult, name: &str) -> Result<Option<Quantity>, DeviceProblem> {
     let Some(value) = result.consumed_capacity.as_ref().and_then(|c| c.get(name)) else { return Ok(None) };
     let text = match value {
         serde_json::Value::String(s) => s.clone(),
         serde_json::Value::Number(n) => n.to_string(),
-        other => return Err(format!("consumed {name} {other} is not a quantity")),
+        other => return Err(DeviceProblem::NotAQuantity { name: name.to_string(), value: other.to_string() }),
     };
-    Quantity::parse(&text).map(Some).map_err(|e| e.to_string())
+    Ok(Some(Quantity::parse(&text)?))
 }
 
-/// The cap a result gives inside a partition.
-fn partition_plan(r: &AllocationResult, device: &str, partition: Partition) -> Result<PlannedPartition, String> {
-    if r.admin_access == Some(true) {
-        return Err(format!("device {device}: admin access to a MIG partition is not offered (ask for the whole GPU)"));
-    }
+/// What one result consumes of a device whose memory is `whole`: the memory (all of it
+/// when the result names none), the compute in thousandths of a percent, and whether it
+/// names neither (the device is the claim's alone).
+struct Consumption {
+    memory: u64,
+    compute: u64,
+    exclusive: bool,
+}
+
+fn consumption(r: &AllocationResult, whole: u64) -> Result<Consumption, DeviceProblem> {
     if let Some(other) = r.consumed_capacity.as_ref().and_then(|c| c.keys().find(|k| *k != MEMORY && *k != COMPUTE)) {
-        return Err(format!("device {device}: consumed capacity {other:?} is not one this driver publishes"));
+        return Err(DeviceProblem::UnknownCapacity(other.clone()));
     }
-    let memory = consumed(r, MEMORY).map_err(|e| format!("device {device}: {e}"))?;
-    let compute = consumed(r, COMPUTE).map_err(|e| format!("device {device}: {e}"))?;
+    let memory = consumed(r, MEMORY)?;
+    let compute = consumed(r, COMPUTE)?;
     let exclusive = memory.is_none() && compute.is_none();
     let memory = match memory {
-        Some(q) => q.floor_units().ok_or_else(|| format!("device {device}: negative memory"))?,
-        None => partition.memory,
+        Some(q) => q.floor_units().ok_or(DeviceProblem::NegativeMemory)?,
+        None => whole,
     };
     let compute = match compute {
-        Some(q) => q.floor_milli().ok_or_else(|| format!("device {device}: negative compute"))?,
+        Some(q) => q.floor_milli().ok_or(DeviceProblem::NegativeCompute)?,
         None => 0,
     };
     if memory == 0 {
-        return Err(format!("device {device}: the allocation consumes no memory"));
+        return Err(DeviceProblem::NoMemory);
     }
+    Ok(Consumption { memory, compute, exclusive })
+}
+
+/// The cap a result gives inside a partition.
+fn partition_plan(r: &AllocationResult, partition: Partition) -> Result<PlannedPartition, DeviceProblem> {
+    if r.admin_access == Some(true) {
+        return Err(DeviceProblem::AdminOnPartition);
+    }
+    let Consumption { memory, compute, exclusive } = consumption(r, partition.memory)?;
     if memory > partition.memory {
-        return Err(format!(
-            "device {device}: the allocation consumes {memory} bytes of memory, more than the {} instance's {}",
-            partition.profile, partition.memory
-        ));
+        return Err(DeviceProblem::MoreMemory { consumed: memory, within: format!("{} instance's", partition.profile), total: partition.memory });
     }
     if compute > COMPUTE_WHOLE * 1000 {
-        return Err(format!("device {device}: the allocation consumes more than {COMPUTE_WHOLE} compute"));
+        return Err(DeviceProblem::MoreCompute);
     }
     Ok(PlannedPartition {
         request: base_request(&r.request).to_string(),
@@ -125,24 +173,25 @@ fn partition_plan(r: &AllocationResult, device: &str, partition: Partition) -> R
 
 /// The plan of `claim` on `node`, whose GPUs are `gpus` and whose partitionable GPUs' MIG
 /// is `mig`.
-pub fn plan(claim: &Claim, node: &str, gpus: &[GpuInfo], mig: &[MigGpu]) -> Result<ClaimPlan, String> {
-    let allocation = claim.status.allocation.as_ref().ok_or("it is not allocated")?;
+pub fn plan(claim: &Claim, node: &str, gpus: &[GpuInfo], mig: &[MigGpu]) -> Result<ClaimPlan, PlanError> {
+    let allocation = claim.status.allocation.as_ref().ok_or(PlanError::NotAllocated)?;
     let mut caps: BTreeMap<u32, CapRecord> = BTreeMap::new();
     let mut devices = Vec::new();
     let mut planned = Vec::new();
-    let have = || gpus.iter().map(|g| slices::device_name(g.index)).collect::<Vec<_>>().join(", ");
+    let have = || if gpus.is_empty() { "no GPU".into() } else { gpus.iter().map(|g| slices::device_name(g.index)).collect::<Vec<_>>().join(", ") };
     for r in allocation.devices.results.iter().filter(|r| r.driver == DRIVER) {
         let device = format!("{}/{}", r.pool, r.device);
         if r.pool != node {
-            return Err(format!("device {device} is in pool {:?}, not this node's ({node:?})", r.pool));
+            return Err(PlanError::OtherPool { device, pool: r.pool.clone(), node: node.to_string() });
         }
+        let problem = |why: DeviceProblem| PlanError::Device { device: device.clone(), why };
         if let Some(partition) = partitions::find(mig, &r.device) {
-            planned.push(partition_plan(r, &device, partition)?);
+            planned.push(partition_plan(r, partition).map_err(problem)?);
             continue;
         }
-        let gpu = slices::device_index(&r.device)
-            .and_then(|i| gpus.iter().find(|g| g.index == i))
-            .ok_or_else(|| format!("device {device} is not on this node (it has {})", if gpus.is_empty() { "no GPU".into() } else { have() }))?;
+        let Some(gpu) = slices::device_index(&r.device).and_then(|i| gpus.iter().find(|g| g.index == i)) else {
+            return Err(PlanError::NotHere { device, have: have() });
+        };
         let admin = r.admin_access == Some(true);
         devices.push(PlannedDevice {
             request: base_request(&r.request).to_string(),
@@ -167,23 +216,7 @@ pub fn plan(claim: &Claim, node: &str, gpus: &[GpuInfo], mig: &[MigGpu]) -> Resu
             }
             continue;
         }
-        if let Some(other) = r.consumed_capacity.as_ref().and_then(|c| c.keys().find(|k| *k != MEMORY && *k != COMPUTE)) {
-            return Err(format!("device {device}: consumed capacity {other:?} is not one this driver publishes"));
-        }
-        let memory = consumed(r, MEMORY).map_err(|e| format!("device {device}: {e}"))?;
-        let compute = consumed(r, COMPUTE).map_err(|e| format!("device {device}: {e}"))?;
-        let exclusive = memory.is_none() && compute.is_none();
-        let memory = match memory {
-            Some(q) => q.floor_units().ok_or_else(|| format!("device {device}: negative memory"))?,
-            None => gpu.total,
-        };
-        let compute = match compute {
-            Some(q) => q.floor_milli().ok_or_else(|| format!("device {device}: negative compute"))?,
-            None => 0,
-        };
-        if memory == 0 {
-            return Err(format!("device {device}: the allocation consumes no memory"));
-        }
+        let Consumption { memory, compute, exclusive } = consumption(r, gpu.total).map_err(problem)?;
         if cap.admin {
             // The first tenant's share of this GPU in the claim.
             *cap = CapRecord { memory: 0, compute_millipercent: Some(0), admin: false, ..cap.clone() };
@@ -192,10 +225,10 @@ pub fn plan(claim: &Claim, node: &str, gpus: &[GpuInfo], mig: &[MigGpu]) -> Resu
         cap.memory = cap.memory.saturating_add(memory);
         cap.compute_millipercent = cap.compute_millipercent.map(|c| c.saturating_add(compute));
         if cap.memory > gpu.total {
-            return Err(format!("device {device}: the allocation consumes {} bytes of memory, more than the GPU's {}", cap.memory, gpu.total));
+            return Err(problem(DeviceProblem::MoreMemory { consumed: cap.memory, within: "GPU's".into(), total: gpu.total }));
         }
         if cap.compute_millipercent.unwrap_or(0) > COMPUTE_WHOLE * 1000 {
-            return Err(format!("device {device}: the allocation consumes more than {COMPUTE_WHOLE} compute"));
+            return Err(problem(DeviceProblem::MoreCompute));
         }
     }
     Ok(ClaimPlan { caps: caps.into_values().collect(), devices, partitions: planned })
@@ -287,7 +320,7 @@ mod tests {
 
     #[test]
     fn what_this_node_cannot_honour_is_refused() {
-        let err = |c: Claim| plan(&c, "node-a", &gpus(), &[]).unwrap_err();
+        let err = |c: Claim| plan(&c, "node-a", &gpus(), &[]).unwrap_err().to_string();
         assert!(err(claim(vec![result("gpu-7", &[])])).contains("gpu-7 is not on this node (it has gpu-0, gpu-1)"));
         assert!(err(claim(vec![result("mig-0", &[])])).contains("not on this node"));
         let mut elsewhere = result("gpu-0", &[]);
@@ -336,13 +369,13 @@ mod tests {
         let p = plan(&claim(vec![result("gpu-0-mig-3g-40gb-4", &[])]), "node-a", &gpus(), &a100()).unwrap();
         assert_eq!((p.partitions[0].memory, p.partitions[0].exclusive), (40192 << 20, true));
         // The instance's memory bounds the cap, not the GPU's 80 GiB.
-        let err = plan(&claim(vec![result("gpu-0-mig-1g-10gb-6", &[("memory", "10Gi".into())])]), "node-a", &gpus(), &a100()).unwrap_err();
+        let err = plan(&claim(vec![result("gpu-0-mig-1g-10gb-6", &[("memory", "10Gi".into())])]), "node-a", &gpus(), &a100()).unwrap_err().to_string();
         assert!(err.contains("more than the 1g.10gb instance's"), "{err}");
         // A placement the profile does not have is not on this node.
-        let err = plan(&claim(vec![result("gpu-0-mig-3g-40gb-1", &[])]), "node-a", &gpus(), &a100()).unwrap_err();
+        let err = plan(&claim(vec![result("gpu-0-mig-3g-40gb-1", &[])]), "node-a", &gpus(), &a100()).unwrap_err().to_string();
         assert!(err.contains("not on this node"), "{err}");
         let mut admin = result("gpu-0-mig-3g-40gb-4", &[]);
         admin.admin_access = Some(true);
-        assert!(plan(&claim(vec![admin]), "node-a", &gpus(), &a100()).unwrap_err().contains("admin access"));
+        assert!(plan(&claim(vec![admin]), "node-a", &gpus(), &a100()).unwrap_err().to_string().contains("admin access"));
     }
 }
