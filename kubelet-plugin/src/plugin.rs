@@ -35,13 +35,12 @@
 
 use crate::api::Api;
 use crate::capacity;
-use crate::checkpoint::{CapRecord, Checkpoint, DeviceRecord, MigInstance, PreparedClaim, Preparing, Store};
+use crate::checkpoint::{Checkpoint, DeviceRecord, PreparedClaim, Store};
 use crate::claimfiles::{check_uid, fgpu_device_name, ClaimFiles};
 use crate::inventory::Inventory;
-use crate::mig::{MigOpError, MigTool};
+use crate::mig::MigTool;
 use crate::nvidia::{self, NvidiaNames};
-use crate::partitions::Partition;
-use crate::plan::{self, PlannedPartition};
+use crate::plan;
 use crate::slices::MemoryPolicy;
 use crate::status::Status;
 use fgpu_cdi::claim::WHOLE_COMPUTE;
@@ -50,6 +49,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
 use tokio::sync::Mutex;
 
+mod instances;
 mod remake;
 
 pub struct Settings {
@@ -267,189 +267,6 @@ impl Plugin {
         Ok(())
     }
 
-    /// The instances of a claim's partitions, each shared with the claims that hold it or
-    /// created (the intent checkpointed first, each instance as soon as it exists), and the
-    /// claim's cap inside each. On a failure what was created is destroyed again.
-    async fn take_instances(
-        &self,
-        state: &mut Checkpoint,
-        uid: &str,
-        what: &str,
-        partitions: &[PlannedPartition],
-        record: &mut PreparedClaim,
-    ) -> Result<(), String> {
-        let intent = Preparing {
-            namespace: record.namespace.clone(),
-            name: record.name.clone(),
-            partitions: partitions.iter().map(|p| p.partition.device_name()).collect(),
-            created: Vec::new(),
-        };
-        state.preparing.insert(uid.to_string(), intent);
-        if let Err(e) = self.store.save(state) {
-            state.preparing.remove(uid);
-            return Err(format!("{what}: {e}"));
-        }
-        for p in partitions {
-            let device = p.partition.device_name();
-            let held = record.mig.iter().chain(state.claims.values().flat_map(|c| c.mig.iter()));
-            let shared = held.into_iter().find(|m| m.device == device && m.gpu_uuid == p.partition.gpu_uuid).cloned();
-            let instance = match shared {
-                Some(instance) => instance,
-                None => {
-                    let made = self.create_instance(&p.partition).await;
-                    let made = made.and_then(|m| {
-                        state.preparing.get_mut(uid).expect("the intent").created.push(m.clone());
-                        self.store.save(state).map(|()| m).map_err(|e| e.to_string())
-                    });
-                    match made {
-                        Ok(m) => m,
-                        Err(e) => {
-                            self.roll_back(state, uid, what).await;
-                            return Err(format!("{what}: device {device}: {e}"));
-                        }
-                    }
-                }
-            };
-            if let Err(e) = add_cap(record, &instance, p) {
-                self.roll_back(state, uid, what).await;
-                return Err(format!("{what}: device {device}: {e}"));
-            }
-            if !record.mig.contains(&instance) {
-                record.mig.push(instance);
-            }
-        }
-        Ok(())
-    }
-
-    /// Creates the instance of `partition` and reads its capability minors; destroys it
-    /// again when they cannot be read.
-    async fn create_instance(&self, partition: &Partition) -> Result<MigInstance, String> {
-        let made = self.settings.mig.create(partition).await.map_err(|e| e.to_string())?;
-        let minors = match made.gpu_minor {
-            Some(minor) => self.settings.mig.caps_minors(minor, made.gpu_instance, made.compute_instance).map(|m| (minor, m)),
-            None => Err(MigOpError::Failed(format!("NVML gives no minor number for GPU {}", made.gpu_uuid))),
-        };
-        let (gpu_minor, caps_minors) = match minors {
-            Ok(m) => m,
-            Err(e) => {
-                if let Err(d) = self.settings.mig.destroy(&made.mig_uuid).await {
-                    crate::log(&format!("cannot destroy {} again: {d}", made.mig_uuid));
-                }
-                return Err(e.to_string());
-            }
-        };
-        crate::log(&format!(
-            "created {} at {}:{} on GPU {} ({}): {}",
-            made.profile, made.placement.0, made.placement.1, made.gpu_index, made.gpu_uuid, made.mig_uuid
-        ));
-        Ok(MigInstance {
-            device: partition.device_name(),
-            gpu_uuid: made.gpu_uuid,
-            gpu_index: made.gpu_index,
-            gpu_minor,
-            profile: made.profile,
-            placement: made.placement,
-            mig_uuid: made.mig_uuid,
-            gpu_instance: made.gpu_instance,
-            compute_instance: made.compute_instance,
-            memory: made.memory_mib << 20,
-            caps_minors,
-        })
-    }
-
-    /// Undoes a half-done prepare: its files go, and the instances it created that no
-    /// prepared claim holds are destroyed; one that cannot be stays in `preparing` for the
-    /// next unprepare or start.
-    async fn roll_back(&self, state: &mut Checkpoint, uid: &str, what: &str) {
-        if !state.claims.contains_key(uid) {
-            if let Err(e) = self.files.remove(uid) {
-                crate::log(&format!("{what}: cannot remove its files: {e}"));
-            }
-        }
-        let Some(mut intent) = state.preparing.remove(uid) else { return };
-        let mut kept = Vec::new();
-        for m in intent.created.drain(..).rev() {
-            if !state.owners(&m.mig_uuid, uid).is_empty() {
-                continue;
-            }
-            match self.settings.mig.destroy(&m.mig_uuid).await {
-                Ok(()) => crate::log(&format!(
-                    "{what}: destroyed {} ({} at {}:{} on GPU {}), created by a prepare undone",
-                    m.mig_uuid, m.profile, m.placement.0, m.placement.1, m.gpu_index
-                )),
-                Err(e) => {
-                    crate::log(&format!("{what}: cannot destroy {}: {e}", m.mig_uuid));
-                    kept.push(m);
-                }
-            }
-        }
-        if !kept.is_empty() {
-            intent.created = kept;
-            state.preparing.insert(uid.to_string(), intent);
-        }
-        if let Err(e) = self.store.save(state) {
-            crate::log(&format!("{what}: {e}"));
-        }
-    }
-
-    /// Destroys the instances claim `uid` holds alone; `Err` (the claim staying prepared)
-    /// when one is in use or cannot be destroyed.
-    async fn release_instances(&self, state: &mut Checkpoint, uid: &str, what: &str) -> Result<(), String> {
-        let held: Vec<MigInstance> = state.claims.get(uid).map(|c| c.mig.clone()).unwrap_or_default();
-        for m in held.iter().filter(|m| state.owners(&m.mig_uuid, uid).is_empty()) {
-            match self.settings.mig.destroy(&m.mig_uuid).await {
-                Ok(()) => {
-                    crate::log(&format!("{what}: destroyed {} ({} at {}:{} on GPU {})", m.mig_uuid, m.profile, m.placement.0, m.placement.1, m.gpu_index))
-                }
-                Err(MigOpError::InUse(why)) => {
-                    return Err(format!("{what}: {why}: a process still uses the MIG instance; the claim stays prepared until it can be destroyed"))
-                }
-                Err(e) => return Err(format!("{what}: cannot destroy {}: {e}", m.mig_uuid)),
-            }
-        }
-        if state.preparing.contains_key(uid) {
-            self.roll_back(state, uid, what).await;
-        }
-        Ok(())
-    }
-
-    /// At start: undoes the prepares cut short, and destroys the instances of the plugin's
-    /// record that no prepared claim holds. Static MIG setups and `fgpu run --mig`
-    /// instances are in no record of the plugin's: never touched.
-    pub async fn collect_instances(&self) {
-        let mut state = self.state.lock().await;
-        for uid in state.preparing.keys().cloned().collect::<Vec<_>>() {
-            let intent = &state.preparing[&uid];
-            let what = format!("ResourceClaim {}/{} ({uid})", intent.namespace, intent.name);
-            crate::log(&format!("{what}: its prepare was cut short; undoing it"));
-            self.roll_back(&mut state, &uid, &what).await;
-        }
-        let recorded = if self.settings.mig.record_has_entries() { self.settings.mig.recorded().await } else { Ok(Vec::new()) };
-        let recorded = match recorded {
-            Ok(r) => r,
-            Err(e) => {
-                let why = format!("cannot list the MIG instances this plugin created: {e}");
-                crate::log(&why);
-                return self.fail_closed(&mut state, None, &why);
-            }
-        };
-        for r in &recorded {
-            let held = state.claims.values().any(|c| c.mig.iter().any(|m| m.mig_uuid == r.mig_uuid))
-                || state.preparing.values().any(|p| p.created.iter().any(|m| m.mig_uuid == r.mig_uuid));
-            if held {
-                continue;
-            }
-            match self.settings.mig.destroy(&r.mig_uuid).await {
-                Ok(()) => crate::log(&format!(
-                    "destroyed {} ({} at {}:{} on {}): created by this plugin, held by no prepared claim",
-                    r.mig_uuid, r.profile, r.placement.0, r.placement.1, r.gpu_uuid
-                )),
-                Err(e) => crate::log(&format!("cannot destroy {}, held by no prepared claim: {e}", r.mig_uuid)),
-            }
-        }
-        self.remake_instances(&mut state, &recorded).await;
-    }
-
     /// NodeUnprepareResources for one claim: the MIG instances it alone holds are
     /// destroyed, then its spec, its files and its checkpoint entry go. A claim this driver
     /// does not know is already unprepared.
@@ -471,33 +288,6 @@ impl Plugin {
     pub fn spec_path(&self, uid: &str) -> PathBuf {
         self.files.spec_path(uid)
     }
-}
-
-/// The claim's cap inside `instance` for partition `p` (added to the claim's cap there when
-/// two of its requests share the instance).
-fn add_cap(record: &mut PreparedClaim, instance: &MigInstance, p: &PlannedPartition) -> Result<(), String> {
-    let cap = match record.caps.iter_mut().find(|c| c.uuid == instance.mig_uuid) {
-        Some(cap) => cap,
-        None => {
-            record.caps.push(CapRecord {
-                index: instance.gpu_index,
-                uuid: instance.mig_uuid.clone(),
-                total: instance.memory,
-                memory: 0,
-                compute_millipercent: Some(0),
-                exclusive: false,
-                admin: false,
-            });
-            record.caps.last_mut().expect("pushed")
-        }
-    };
-    cap.memory = cap.memory.saturating_add(p.memory);
-    cap.compute_millipercent = cap.compute_millipercent.map(|c| c.saturating_add(p.compute_millipercent));
-    cap.exclusive |= p.exclusive;
-    if cap.memory > instance.memory {
-        return Err(format!("the claim consumes {} bytes of the {} instance's {}", cap.memory, instance.profile, instance.memory));
-    }
-    Ok(())
 }
 
 fn share_text(compute: Option<u64>) -> String {
