@@ -4,10 +4,9 @@
 //! needed for the plugin itself. The MIG of the GPUs an operator lets this driver partition
 //! (`--mig-gpus`) is read by `fgpu mig list --json`, run the same way.
 
+use crate::mig::ListError;
 use crate::partitions::{self, MigGpu};
-use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::str::FromStr;
 
 /// One GPU as the driver probe reports it.
@@ -71,11 +70,20 @@ pub enum Managed {
     Listed(Vec<GpuRef>),
 }
 
+/// A `--mig-gpus` item that names no GPU.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ManagedError {
+    #[error("{0:?} is not a GPU index")]
+    Index(String),
+    #[error("{0:?} is neither a GPU index nor a GPU UUID (GPU-...); give indices and UUIDs, comma-separated, or all")]
+    Neither(String),
+}
+
 impl FromStr for Managed {
-    type Err = String;
+    type Err = ManagedError;
 
     /// `all`, `none`, or GPU indices and UUIDs, comma-separated.
-    fn from_str(text: &str) -> Result<Managed, String> {
+    fn from_str(text: &str) -> Result<Managed, ManagedError> {
         let text = text.trim();
         if text.eq_ignore_ascii_case("all") {
             return Ok(Managed::All);
@@ -86,11 +94,11 @@ impl FromStr for Managed {
         let mut listed = Vec::new();
         for item in text.split(',').map(str::trim) {
             let gpu = if !item.is_empty() && item.bytes().all(|b| b.is_ascii_digit()) {
-                GpuRef::Index(item.parse().map_err(|_| format!("{item:?} is not a GPU index"))?)
+                GpuRef::Index(item.parse().map_err(|_| ManagedError::Index(item.to_string()))?)
             } else if item.len() > 4 && item[..4].eq_ignore_ascii_case("GPU-") {
                 GpuRef::Uuid(item.to_string())
             } else {
-                return Err(format!("{item:?} is neither a GPU index nor a GPU UUID (GPU-...); give indices and UUIDs, comma-separated, or all"));
+                return Err(ManagedError::Neither(item.to_string()));
             };
             listed.push(gpu);
         }
@@ -157,20 +165,9 @@ pub fn managed_mig(listing: Vec<MigGpu>, managed: &Managed) -> (Vec<MigGpu>, Vec
 }
 
 /// `fgpu mig list --json`, run as the driver probe is, with the plugin's own MIG record.
-fn mig_listing(fgpu: &Path, library_dir: Option<&Path>, record: &Path) -> Result<Vec<MigGpu>, String> {
-    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(record).map_err(|e| format!("cannot make the MIG record {}: {e}", record.display()))?;
-    let mut command = Command::new(fgpu);
-    command.args(["mig", "list", "--json"]).env_remove("LD_PRELOAD").env("FGPU_MIG_RECORD", record).stdin(Stdio::null());
-    if let Some(dir) = library_dir {
-        let mut paths = vec![dir.to_path_buf()];
-        paths.extend(std::env::var_os("LD_LIBRARY_PATH").map(|p| std::env::split_paths(&p).collect::<Vec<_>>()).unwrap_or_default());
-        command.env("LD_LIBRARY_PATH", std::env::join_paths(paths).map_err(|e| format!("{}: {e}", dir.display()))?);
-    }
-    let out = command.output().map_err(|e| format!("cannot start {} mig list: {e}", fgpu.display()))?;
-    if !out.status.success() {
-        return Err(format!("{} mig list --json failed ({}): {}", fgpu.display(), out.status, String::from_utf8_lossy(&out.stderr).trim()));
-    }
-    partitions::from_listing(&String::from_utf8_lossy(&out.stdout)).map_err(|e| format!("{} mig list --json printed something unexpected: {e}", fgpu.display()))
+fn mig_listing(fgpu: &Path, library_dir: Option<&Path>, record: &Path) -> Result<Vec<MigGpu>, ListError> {
+    let text = crate::mig::list_json(fgpu, library_dir, record)?;
+    partitions::from_listing(&text).map_err(|source| ListError::Unexpected { fgpu: fgpu.to_path_buf(), source })
 }
 
 /// Where a driver installation keeps `libnvidia-ml.so.1`, under its root: the
@@ -269,7 +266,7 @@ mod tests {
         assert_eq!("".parse::<Managed>().unwrap(), Managed::None);
         assert_eq!("none".parse::<Managed>().unwrap(), Managed::None);
         assert_eq!("0, GPU-ab12".parse::<Managed>().unwrap(), Managed::Listed(vec![GpuRef::Index(0), GpuRef::Uuid("GPU-ab12".into())]));
-        let err = "0,gpu0".parse::<Managed>().unwrap_err();
+        let err = "0,gpu0".parse::<Managed>().unwrap_err().to_string();
         assert!(err.contains("\"gpu0\" is neither a GPU index nor a GPU UUID"), "{err}");
         assert!("0,,1".parse::<Managed>().is_err());
         assert!(Managed::Listed(vec![GpuRef::Uuid("gpu-AB12".into())]).names(3, "GPU-ab12"));

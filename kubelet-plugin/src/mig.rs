@@ -116,15 +116,28 @@ pub fn fgpu_command(fgpu: &Path, library_dir: Option<&Path>, record: &Path, args
 /// the one listing that both the inventory's probe (the GPUs' MIG profiles and placements)
 /// and the start-up collection (the instances of the record that exist) read. Blocking:
 /// async callers run it with `spawn_blocking`. `Err` is one line.
-pub fn list_json(fgpu: &Path, library_dir: Option<&Path>, record: &Path) -> Result<String, String> {
+pub fn list_json(fgpu: &Path, library_dir: Option<&Path>, record: &Path) -> Result<String, ListError> {
     use std::os::unix::fs::DirBuilderExt;
-    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(record).map_err(|e| format!("cannot make the MIG record {}: {e}", record.display()))?;
+    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(record).map_err(|source| ListError::Record { record: record.to_path_buf(), source })?;
     let out =
-        fgpu_command(fgpu, library_dir, record, &["mig", "list", "--json"]).output().map_err(|e| format!("cannot start {} mig list: {e}", fgpu.display()))?;
+        fgpu_command(fgpu, library_dir, record, &["mig", "list", "--json"]).output().map_err(|source| ListError::Start { fgpu: fgpu.to_path_buf(), source })?;
     if !out.status.success() {
-        return Err(format!("{} mig list --json failed ({}): {}", fgpu.display(), out.status, String::from_utf8_lossy(&out.stderr).trim()));
+        return Err(ListError::Failed { fgpu: fgpu.to_path_buf(), status: out.status, stderr: String::from_utf8_lossy(&out.stderr).trim().to_string() });
     }
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// Why `fgpu mig list --json` gave no listing.
+#[derive(Debug, thiserror::Error)]
+pub enum ListError {
+    #[error("cannot make the MIG record {}: {source}", .record.display())]
+    Record { record: PathBuf, source: std::io::Error },
+    #[error("cannot start {} mig list: {source}", .fgpu.display())]
+    Start { fgpu: PathBuf, source: std::io::Error },
+    #[error("{} mig list --json failed ({status}): {stderr}", .fgpu.display())]
+    Failed { fgpu: PathBuf, status: std::process::ExitStatus, stderr: String },
+    #[error("{} mig list --json printed something unexpected: {source}", .fgpu.display())]
+    Unexpected { fgpu: PathBuf, source: serde_json::Error },
 }
 
 impl MigTool {
@@ -186,7 +199,7 @@ impl MigTool {
     pub async fn recorded(&self) -> Result<Vec<Recorded>, MigOpError> {
         let (fgpu, library_dir, record) = (self.fgpu.clone(), self.library_dir.clone(), self.record.clone());
         let listed = tokio::task::spawn_blocking(move || list_json(&fgpu, library_dir.as_deref(), &record)).await;
-        let text = listed.map_err(|e| MigOpError::Failed(format!("fgpu mig list: {e}")))?.map_err(MigOpError::Failed)?;
+        let text = listed.map_err(|e| MigOpError::Failed(format!("fgpu mig list: {e}")))?.map_err(|e| MigOpError::Failed(e.to_string()))?;
         let listing: Listing = serde_json::from_str(&text).map_err(|e| MigOpError::Failed(format!("fgpu mig list --json: {e}")))?;
         Ok(listing.gpus.into_iter().flat_map(|g| g.fgpu_created).collect())
     }
@@ -194,7 +207,7 @@ impl MigTool {
     /// The minors of the GPU instance's and the compute instance's access nodes.
     pub fn caps_minors(&self, gpu_minor: u32, gpu_instance: u32, compute_instance: u32) -> Result<(u32, u32), MigOpError> {
         let text = std::fs::read_to_string(&self.minors).map_err(|e| MigOpError::Minors { path: self.minors.clone(), reason: e.to_string() })?;
-        access_minors(&text, gpu_minor, gpu_instance, compute_instance).map_err(|reason| MigOpError::Minors { path: self.minors.clone(), reason })
+        access_minors(&text, gpu_minor, gpu_instance, compute_instance).map_err(|e| MigOpError::Minors { path: self.minors.clone(), reason: e.to_string() })
     }
 
     /// The host path of capability node `minor`.
@@ -208,16 +221,21 @@ pub fn cap_node(root: &Path, minor: u32) -> PathBuf {
     root.join(CAPS_DIR).join(format!("nvidia-cap{minor}"))
 }
 
+/// The line of the mig-minors list that was looked for and is not there.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("no line \"{0} <minor>\"")]
+pub struct MissingMinor(pub String);
+
 /// The minors of `gpu<gpu>/gi<gi>/access` and `gpu<gpu>/gi<gi>/ci<ci>/access` in a
 /// mig-minors text; `Err` names the line missing.
-pub fn access_minors(text: &str, gpu: u32, gi: u32, ci: u32) -> Result<(u32, u32), String> {
-    let find = |name: &str| -> Result<u32, String> {
+pub fn access_minors(text: &str, gpu: u32, gi: u32, ci: u32) -> Result<(u32, u32), MissingMinor> {
+    let find = |name: &str| -> Result<u32, MissingMinor> {
         text.lines()
             .find_map(|l| {
                 let (key, minor) = l.trim().split_once(' ')?;
                 (key == name).then(|| minor.trim().parse::<u32>().ok())?
             })
-            .ok_or_else(|| format!("no line \"{name} <minor>\""))
+            .ok_or_else(|| MissingMinor(name.to_string()))
     };
     Ok((find(&format!("gpu{gpu}/gi{gi}/access"))?, find(&format!("gpu{gpu}/gi{gi}/ci{ci}/access"))?))
 }
@@ -251,8 +269,8 @@ mod tests {
         assert_eq!(access_minors(&text, 0, 0, 0), Ok((3, 4)));
         assert_eq!(access_minors(&text, 0, 1, 0), Ok((12, 13)));
         assert_eq!(access_minors(&text, 1, 2, 1), Ok((3 + 135 + 18, 3 + 135 + 18 + 2)));
-        assert_eq!(access_minors(&text, 2, 1, 0), Err("no line \"gpu2/gi1/access <minor>\"".into()));
-        assert_eq!(access_minors("gpu0/gi1/access 12\n", 0, 1, 0), Err("no line \"gpu0/gi1/ci0/access <minor>\"".into()));
+        assert_eq!(access_minors(&text, 2, 1, 0), Err(MissingMinor("gpu2/gi1/access".into())));
+        assert_eq!(access_minors("gpu0/gi1/access 12\n", 0, 1, 0), Err(MissingMinor("gpu0/gi1/ci0/access".into())));
         assert_eq!(cap_node(Path::new("/"), 12), PathBuf::from("/dev/nvidia-caps/nvidia-cap12"));
     }
 
@@ -272,7 +290,7 @@ mod tests {
         let failing = dir.join("failing");
         std::fs::write(&failing, "#!/bin/sh\necho 'no NVML' >&2\nexit 2\n").unwrap();
         std::fs::set_permissions(&failing, std::fs::Permissions::from_mode(0o755)).unwrap();
-        let e = list_json(&failing, None, &record).unwrap_err();
+        let e = list_json(&failing, None, &record).unwrap_err().to_string();
         assert!(e.ends_with("mig list --json failed (exit status: 2): no NVML"), "{e}");
         std::fs::remove_dir_all(&dir).unwrap();
     }

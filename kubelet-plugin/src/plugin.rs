@@ -36,7 +36,7 @@
 use crate::api::Api;
 use crate::capacity;
 use crate::checkpoint::{Checkpoint, DeviceRecord, PreparedClaim, Store};
-use crate::claimfiles::{check_uid, fgpu_device_name, ClaimFiles};
+use crate::claimfiles::{check_uid, fgpu_device_name, ClaimFiles, ClaimFilesError};
 use crate::inventory::Inventory;
 use crate::mig::MigTool;
 use crate::nvidia::{self, NvidiaNames};
@@ -49,8 +49,11 @@ use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
 use tokio::sync::Mutex;
 
+mod error;
 mod instances;
 mod remake;
+
+pub use error::{ClaimError, InstanceError, StepError};
 
 pub struct Settings {
     pub node: String,
@@ -105,8 +108,8 @@ impl Plugin {
     /// aside) are kept: a running pod may mount them, and its processes read the claim's
     /// fgpu.conf whenever they start, so removing it would leave them uncapped. kubelet's
     /// NodeUnprepareResources removes them.
-    pub async fn restore(&self) -> Result<(), String> {
-        self.files.make_private().map_err(|e| e.to_string())?;
+    pub async fn restore(&self) -> Result<(), ClaimFilesError> {
+        self.files.make_private()?;
         let state = self.state.lock().await;
         let unknown: Vec<String> = self.files.claims_on_disk().into_iter().filter(|uid| !state.claims.contains_key(uid)).collect();
         if !unknown.is_empty() {
@@ -160,43 +163,48 @@ impl Plugin {
 
     /// NodePrepareResources for one claim, in a task of its own: kubelet giving up on the
     /// call (its deadline) drops the caller, never the steps between two checkpoints.
-    pub async fn prepare(self: &Arc<Self>, namespace: &str, name: &str, uid: &str) -> Result<Vec<DeviceRecord>, String> {
+    pub async fn prepare(self: &Arc<Self>, namespace: &str, name: &str, uid: &str) -> Result<Vec<DeviceRecord>, ClaimError> {
         let (this, namespace, name, uid) = (self.clone(), namespace.to_string(), name.to_string(), uid.to_string());
-        tokio::spawn(async move { this.prepare_claim(&namespace, &name, &uid).await }).await.map_err(|e| format!("preparing a claim failed: {e}"))?
+        tokio::spawn(async move { this.prepare_claim(&namespace, &name, &uid).await }).await.map_err(ClaimError::PrepareTask)?
     }
 
     /// NodeUnprepareResources for one claim, in a task of its own (as [`Plugin::prepare`]).
-    pub async fn unprepare(self: &Arc<Self>, namespace: &str, name: &str, uid: &str) -> Result<(), String> {
+    pub async fn unprepare(self: &Arc<Self>, namespace: &str, name: &str, uid: &str) -> Result<(), ClaimError> {
         let (this, namespace, name, uid) = (self.clone(), namespace.to_string(), name.to_string(), uid.to_string());
-        tokio::spawn(async move { this.unprepare_claim(&namespace, &name, &uid).await }).await.map_err(|e| format!("unpreparing a claim failed: {e}"))?
+        tokio::spawn(async move { this.unprepare_claim(&namespace, &name, &uid).await }).await.map_err(ClaimError::UnprepareTask)?
     }
 
     /// NodePrepareResources for one claim: its devices, or why it cannot be prepared.
-    async fn prepare_claim(&self, namespace: &str, name: &str, uid: &str) -> Result<Vec<DeviceRecord>, String> {
-        check_uid(uid).map_err(|e| e.to_string())?;
+    async fn prepare_claim(&self, namespace: &str, name: &str, uid: &str) -> Result<Vec<DeviceRecord>, ClaimError> {
+        check_uid(uid).map_err(ClaimError::Uid)?;
         let what = format!("ResourceClaim {namespace}/{name}");
         {
             let state = self.state.lock().await;
             if let Some(why) = state.lost.get(uid) {
-                return Err(format!("{what}: {why}"));
+                return Err(ClaimError::step(&what, StepError::Lost(why.clone())));
             }
             if let Some(done) = state.claims.get(uid) {
-                self.files.write(uid, done).map_err(|e| format!("{what}: {e}"))?;
+                self.files.write(uid, done).map_err(|e| ClaimError::step(&what, e))?;
                 return Ok(done.devices.clone());
             }
         }
         // Read without the lock: other claims are prepared meanwhile.
-        let claim = self.api.claim(namespace, name).await.map_err(|e| format!("cannot read {what}: {e}"))?.ok_or_else(|| format!("{what} does not exist"))?;
+        let claim = self
+            .api
+            .claim(namespace, name)
+            .await
+            .map_err(|source| ClaimError::Read { what: what.clone(), source })?
+            .ok_or_else(|| ClaimError::Missing { what: what.clone() })?;
         if claim.metadata.uid != uid {
-            return Err(format!("{what} has UID {:?}, not {uid:?}: it was deleted and created again", claim.metadata.uid));
+            return Err(ClaimError::Recreated { what, found: claim.metadata.uid.clone(), uid: uid.to_string() });
         }
         let inventory = self.inventory();
-        let plan = plan::plan(&claim, &self.settings.node, &inventory.gpus, &inventory.mig).map_err(|e| format!("{what}: {e}"))?;
+        let plan = plan::plan(&claim, &self.settings.node, &inventory.gpus, &inventory.mig).map_err(|e| ClaimError::step(&what, e))?;
         let fgpu_id = plan.capped().then(|| format!("{}={}", fgpu_cdi::KIND, fgpu_device_name(uid)));
         let mut nvidia_ids: BTreeMap<u32, String> = BTreeMap::new();
         let parents = plan.partitions.iter().map(|p| (p.partition.gpu_index, &p.partition.gpu_uuid));
         for (index, uuid) in plan.caps.iter().map(|c| (c.index, &c.uuid)).chain(parents) {
-            let id = nvidia::device_id(&self.settings.nvidia, index, uuid).map_err(|e| format!("{what}: {e}"))?;
+            let id = nvidia::device_id(&self.settings.nvidia, index, uuid).map_err(|e| ClaimError::step(&what, e))?;
             nvidia_ids.insert(index, id);
         }
         let record_device = |request: &str, device: String, index: u32, share_id: &Option<String>| DeviceRecord {
@@ -222,7 +230,7 @@ impl Plugin {
             if !plan.partitions.is_empty() {
                 self.roll_back(&mut state, uid, &what).await;
             }
-            return Err(format!("{what}: {e}"));
+            return Err(ClaimError::step(&what, e));
         }
         self.show(&state);
         drop(state);
@@ -252,9 +260,9 @@ impl Plugin {
     /// prepared in the checkpoint. On a failure the files written so far stay (for a claim
     /// on whole GPUs: kubelet prepares it again, and they may be a running pod's, written
     /// before a checkpoint that was lost, whose processes read the claim's fgpu.conf).
-    fn finish(&self, state: &mut Checkpoint, uid: &str, record: &PreparedClaim) -> Result<(), String> {
-        capacity::check(&state.claims, uid, record, &self.settings.memory).map_err(|e| e.to_string())?;
-        self.files.write(uid, record).map_err(|e| e.to_string())?;
+    fn finish(&self, state: &mut Checkpoint, uid: &str, record: &PreparedClaim) -> Result<(), StepError> {
+        capacity::check(&state.claims, uid, record, &self.settings.memory)?;
+        self.files.write(uid, record)?;
         let preparing = state.preparing.remove(uid);
         state.claims.insert(uid.to_string(), record.clone());
         if let Err(e) = self.store.save(state) {
@@ -262,7 +270,7 @@ impl Plugin {
             if let Some(p) = preparing {
                 state.preparing.insert(uid.to_string(), p);
             }
-            return Err(e.to_string());
+            return Err(e.into());
         }
         Ok(())
     }
@@ -270,14 +278,15 @@ impl Plugin {
     /// NodeUnprepareResources for one claim: the MIG instances it alone holds are
     /// destroyed, then its spec, its files and its checkpoint entry go. A claim this driver
     /// does not know is already unprepared.
-    async fn unprepare_claim(&self, namespace: &str, name: &str, uid: &str) -> Result<(), String> {
-        check_uid(uid).map_err(|e| e.to_string())?;
+    async fn unprepare_claim(&self, namespace: &str, name: &str, uid: &str) -> Result<(), ClaimError> {
+        check_uid(uid).map_err(ClaimError::Uid)?;
+        let what = format!("ResourceClaim {namespace}/{name}");
         let mut state = self.state.lock().await;
-        self.release_instances(&mut state, uid, &format!("ResourceClaim {namespace}/{name}")).await?;
+        self.release_instances(&mut state, uid, &what).await.map_err(|e| ClaimError::step(&what, e))?;
         state.lost.remove(uid);
-        self.files.remove(uid).map_err(|e| format!("ResourceClaim {namespace}/{name}: {e}"))?;
+        self.files.remove(uid).map_err(|e| ClaimError::step(&what, e))?;
         if state.claims.remove(uid).is_some() {
-            self.store.save(&state).map_err(|e| format!("ResourceClaim {namespace}/{name}: {e}"))?;
+            self.store.save(&state).map_err(|e| ClaimError::step(&what, e))?;
             crate::log(&format!("unprepared ResourceClaim {namespace}/{name} ({uid})"));
             self.show(&state);
         }

@@ -129,7 +129,7 @@ impl DraPlugin for DraService {
                 },
                 Err(error) => {
                     crate::log(&format!("not prepared: ResourceClaim {}/{} ({}): {error}", claim.namespace, claim.name, claim.uid));
-                    NodePrepareResourceResponse { devices: Vec::new(), error }
+                    NodePrepareResourceResponse { devices: Vec::new(), error: error.to_string() }
                 }
             };
             (claim.uid, answer)
@@ -148,7 +148,7 @@ impl DraPlugin for DraService {
                 Ok(()) => String::new(),
                 Err(error) => {
                     crate::log(&format!("not unprepared: ResourceClaim {}/{} ({}): {error}", claim.namespace, claim.name, claim.uid));
-                    error
+                    error.to_string()
                 }
             };
             claims.insert(claim.uid, NodeUnprepareResourceResponse { error });

@@ -169,13 +169,24 @@ impl Record {
     }
 }
 
-fn read_entry(path: &Path, uid: u32) -> Result<Entry, String> {
-    let file = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW).open(path).map_err(|e| e.to_string())?;
-    let meta = file.metadata().map_err(|e| e.to_string())?;
+fn read_entry(path: &Path, uid: u32) -> Result<Entry, EntryError> {
+    let file = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW).open(path)?;
+    let meta = file.metadata()?;
     if !meta.is_file() || !safe(&meta, uid) {
-        return Err(format!("not a file of uid {uid} that only it can write"));
+        return Err(EntryError::NotOwn { uid });
     }
-    serde_json::from_reader(std::io::BufReader::new(file)).map_err(|e| e.to_string())
+    Ok(serde_json::from_reader(std::io::BufReader::new(file))?)
+}
+
+/// Why a file of the record is passed over.
+#[derive(Debug, thiserror::Error)]
+enum EntryError {
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+    #[error("not a file of uid {uid} that only it can write")]
+    NotOwn { uid: u32 },
+    #[error("{0}")]
+    Json(#[from] serde_json::Error),
 }
 
 #[cfg(test)]

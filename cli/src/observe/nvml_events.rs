@@ -85,12 +85,23 @@ struct Gpu<'a> {
 }
 
 /// Registers XID events of `device` in `set`; why not, when it cannot.
-fn register(nvml: &Nvml, device: Device<'_>, set: &EventSet<'_>) -> Result<(), String> {
-    let supported = nvml.supported_event_types(device).map_err(|rc| format!("nvmlDeviceGetSupportedEventTypes failed with NVML error {rc}"))?;
+fn register(nvml: &Nvml, device: Device<'_>, set: &EventSet<'_>) -> Result<(), RegisterError> {
+    let supported = nvml.supported_event_types(device).map_err(RegisterError::Supported)?;
     if supported & NVML_EVENT_TYPE_XID_CRITICAL_ERROR == 0 {
-        return Err("the GPU does not report XID events".into());
+        return Err(RegisterError::NoXids);
     }
-    nvml.register_events(device, NVML_EVENT_TYPE_XID_CRITICAL_ERROR, set).map_err(|rc| format!("nvmlDeviceRegisterEvents failed with NVML error {rc}"))
+    nvml.register_events(device, NVML_EVENT_TYPE_XID_CRITICAL_ERROR, set).map_err(RegisterError::Register)
+}
+
+/// Why a GPU's XID events cannot be watched.
+#[derive(Debug, thiserror::Error)]
+enum RegisterError {
+    #[error("nvmlDeviceGetSupportedEventTypes failed with NVML error {0}")]
+    Supported(NvmlReturn),
+    #[error("the GPU does not report XID events")]
+    NoXids,
+    #[error("nvmlDeviceRegisterEvents failed with NVML error {0}")]
+    Register(NvmlReturn),
 }
 
 /// NVML's answer to a call that needs the GPU itself (its memory figures).
@@ -154,7 +165,7 @@ fn start<'a>(nvml: &'a Nvml, set: &EventSet<'_>, count: u32, out: &mut impl Writ
                 gpu.monitored = registered.is_ok();
                 let mut line = gpu_line("gpu", &gpu);
                 if let Err(why) = registered {
-                    line["reason"] = why.into();
+                    line["reason"] = why.to_string().into();
                 }
                 line
             }

@@ -3,7 +3,7 @@
 //! fails, released at unprepare (destroyed with the last claim that holds one), and
 //! collected at start (the plugin's own, that no prepared claim holds).
 
-use super::Plugin;
+use super::{ClaimError, InstanceError, Plugin, StepError};
 use crate::checkpoint::{CapRecord, Checkpoint, MigInstance, PreparedClaim, Preparing};
 use crate::mig::MigOpError;
 use crate::partitions::Partition;
@@ -20,7 +20,7 @@ impl Plugin {
         what: &str,
         partitions: &[PlannedPartition],
         record: &mut PreparedClaim,
-    ) -> Result<(), String> {
+    ) -> Result<(), ClaimError> {
         let intent = Preparing {
             namespace: record.namespace.clone(),
             name: record.name.clone(),
@@ -30,7 +30,7 @@ impl Plugin {
         state.preparing.insert(uid.to_string(), intent);
         if let Err(e) = self.store.save(state) {
             state.preparing.remove(uid);
-            return Err(format!("{what}: {e}"));
+            return Err(ClaimError::step(what, e));
         }
         for p in partitions {
             let device = p.partition.device_name();
@@ -39,23 +39,23 @@ impl Plugin {
             let instance = match shared {
                 Some(instance) => instance,
                 None => {
-                    let made = self.create_instance(&p.partition).await;
+                    let made = self.create_instance(&p.partition).await.map_err(InstanceError::from);
                     let made = made.and_then(|m| {
                         state.preparing.get_mut(uid).expect("the intent").created.push(m.clone());
-                        self.store.save(state).map(|()| m).map_err(|e| e.to_string())
+                        self.store.save(state).map(|()| m).map_err(InstanceError::from)
                     });
                     match made {
                         Ok(m) => m,
                         Err(e) => {
                             self.roll_back(state, uid, what).await;
-                            return Err(format!("{what}: device {device}: {e}"));
+                            return Err(ClaimError::step(what, StepError::Instance { device, why: e }));
                         }
                     }
                 }
             };
             if let Err(e) = add_cap(record, &instance, p) {
                 self.roll_back(state, uid, what).await;
-                return Err(format!("{what}: device {device}: {e}"));
+                return Err(ClaimError::step(what, StepError::Instance { device, why: e }));
             }
             if !record.mig.contains(&instance) {
                 record.mig.push(instance);
@@ -66,8 +66,8 @@ impl Plugin {
 
     /// Creates the instance of `partition` and reads its capability minors; destroys it
     /// again when they cannot be read.
-    pub(super) async fn create_instance(&self, partition: &Partition) -> Result<MigInstance, String> {
-        let made = self.settings.mig.create(partition).await.map_err(|e| e.to_string())?;
+    pub(super) async fn create_instance(&self, partition: &Partition) -> Result<MigInstance, MigOpError> {
+        let made = self.settings.mig.create(partition).await?;
         let minors = match made.gpu_minor {
             Some(minor) => self.settings.mig.caps_minors(minor, made.gpu_instance, made.compute_instance).map(|m| (minor, m)),
             None => Err(MigOpError::Failed(format!("NVML gives no minor number for GPU {}", made.gpu_uuid))),
@@ -78,7 +78,7 @@ impl Plugin {
                 if let Err(d) = self.settings.mig.destroy(&made.mig_uuid).await {
                     crate::log(&format!("cannot destroy {} again: {d}", made.mig_uuid));
                 }
-                return Err(e.to_string());
+                return Err(e);
             }
         };
         crate::log(&format!(
@@ -137,17 +137,15 @@ impl Plugin {
 
     /// Destroys the instances claim `uid` holds alone; `Err` (the claim staying prepared)
     /// when one is in use or cannot be destroyed.
-    pub(super) async fn release_instances(&self, state: &mut Checkpoint, uid: &str, what: &str) -> Result<(), String> {
+    pub(super) async fn release_instances(&self, state: &mut Checkpoint, uid: &str, what: &str) -> Result<(), StepError> {
         let held: Vec<MigInstance> = state.claims.get(uid).map(|c| c.mig.clone()).unwrap_or_default();
         for m in held.iter().filter(|m| state.owners(&m.mig_uuid, uid).is_empty()) {
             match self.settings.mig.destroy(&m.mig_uuid).await {
                 Ok(()) => {
                     crate::log(&format!("{what}: destroyed {} ({} at {}:{} on GPU {})", m.mig_uuid, m.profile, m.placement.0, m.placement.1, m.gpu_index))
                 }
-                Err(MigOpError::InUse(why)) => {
-                    return Err(format!("{what}: {why}: a process still uses the MIG instance; the claim stays prepared until it can be destroyed"))
-                }
-                Err(e) => return Err(format!("{what}: cannot destroy {}: {e}", m.mig_uuid)),
+                Err(MigOpError::InUse(why)) => return Err(StepError::InUse(why)),
+                Err(source) => return Err(StepError::Destroy { mig_uuid: m.mig_uuid.clone(), source }),
             }
         }
         if state.preparing.contains_key(uid) {
@@ -196,7 +194,7 @@ impl Plugin {
 
 /// The claim's cap inside `instance` for partition `p` (added to the claim's cap there when
 /// two of its requests share the instance).
-pub(super) fn add_cap(record: &mut PreparedClaim, instance: &MigInstance, p: &PlannedPartition) -> Result<(), String> {
+pub(super) fn add_cap(record: &mut PreparedClaim, instance: &MigInstance, p: &PlannedPartition) -> Result<(), InstanceError> {
     let cap = match record.caps.iter_mut().find(|c| c.uuid == instance.mig_uuid) {
         Some(cap) => cap,
         None => {
@@ -216,7 +214,7 @@ pub(super) fn add_cap(record: &mut PreparedClaim, instance: &MigInstance, p: &Pl
     cap.compute_millipercent = cap.compute_millipercent.map(|c| c.saturating_add(p.compute_millipercent));
     cap.exclusive |= p.exclusive;
     if cap.memory > instance.memory {
-        return Err(format!("the claim consumes {} bytes of the {} instance's {}", cap.memory, instance.profile, instance.memory));
+        return Err(InstanceError::OverInstance { consumed: cap.memory, profile: instance.profile.clone(), memory: instance.memory });
     }
     Ok(())
 }

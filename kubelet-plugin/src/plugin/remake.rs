@@ -73,18 +73,19 @@ impl Plugin {
     }
 
     /// The instance `old` was, made again; `Err` says why it cannot be.
-    async fn remake(&self, old: &MigInstance) -> Result<MigInstance, String> {
+    async fn remake(&self, old: &MigInstance) -> Result<MigInstance, RemakeError> {
         let inventory = self.inventory();
         let partition = partitions::partitions(&inventory.mig)
             .into_iter()
             .find(|p| p.gpu_uuid == old.gpu_uuid && p.profile == old.profile && (p.start, p.size) == old.placement);
         let Some(partition) = partition else {
+            let gpu = old.gpu_uuid.clone();
             return Err(if !inventory.gpus.iter().any(|g| g.uuid == old.gpu_uuid) {
-                format!("GPU {} is gone", old.gpu_uuid)
+                RemakeError::GpuGone { gpu }
             } else if inventory.mig.iter().any(|g| g.uuid == old.gpu_uuid) {
-                format!("GPU {} has no {} placement at {}:{}", old.gpu_uuid, old.profile, old.placement.0, old.placement.1)
+                RemakeError::NoPlacement { gpu, profile: old.profile.clone(), placement: old.placement }
             } else {
-                format!("GPU {} is not partitioned now (its MIG mode is off, or --mig-gpus leaves it out)", old.gpu_uuid)
+                RemakeError::NotPartitioned { gpu }
             });
         };
         let mut new = self.create_instance(&partition).await?;
@@ -123,4 +124,17 @@ impl Plugin {
             Err(e) => crate::log(&format!("cannot remove {}: {e}", path.display())),
         }
     }
+}
+
+/// Why a prepared claim's instance cannot be made again.
+#[derive(Debug, thiserror::Error)]
+enum RemakeError {
+    #[error("GPU {gpu} is gone")]
+    GpuGone { gpu: String },
+    #[error("GPU {gpu} has no {profile} placement at {}:{}", .placement.0, .placement.1)]
+    NoPlacement { gpu: String, profile: String, placement: (u32, u32) },
+    #[error("GPU {gpu} is not partitioned now (its MIG mode is off, or --mig-gpus leaves it out)")]
+    NotPartitioned { gpu: String },
+    #[error(transparent)]
+    Create(#[from] crate::mig::MigOpError),
 }
