@@ -314,6 +314,9 @@ RUN_ARGS=(--network=none --label fgpu-test=1
     -v "$NVSMI:/usr/bin/nvidia-smi:ro"
     -v "$CLIENT:/usr/local/bin/fgpu-client:ro"
     -v "$SIM_DIR:/run/fgpu-sim"
+    # The simulated GPU is the machine's, as a real one is: a process that drops its
+    # environment (env -i) finds the same state at the simulator's default path.
+    -v "$SIM_DIR/state:/tmp/fgpu-sim-state"
     "${SIM_ENV[@]}")
 
 start() { # start NAME [docker run args...]: a long-running container

@@ -216,36 +216,7 @@ pub fn devices(gpus: &[GpuInfo], driver: &DriverInfo, policy: &MemoryPolicy, fea
         if let Some(v) = driver.cuda_version.and_then(cuda_semver) {
             attributes.insert("cudaVersion".to_string(), DeviceAttribute { version: Some(v), ..Default::default() });
         }
-        let mut capacities = BTreeMap::new();
-        let step = quantity(format_bytes(policy.step));
-        capacities.insert(
-            MEMORY.to_string(),
-            capacity(
-                format_bytes(memory),
-                CapacityRequestPolicy {
-                    default: Some(quantity(format_bytes(memory))),
-                    valid_range: Some(CapacityRequestPolicyRange { min: step.clone(), max: None, step: Some(step) }),
-                    valid_values: None,
-                },
-                features,
-            ),
-        );
-        capacities.insert(
-            COMPUTE.to_string(),
-            capacity(
-                COMPUTE_WHOLE.to_string(),
-                CapacityRequestPolicy {
-                    default: Some(quantity("0".into())),
-                    valid_range: Some(CapacityRequestPolicyRange {
-                        min: quantity("0".into()),
-                        max: Some(quantity(COMPUTE_WHOLE.to_string())),
-                        step: Some(quantity("1".into())),
-                    }),
-                    valid_values: None,
-                },
-                features,
-            ),
-        );
+        let capacities = capacities(memory, policy.step, features);
         out.push(Device {
             name: device_name(gpu.index),
             allow_multiple_allocations: features.consumable_capacity.then_some(true),
@@ -255,6 +226,42 @@ pub fn devices(gpus: &[GpuInfo], driver: &DriverInfo, policy: &MemoryPolicy, fea
         });
     }
     (out, left_out)
+}
+
+/// A shareable device's capacities: `memory` bytes, requested in steps of `step` (a claim
+/// that names none takes all of it), and `compute` 100 (a claim that names none takes 0).
+pub(crate) fn capacities(memory: u64, step: u64, features: Features) -> BTreeMap<String, DeviceCapacity> {
+    let step = quantity(format_bytes(step));
+    let mut capacities = BTreeMap::new();
+    capacities.insert(
+        MEMORY.to_string(),
+        capacity(
+            format_bytes(memory),
+            CapacityRequestPolicy {
+                default: Some(quantity(format_bytes(memory))),
+                valid_range: Some(CapacityRequestPolicyRange { min: step.clone(), max: None, step: Some(step) }),
+                valid_values: None,
+            },
+            features,
+        ),
+    );
+    capacities.insert(
+        COMPUTE.to_string(),
+        capacity(
+            COMPUTE_WHOLE.to_string(),
+            CapacityRequestPolicy {
+                default: Some(quantity("0".into())),
+                valid_range: Some(CapacityRequestPolicyRange {
+                    min: quantity("0".into()),
+                    max: Some(quantity(COMPUTE_WHOLE.to_string())),
+                    step: Some(quantity("1".into())),
+                }),
+                valid_values: None,
+            },
+            features,
+        ),
+    );
+    capacities
 }
 
 /// What one slice of the pool holds: devices, or (from Kubernetes 1.35, for partitionable

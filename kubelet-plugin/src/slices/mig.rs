@@ -20,15 +20,12 @@
 //! in MIG mode).
 
 use super::{
-    capacity, device_index, devices, pack, quantity, string_attribute, CounterLayout, Features, LeftOut, MemoryPolicy, SliceContent, COMPUTE, COMPUTE_WHOLE,
-    MEMORY,
+    device_index, devices, pack, quantity, string_attribute, CounterLayout, Features, LeftOut, MemoryPolicy, SliceContent, COMPUTE, COMPUTE_WHOLE, MEMORY,
 };
 use crate::inventory::{DriverInfo, GpuInfo};
 use crate::partitions::{self, MigGpu, MigProfile};
 use crate::quantity::format_bytes;
-use k8s_openapi::api::resource::v1::{
-    CapacityRequestPolicy, CapacityRequestPolicyRange, Counter, CounterSet, Device, DeviceAttribute, DeviceCapacity, DeviceCounterConsumption,
-};
+use k8s_openapi::api::resource::v1::{Counter, CounterSet, Device, DeviceAttribute, DeviceCapacity, DeviceCounterConsumption};
 use std::collections::BTreeMap;
 
 /// Counters in one counter set (`ResourceSliceMaxCountersPerCounterSet`); in 1.34, the
@@ -103,37 +100,7 @@ fn int(v: u64) -> DeviceAttribute {
 /// for claims), `compute` 100.
 fn shared_capacities(memory: u64, policy: &MemoryPolicy, features: Features) -> BTreeMap<String, DeviceCapacity> {
     let offered = MemoryPolicy { reserve: 0, step: policy.step }.capacity(memory);
-    let step = quantity(format_bytes(policy.step));
-    let mut caps = BTreeMap::new();
-    caps.insert(
-        MEMORY.to_string(),
-        capacity(
-            format_bytes(offered),
-            CapacityRequestPolicy {
-                default: Some(quantity(format_bytes(offered))),
-                valid_range: Some(CapacityRequestPolicyRange { min: step.clone(), max: None, step: Some(step) }),
-                valid_values: None,
-            },
-            features,
-        ),
-    );
-    caps.insert(
-        COMPUTE.to_string(),
-        capacity(
-            COMPUTE_WHOLE.to_string(),
-            CapacityRequestPolicy {
-                default: Some(quantity("0".into())),
-                valid_range: Some(CapacityRequestPolicyRange {
-                    min: quantity("0".into()),
-                    max: Some(quantity(COMPUTE_WHOLE.to_string())),
-                    step: Some(quantity("1".into())),
-                }),
-                valid_values: None,
-            },
-            features,
-        ),
-    );
-    caps
+    super::capacities(offered, policy.step, features)
 }
 
 /// The partitions of `gpu` as devices; `common`: the attributes every device of the GPU
