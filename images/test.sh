@@ -380,6 +380,11 @@ expect image-labels "OCI labels missing or wrong" \
     test "$(inspect_label io.fgpu.limit)/$(inspect_label io.fgpu.cuda.version)/$(inspect_label io.fgpu.ubuntu.version)" = "8GiB/$cuda_version/$ubuntu_version" -a \
     -n "$(inspect_label org.opencontainers.image.source)" -a -n "$(inspect_label org.opencontainers.image.version)"
 
+# The simulated GPU's state exists before the first container, which mounts it.
+LD_LIBRARY_PATH=$WORK/simlib FGPU_SIM_STATE=$SIM_DIR/state FGPU_SIM_MEMORY=80G FGPU_SIM_CONTEXT_OVERHEAD=300M \
+    "$CLIENT" nvml >/dev/null 2>&1
+[ -f "$SIM_DIR/state" ] || die "the simulated driver made no state file at $SIM_DIR/state"
+chmod 0666 "$SIM_DIR"/* 2>/dev/null
 start a || die "docker run failed"
 expect image-ld-so-preload "/etc/ld.so.preload does not list the front (libfgpu.so), or is not root 0644" \
     test "$(dx a -- sh -c 'grep -c "^/usr/local/lib/fgpu/libfgpu.so$" /etc/ld.so.preload; stat -c "%U:%G %a" /etc/ld.so.preload /usr/local/lib/fgpu/libfgpu.so')" = "$(printf '1\nroot:root 644\nroot:root 755')"
