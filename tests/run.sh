@@ -162,7 +162,22 @@ suite "the import checker's unit tests (scripts/test_check_imports.py)" python3 
 suite "no source file of any crate over 500 lines, no integration test file over 800 (scripts/check-file-lengths.sh; pending splits listed)" bash scripts/check-file-lengths.sh
 suite "formatting: cargo fmt --all --check (rustfmt.toml)" cargo fmt --all --check
 suite "cargo clippy -D warnings (with the unsafe rules of Cargo.toml's [workspace.lints])" cargo clippy --release --workspace --all-targets -- -D warnings
-suite "cargo test (unit + integration against the simulated driver)" cargo test --release --workspace --no-fail-fast
+# cargo test, then the integration tests' shared directory of copies every user can run
+# (a static of the test binary, never dropped; the next run's sweep would take it): removed
+# once its process is gone, so the run leaves nothing in the temporary directory.
+cargo_tests() {
+    local rc=0 dir pid
+    cargo test --release --workspace --no-fail-fast || rc=$?
+    for dir in "${TMPDIR:-/tmp}"/fgpu-it-reachable-*; do
+        pid=${dir##*/fgpu-it-reachable-}
+        pid=${pid%%-*}
+        if [ -d "$dir" ] && [ -n "$pid" ] && [ ! -d "/proc/$pid" ]; then
+            rm -rf "$dir"
+        fi
+    done
+    return "$rc"
+}
+suite "cargo test (unit + integration against the simulated driver)" cargo_tests
 if [ "${FGPU_SKIP_IMAGES:-0}" != 1 ]; then
     suite "container images (images/test.sh)" bash images/test.sh
 else
